@@ -1,0 +1,140 @@
+"""Where Kafka, the ledger database and Spark are: resolved from Airflow connections.
+
+Connections come from `AIRFLOW_CONN_<ID>` (JSON or URI) when set, which is how the local stack,
+the CLI and the tests configure them, and otherwise from Airflow itself (metadata DB or a
+secrets backend) when running inside a task. Nothing here logs a password.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+KAFKA_CONN_ID = "kafka_default"
+LEDGER_CONN_ID = "ledger_db"
+SPARK_CONN_ID = "spark_default"
+TOXIPROXY_CONN_ID = "toxiproxy_default"
+
+
+class EndpointError(RuntimeError):
+    """A connection is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    conn_id: str
+    conn_type: str = ""
+    host: str = ""
+    port: int | None = None
+    login: str = ""
+    password: str = field(default="", repr=False)
+    schema: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def get_connection(conn_id: str) -> Connection:
+    raw = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+    if raw:
+        return _parse(conn_id, raw)
+    try:
+        from airflow.sdk import BaseHook
+    except ImportError:
+        raise EndpointError(f"connection {conn_id!r} is not set: export AIRFLOW_CONN_{conn_id.upper()}") from None
+    try:
+        c = BaseHook.get_connection(conn_id)
+    except Exception as e:
+        raise EndpointError(f"connection {conn_id!r} is not defined in Airflow: {type(e).__name__}") from None
+    return Connection(conn_id, c.conn_type or "", c.host or "", c.port, c.login or "", c.password or "",
+                      c.schema or "", c.extra_dejson or {})
+
+
+def _parse(conn_id: str, raw: str) -> Connection:
+    raw = raw.strip()
+    if raw.startswith("{"):
+        try:
+            d = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise EndpointError(f"AIRFLOW_CONN_{conn_id.upper()} is not valid JSON: {e.msg}") from None
+        extra = d.get("extra") or {}
+        if isinstance(extra, str):
+            extra = json.loads(extra)
+        port = d.get("port")
+        return Connection(conn_id, d.get("conn_type", ""), d.get("host") or "",
+                          int(port) if port not in (None, "") else None, d.get("login") or "",
+                          d.get("password") or "", d.get("schema") or "", extra)
+    u = urlsplit(raw)
+    return Connection(conn_id, u.scheme.replace("-", "_"), unquote(u.hostname or ""), u.port,
+                      unquote(u.username or ""), unquote(u.password or ""), unquote(u.path.lstrip("/")),
+                      dict(parse_qsl(u.query)))
+
+
+# --------------------------------------------------------------------------- Kafka
+
+def kafka_config(conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
+    """librdkafka client settings from the connection: its extra holds librdkafka keys as-is."""
+    c = get_connection(conn_id)
+    conf = {str(k): str(v) for k, v in c.extra.items()}
+    if "bootstrap.servers" not in conf:
+        if not c.host:
+            raise EndpointError(f"connection {conn_id!r} names no bootstrap.servers (extra) or host")
+        conf["bootstrap.servers"] = f"{c.host}:{c.port or 9092}"
+    return conf
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+@dataclass(frozen=True)
+class Database:
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+    database: str
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        from sqlalchemy.engine import URL
+
+        return URL.create("postgresql+psycopg2", self.user, self.password, self.host, self.port,
+                          self.database).render_as_string(hide_password=False)
+
+    @property
+    def jdbc_url(self) -> str:
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.database}"
+
+    def psycopg2_kwargs(self) -> dict:
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password,
+                "dbname": self.database, "connect_timeout": 5}
+
+    def spark_env(self) -> dict[str, str]:
+        """How a Spark application receives the ledger database: environment, never arguments."""
+        return {"SEMANTICS_JDBC_URL": self.jdbc_url, "SEMANTICS_JDBC_USER": self.user,
+                "SEMANTICS_JDBC_PASSWORD": self.password}
+
+
+def ledger_database(conn_id: str = LEDGER_CONN_ID) -> Database:
+    c = get_connection(conn_id)
+    if not c.host or not c.schema:
+        raise EndpointError(f"connection {conn_id!r} needs a host and a schema (the database name)")
+    return Database(c.host, c.port or 5432, c.login, c.password, c.schema)
+
+
+# --------------------------------------------------------------------------- Spark
+
+def spark_jars() -> str:
+    """Comma-separated jars for spark-submit: the Kafka source and the JDBC driver, fetched once."""
+    jars = os.environ.get("SEMANTICS_SPARK_JARS")
+    if jars:
+        return jars
+    cached = Path(__file__).resolve().parents[2] / ".cache" / "spark" / "jars"
+    found = sorted(str(p) for p in cached.glob("*.jar"))
+    if not found:
+        raise EndpointError("no Spark jars: set SEMANTICS_SPARK_JARS or run local/setup")
+    return ",".join(found)
+
+
+def spark_apps_dir() -> Path:
+    return Path(os.environ.get("SEMANTICS_SPARK_APPS", Path(__file__).resolve().parents[2] / "spark_apps"))

@@ -1,0 +1,657 @@
+"""Local platform stack without Docker: 3 KRaft brokers, Toxiproxy, PostgreSQL, Airflow's database.
+
+Usage: python -m delivery_semantics.localstack {start,stop,status,reset,env,wait}
+
+Everything lives under the repository: downloads in .cache/ (made by local/setup), state and
+logs in var/. `start` is idempotent, `stop` keeps data, `reset` wipes var/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(os.environ.get("SEMANTICS_HOME", Path(__file__).resolve().parents[2]))
+CACHE = REPO / ".cache"
+VAR = Path(os.environ.get("SEMANTICS_VAR", REPO / "var"))
+LOGS = VAR / "logs"
+RUN = VAR / "run"
+KAFKA_LIB = CACHE / "kafka" / "lib"
+SPARK_JARS = CACHE / "spark" / "jars"
+TOXIPROXY_BIN = CACHE / "toxiproxy" / "bin" / "server"
+CONFIG = REPO / "local" / "config"
+
+HOST = "127.0.0.1"
+BROKER_IDS = (1, 2, 3)
+BROKER_HEAP = os.environ.get("SEMANTICS_BROKER_HEAP", "768m")
+PG_PORT = int(os.environ.get("SEMANTICS_PG_PORT", "5433"))
+TOXIPROXY_PORT = int(os.environ.get("SEMANTICS_TOXIPROXY_PORT", "8474"))
+PLATFORM_DB = "semantics"
+AIRFLOW_DB = "airflow"
+MIN_JAVA = 17
+
+
+class StackError(RuntimeError):
+    """A start-up precondition failed; the message names the component and the cause."""
+
+
+@dataclass(frozen=True)
+class Broker:
+    node_id: int
+
+    @property
+    def name(self) -> str:
+        return f"broker-{self.node_id}"
+
+    @property
+    def proxy_port(self) -> int:
+        return 9091 + self.node_id
+
+    @property
+    def client_port(self) -> int:
+        return 19091 + self.node_id
+
+    @property
+    def internal_port(self) -> int:
+        return 19191 + self.node_id
+
+    @property
+    def controller_port(self) -> int:
+        return 19291 + self.node_id
+
+    @property
+    def data_dir(self) -> Path:
+        return VAR / "kafka" / self.name
+
+    @property
+    def pid_file(self) -> Path:
+        return RUN / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return LOGS / f"{self.name}.log"
+
+
+BROKERS = tuple(Broker(i) for i in BROKER_IDS)
+
+
+def bootstrap_servers() -> str:
+    """The client-facing bootstrap list: every broker through its Toxiproxy port."""
+    return ",".join(f"{HOST}:{b.proxy_port}" for b in BROKERS)
+
+
+# --------------------------------------------------------------------------- processes
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _read_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _port_open(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _require_port_free(port: int, component: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError as e:
+            raise StackError(
+                f"{component}: port {HOST}:{port} is already taken by another process ({e.strerror}); "
+                f"stop that process or free the port, then run start again"
+            ) from None
+
+
+def _spawn(cmd: list[str], log_file: Path, pid_file: Path, env: dict | None = None) -> int:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=env, cwd=REPO,
+        )
+    pid_file.write_text(str(proc.pid))
+    return proc.pid
+
+
+def _wait_until(predicate, timeout: float, what: str, log_file: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    hint = f"; see {log_file}" if log_file else ""
+    raise StackError(f"{what} did not come up within {timeout:.0f}s{hint}")
+
+
+def _terminate(pid: int | None, grace: float) -> None:
+    if not _pid_alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and _pid_alive(pid):
+        time.sleep(0.2)
+    if _pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- prerequisites
+
+def java_version() -> int:
+    java = shutil.which("java")
+    if not java:
+        raise StackError("java: no `java` on PATH; install a JDK 17 or newer (local/setup does it)")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    try:
+        raw = out.split('"')[1]
+        major = int(raw.split(".")[0])
+        return 8 if major == 1 else major
+    except (IndexError, ValueError):
+        raise StackError(f"java: cannot read the version from `java -version`: {out.strip()[:200]}") from None
+
+
+def check_prerequisites() -> None:
+    major = java_version()
+    if major < MIN_JAVA:
+        raise StackError(f"java: Kafka 4 and Spark 4 need Java {MIN_JAVA}+, found Java {major}")
+    if not any(KAFKA_LIB.glob("kafka_2.13-*.jar")):
+        raise StackError(f"kafka: no broker jars in {KAFKA_LIB}; run local/setup first (it needs Maven)")
+    if not TOXIPROXY_BIN.exists():
+        raise StackError(f"toxiproxy: no binary at {TOXIPROXY_BIN}; run local/setup first (it needs Go)")
+    _pg_bin("postgres")
+
+
+# --------------------------------------------------------------------------- secrets and env
+
+SECRETS_FILE = VAR / "secrets.env"
+
+
+def _secrets() -> dict[str, str]:
+    """Passwords for the local roles, made once per stack and never committed or printed."""
+    if not SECRETS_FILE.exists():
+        VAR.mkdir(parents=True, exist_ok=True)
+        alphabet = string.ascii_letters + string.digits
+        values = {k: "".join(secrets.choice(alphabet) for _ in range(24))
+                  for k in ("SEMANTICS_DB_PASSWORD", "AIRFLOW_DB_PASSWORD", "AIRFLOW_ADMIN_PASSWORD")}
+        SECRETS_FILE.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+        SECRETS_FILE.chmod(0o600)
+    out = {}
+    for line in SECRETS_FILE.read_text().splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            out[k] = v
+    return out
+
+
+def environment() -> dict[str, str]:
+    """Environment for everything that talks to the local stack: Airflow, the CLI, tests, Spark."""
+    s = _secrets()
+    venv_bin = REPO / ".venv" / "bin"
+    jars = ",".join(str(p) for p in sorted(SPARK_JARS.glob("*.jar")))
+    env = {
+        "SEMANTICS_HOME": str(REPO),
+        "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO / "plugins"),
+        "AIRFLOW_HOME": str(VAR / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN":
+            f"postgresql+psycopg2://airflow:{s['AIRFLOW_DB_PASSWORD']}@{HOST}:{PG_PORT}/{AIRFLOW_DB}",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(LOGS / "airflow"),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(VAR / "airflow" / "passwords.json"),
+        # JSON, because a URI cannot carry local[2]
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap_servers()}}),
+        "AIRFLOW_CONN_LEDGER_DB": json.dumps({
+            "conn_type": "postgres", "host": HOST, "port": PG_PORT, "login": PLATFORM_DB,
+            "password": s["SEMANTICS_DB_PASSWORD"], "schema": PLATFORM_DB}),
+        "AIRFLOW_CONN_TOXIPROXY_DEFAULT": json.dumps(
+            {"conn_type": "http", "host": HOST, "port": TOXIPROXY_PORT}),
+        "SEMANTICS_SPARK_JARS": jars,
+        "SPARK_LOCAL_IP": HOST,
+    }
+    return env
+
+
+def write_env_file() -> Path:
+    env_file = VAR / "stack.env"
+    lines = [f"export {k}={_shell_quote(v)}" for k, v in environment().items()]
+    env_file.write_text("\n".join(lines) + "\n")
+    env_file.chmod(0o600)
+    return env_file
+
+
+def _shell_quote(v: str) -> str:
+    return "'" + v.replace("'", "'\"'\"'") + "'"
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+PG_DATA = VAR / "postgres" / "data"
+PG_LOG = LOGS / "postgres.log"
+PG_SOCKET_DIR = RUN / "postgres"
+
+
+def _pg_bin(name: str) -> str:
+    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"),
+                        key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    if candidates:
+        return str(candidates[-1])
+    found = shutil.which(name)
+    if found:
+        return found
+    raise StackError(f"postgres: `{name}` not found; install Debian's postgresql package (local/setup does it)")
+
+
+def _as_pg_owner(cmd: list[str]) -> list[str]:
+    # PostgreSQL refuses to run as root; use the Debian package's service account then.
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--"] + cmd
+    return cmd
+
+
+def _pg_owner_ids() -> tuple[int, int]:
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        return pw.pw_uid, pw.pw_gid
+    return os.getuid(), os.getgid()
+
+
+def _chown_tree(path: Path, uid: int, gid: int) -> None:
+    os.chown(path, uid, gid)
+    for root, dirs, files in os.walk(path):
+        for n in dirs + files:
+            os.chown(os.path.join(root, n), uid, gid)
+
+
+def postgres_pid() -> int | None:
+    pid_file = PG_DATA / "postmaster.pid"
+    pid = _read_pid_first_line(pid_file)
+    return pid if _pid_alive(pid) else None
+
+
+def _read_pid_first_line(path: Path) -> int | None:
+    try:
+        return int(path.read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _psql(sql: str, db: str = "postgres") -> str:
+    cmd = _as_pg_owner([_pg_bin("psql"), "-h", str(PG_SOCKET_DIR), "-p", str(PG_PORT), "-U", "postgres",
+                        "-d", db, "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise StackError(f"postgres: {res.stderr.strip()}")
+    return res.stdout.strip()
+
+
+def start_postgres() -> str:
+    if postgres_pid():
+        return "already running"
+    _require_port_free(PG_PORT, "postgres")
+    uid, gid = _pg_owner_ids()
+    for d in (PG_DATA.parent, PG_SOCKET_DIR, LOGS):
+        d.mkdir(parents=True, exist_ok=True)
+    os.chown(PG_SOCKET_DIR, uid, gid)
+    if not (PG_DATA / "PG_VERSION").exists():
+        PG_DATA.mkdir(parents=True, exist_ok=True)
+        _chown_tree(PG_DATA.parent, uid, gid)
+        res = subprocess.run(_as_pg_owner([_pg_bin("initdb"), "-D", str(PG_DATA), "-U", "postgres",
+                                           "--auth-local=trust", "--auth-host=scram-sha-256",
+                                           "-E", "UTF8", "--locale=C.UTF-8"]),
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise StackError(f"postgres: initdb failed: {res.stderr.strip()[-500:]}")
+        with open(PG_DATA / "postgresql.conf", "a") as conf:
+            conf.write(
+                "\n# delivery-semantics local stack\n"
+                f"listen_addresses = '{HOST}'\nport = {PG_PORT}\n"
+                f"unix_socket_directories = '{PG_SOCKET_DIR}'\n"
+                "shared_buffers = 512MB\nwork_mem = 32MB\nmaintenance_work_mem = 256MB\n"
+                "max_connections = 200\nsynchronous_commit = on\nmax_wal_size = 2GB\n"
+            )
+    if not PG_LOG.exists():
+        PG_LOG.touch()
+    os.chown(PG_LOG, uid, gid)
+    res = subprocess.run(_as_pg_owner([_pg_bin("pg_ctl"), "-D", str(PG_DATA), "-l", str(PG_LOG),
+                                       "-w", "-t", "60", "start"]), capture_output=True, text=True)
+    if res.returncode != 0:
+        raise StackError(f"postgres: pg_ctl start failed: {res.stderr.strip() or res.stdout.strip()}; see {PG_LOG}")
+    _bootstrap_postgres()
+    return "started"
+
+
+def _bootstrap_postgres() -> None:
+    s = _secrets()
+    for role, db, pw in ((PLATFORM_DB, PLATFORM_DB, s["SEMANTICS_DB_PASSWORD"]),
+                         ("airflow", AIRFLOW_DB, s["AIRFLOW_DB_PASSWORD"])):
+        exists = _psql(f"SELECT 1 FROM pg_roles WHERE rolname = '{role}'")
+        verb = "ALTER" if exists else "CREATE"
+        _psql(f"{verb} ROLE {role} LOGIN PASSWORD '{pw}'")
+        if not _psql(f"SELECT 1 FROM pg_database WHERE datname = '{db}'"):
+            _psql(f"CREATE DATABASE {db} OWNER {role}")
+
+
+def stop_postgres() -> None:
+    if postgres_pid():
+        subprocess.run(_as_pg_owner([_pg_bin("pg_ctl"), "-D", str(PG_DATA), "-m", "fast", "-w", "stop"]),
+                       capture_output=True, text=True)
+
+
+# --------------------------------------------------------------------------- Toxiproxy
+
+TOXIPROXY_PID = RUN / "toxiproxy.pid"
+TOXIPROXY_LOG = LOGS / "toxiproxy.log"
+TOXIPROXY_CONFIG = VAR / "toxiproxy.json"
+
+
+def toxiproxy_url(path: str = "") -> str:
+    return f"http://{HOST}:{TOXIPROXY_PORT}{path}"
+
+
+def toxiproxy_pid() -> int | None:
+    pid = _read_pid(TOXIPROXY_PID)
+    return pid if _pid_alive(pid) else None
+
+
+def _toxiproxy_proxies() -> list[dict]:
+    return [{"name": b.name, "listen": f"{HOST}:{b.proxy_port}",
+             "upstream": f"{HOST}:{b.client_port}", "enabled": True} for b in BROKERS]
+
+
+def _toxiproxy_get(path: str):
+    with urllib.request.urlopen(toxiproxy_url(path), timeout=2) as r:
+        return json.loads(r.read())
+
+
+def start_toxiproxy() -> str:
+    if toxiproxy_pid():
+        _ensure_proxies()
+        return "already running"
+    _require_port_free(TOXIPROXY_PORT, "toxiproxy")
+    for b in BROKERS:
+        _require_port_free(b.proxy_port, f"toxiproxy ({b.name} proxy)")
+    TOXIPROXY_CONFIG.parent.mkdir(parents=True, exist_ok=True)
+    TOXIPROXY_CONFIG.write_text(json.dumps(_toxiproxy_proxies(), indent=2))
+    _spawn([str(TOXIPROXY_BIN), "-host", HOST, "-port", str(TOXIPROXY_PORT), "-config", str(TOXIPROXY_CONFIG)],
+           TOXIPROXY_LOG, TOXIPROXY_PID)
+    _wait_until(lambda: _port_open(TOXIPROXY_PORT) and all(_port_open(b.proxy_port) for b in BROKERS),
+                20, "toxiproxy", TOXIPROXY_LOG)
+    _ensure_proxies()
+    return "started"
+
+
+def _ensure_proxies() -> None:
+    """Heal what a crashed fault run may have left behind: disabled proxies or leftover toxics."""
+    for p in _toxiproxy_proxies():
+        req = urllib.request.Request(toxiproxy_url(f"/proxies/{p['name']}"), method="POST",
+                                     data=json.dumps({"enabled": True, "upstream": p["upstream"]}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=2).read()
+        for toxic in _toxiproxy_get(f"/proxies/{p['name']}/toxics"):
+            urllib.request.urlopen(urllib.request.Request(
+                toxiproxy_url(f"/proxies/{p['name']}/toxics/{toxic['name']}"), method="DELETE"), timeout=2).read()
+
+
+def stop_toxiproxy() -> None:
+    _terminate(toxiproxy_pid(), grace=5)
+
+
+# --------------------------------------------------------------------------- Kafka
+
+CLUSTER_ID_FILE = VAR / "kafka" / "cluster.id"
+
+
+def _cluster_id() -> str:
+    if not CLUSTER_ID_FILE.exists():
+        CLUSTER_ID_FILE.parent.mkdir(parents=True, exist_ok=True)
+        CLUSTER_ID_FILE.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
+    return CLUSTER_ID_FILE.read_text().strip()
+
+
+def _render_broker_config(b: Broker) -> Path:
+    voters = ",".join(f"{x.node_id}@{HOST}:{x.controller_port}" for x in BROKERS)
+    template = string.Template((CONFIG / "server.properties.template").read_text())
+    text = template.substitute(node_id=b.node_id, quorum_voters=voters, host=HOST,
+                               client_port=b.client_port, internal_port=b.internal_port,
+                               controller_port=b.controller_port, proxy_port=b.proxy_port,
+                               log_dir=b.data_dir / "data")
+    path = b.data_dir / "server.properties"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _java_cmd(main: str, *args: str, heap: str = "256m", extra: list[str] | None = None) -> list[str]:
+    return ["java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={CONFIG / 'log4j2.properties'}",
+            *(extra or []), "-cp", f"{KAFKA_LIB}/*", main, *args]
+
+
+def _format_storage(b: Broker, config: Path) -> None:
+    if (b.data_dir / "data" / "meta.properties").exists():
+        return
+    res = subprocess.run(_java_cmd("kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
+                                   "-c", str(config), "--ignore-formatted"),
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise StackError(f"{b.name}: storage format failed: {(res.stderr or res.stdout).strip()[-800:]}")
+
+
+def broker_pid(b: Broker) -> int | None:
+    pid = _read_pid(b.pid_file)
+    return pid if _pid_alive(pid) else None
+
+
+def start_broker(b: Broker) -> str:
+    if broker_pid(b):
+        return "already running"
+    for port, what in ((b.client_port, "client"), (b.internal_port, "inter-broker"),
+                       (b.controller_port, "controller")):
+        _require_port_free(port, f"{b.name} ({what} listener)")
+    config = _render_broker_config(b)
+    _format_storage(b, config)
+    _spawn(_java_cmd("kafka.Kafka", str(config), heap=BROKER_HEAP,
+                     extra=[f"-Dkafka.logs.dir={LOGS}"]), b.log_file, b.pid_file)
+    return "started"
+
+
+def stop_broker(b: Broker, grace: float = 30) -> None:
+    _terminate(broker_pid(b), grace)
+
+
+def kill_broker(b: Broker, sig: int = signal.SIGKILL) -> None:
+    pid = broker_pid(b)
+    if pid:
+        os.kill(pid, sig)
+
+
+def wait_for_cluster(timeout: float = 120) -> None:
+    """Until the metadata, fetched through the proxies, lists all 3 brokers."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers(), "socket.timeout.ms": 3000})
+
+    def ready() -> bool:
+        try:
+            md = admin.list_topics(timeout=3)
+        except Exception:
+            return False
+        return len(md.brokers) == len(BROKERS)
+
+    _wait_until(ready, timeout, "the 3-broker Kafka cluster", LOGS)
+
+
+# --------------------------------------------------------------------------- Airflow metadata DB
+
+AIRFLOW_MIGRATED = VAR / "airflow" / ".migrated"
+
+
+def migrate_airflow() -> str:
+    stamp = (REPO / "requirements.lock").read_text() if (REPO / "requirements.lock").exists() else ""
+    if AIRFLOW_MIGRATED.exists() and AIRFLOW_MIGRATED.read_text() == stamp:
+        return "already migrated"
+    env = {**os.environ, **environment()}
+    (VAR / "airflow").mkdir(parents=True, exist_ok=True)
+    res = subprocess.run([str(REPO / ".venv" / "bin" / "airflow"), "db", "migrate"], env=env,
+                         capture_output=True, text=True)
+    (LOGS / "airflow-db-migrate.log").write_text(res.stdout + res.stderr)
+    if res.returncode != 0:
+        raise StackError(f"airflow: `airflow db migrate` failed; see {LOGS / 'airflow-db-migrate.log'}")
+    AIRFLOW_MIGRATED.write_text(stamp)
+    return "migrated"
+
+
+def _migrate_schema() -> str:
+    os.environ.update({k: v for k, v in environment().items() if k.startswith("AIRFLOW_CONN_")})
+    from delivery_semantics import schema
+
+    applied = schema.migrate()
+    return f"applied {', '.join(applied)}" if applied else "current"
+
+
+# --------------------------------------------------------------------------- commands
+
+def start() -> None:
+    check_prerequisites()
+    for d in (LOGS, RUN):
+        d.mkdir(parents=True, exist_ok=True)
+    _report("postgres", start_postgres())
+    _report("toxiproxy", start_toxiproxy())
+    for b in BROKERS:
+        _report(b.name, start_broker(b))
+    for b in BROKERS:
+        _wait_until(lambda b=b: _port_open(b.client_port) or not broker_pid(b), 90, b.name, b.log_file)
+        if not broker_pid(b):
+            raise StackError(f"{b.name}: exited during start-up; see {b.log_file}")
+    wait_for_cluster()
+    _report("kafka", f"3 brokers up, bootstrap {bootstrap_servers()}")
+    _report("schema", _migrate_schema())
+    _report("airflow-db", migrate_airflow())
+    env_file = write_env_file()
+    _report("env", f"source {env_file.relative_to(REPO)} to use the stack from a shell")
+
+
+def stop() -> None:
+    for b in BROKERS:
+        pid = broker_pid(b)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+    # Brokers shut down together: one at a time, the last ones would wait on a lost quorum.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(broker_pid(b) for b in BROKERS):
+        time.sleep(0.3)
+    for b in BROKERS:
+        kill_broker(b)
+        _report(b.name, "stopped")
+    stop_toxiproxy()
+    _report("toxiproxy", "stopped")
+    stop_postgres()
+    _report("postgres", "stopped")
+
+
+def reset() -> None:
+    stop()
+    if VAR.exists():
+        shutil.rmtree(VAR)
+    _report("var", "wiped (downloads in .cache/ kept)")
+
+
+def status_rows() -> list[tuple[str, str, str, str]]:
+    rows = []
+    pid = postgres_pid()
+    rows.append(("postgres", "up" if pid and _port_open(PG_PORT) else "down", str(PG_PORT), str(pid or "-")))
+    pid = toxiproxy_pid()
+    rows.append(("toxiproxy", "up" if pid and _port_open(TOXIPROXY_PORT) else "down",
+                 str(TOXIPROXY_PORT), str(pid or "-")))
+    for b in BROKERS:
+        pid = broker_pid(b)
+        up = pid and _port_open(b.client_port)
+        rows.append((b.name, "up" if up else "down", f"{b.proxy_port}->{b.client_port}", str(pid or "-")))
+    return rows
+
+
+def status() -> int:
+    rows = status_rows()
+    print(f"{'component':<12} {'state':<6} {'port':<12} pid")
+    for r in rows:
+        print(f"{r[0]:<12} {r[1]:<6} {r[2]:<12} {r[3]}")
+    down = [r[0] for r in rows if r[1] != "up"]
+    if down:
+        print(f"down: {', '.join(down)}")
+    return 1 if down else 0
+
+
+def _report(component: str, state: str) -> None:
+    print(f"{component:<12} {state}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stack", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["start", "stop", "status", "reset", "env"])
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "start":
+            start()
+        elif args.command == "stop":
+            stop()
+        elif args.command == "reset":
+            reset()
+        elif args.command == "status":
+            return status()
+        elif args.command == "env":
+            print(write_env_file())
+        return 0
+    except StackError as e:
+        print(f"stack {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

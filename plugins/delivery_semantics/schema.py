@@ -1,0 +1,55 @@
+"""Applies the versioned SQL in sql/ (V<NNN>__<name>.sql) once each, in order, under a lock."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import psycopg2
+
+from delivery_semantics.endpoints import Database, ledger_database
+
+SQL_DIR = Path(os.environ.get("SEMANTICS_SQL_DIR", Path(__file__).resolve().parents[2] / "sql"))
+_VERSIONED = re.compile(r"^V(\d{3})__([a-z0-9_]+)\.sql$")
+# Any constant: serialises concurrent migrators (parallel Airflow tasks) on one database.
+_LOCK_KEY = 0x5E3A771C
+
+
+def migrations(sql_dir: Path = SQL_DIR) -> list[tuple[int, str, Path]]:
+    found = []
+    for p in sorted(sql_dir.glob("V*.sql")):
+        m = _VERSIONED.match(p.name)
+        if not m:
+            raise ValueError(f"{p.name}: versioned SQL files are named V<NNN>__<name>.sql")
+        found.append((int(m.group(1)), m.group(2), p))
+    versions = [v for v, _, _ in found]
+    if len(versions) != len(set(versions)):
+        raise ValueError(f"duplicate migration versions in {sql_dir}")
+    return found
+
+
+def migrate(db: Database | None = None) -> list[str]:
+    """Returns the names of the migrations applied now (empty when already current)."""
+    db = db or ledger_database()
+    applied_now = []
+    with psycopg2.connect(**db.psycopg2_kwargs()) as conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        cur.execute("""CREATE TABLE IF NOT EXISTS schema_migrations (
+                         version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
+                         applied_at timestamptz NOT NULL DEFAULT now())""")
+        cur.execute("SELECT version, checksum FROM schema_migrations")
+        done = dict(cur.fetchall())
+        for version, name, path in migrations():
+            text = path.read_text()
+            checksum = hashlib.sha256(text.encode()).hexdigest()[:16]
+            if version in done:
+                if done[version] != checksum:
+                    raise RuntimeError(f"{path.name} changed after it was applied; add a new version instead")
+                continue
+            cur.execute(text)
+            cur.execute("INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                        (version, name, checksum))
+            applied_now.append(path.name)
+    return applied_now

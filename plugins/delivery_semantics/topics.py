@@ -1,0 +1,97 @@
+"""Topic administration: validated names, creation with the replication the modes are measured on,
+and the cluster health the fault runs gate on."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+_LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+REPLICATION_FACTOR = 3
+MIN_INSYNC_REPLICAS = 2
+
+
+class TopicError(ValueError):
+    pass
+
+
+def validate_topic_name(name: str) -> str:
+    if not isinstance(name, str) or not _LEGAL_TOPIC.match(name) or name in (".", ".."):
+        raise TopicError(f"invalid topic name {name!r}: use 1-249 characters of [A-Za-z0-9._-], not '.' or '..'")
+    return name
+
+
+def admin_client(kafka_conf: dict) -> AdminClient:
+    conf = {k: v for k, v in kafka_conf.items() if not k.startswith(("acks", "enable.idempotence"))}
+    conf.setdefault("socket.timeout.ms", 10000)
+    return AdminClient(conf)
+
+
+def check_reachable(kafka_conf: dict, timeout: float = 10.0) -> int:
+    """Number of brokers in the metadata; raises within `timeout` when none answers."""
+    try:
+        md = admin_client(kafka_conf).list_topics(timeout=timeout)
+    except KafkaException as e:
+        raise ConnectionError(
+            f"Kafka at {kafka_conf.get('bootstrap.servers')} did not answer within {timeout:.0f}s: "
+            f"{e.args[0].str() if e.args else e}") from None
+    return len(md.brokers)
+
+
+def ensure_topic(kafka_conf: dict, name: str, partitions: int = 3,
+                 replication_factor: int = REPLICATION_FACTOR, config: dict | None = None,
+                 timeout: float = 30.0) -> bool:
+    """Creates the topic if missing; returns True when it was created now."""
+    validate_topic_name(name)
+    admin = admin_client(kafka_conf)
+    topic_config = {"min.insync.replicas": str(MIN_INSYNC_REPLICAS),
+                    "unclean.leader.election.enable": "false", **(config or {})}
+    futures = admin.create_topics([NewTopic(name, partitions, replication_factor, config=topic_config)],
+                                  operation_timeout=timeout, request_timeout=timeout)
+    try:
+        futures[name].result(timeout=timeout)
+        created = True
+    except KafkaException as e:
+        if e.args and e.args[0].name() == "TOPIC_ALREADY_EXISTS":
+            created = False
+        else:
+            raise
+    wait_for_full_isr(kafka_conf, name, timeout=timeout)
+    return created
+
+
+def wait_for_full_isr(kafka_conf: dict, topic: str, timeout: float = 60.0,
+                      expected_brokers: int = REPLICATION_FACTOR) -> None:
+    """Until every partition of the topic has a leader and all its replicas in sync, and the
+    metadata lists `expected_brokers` brokers."""
+    admin = admin_client(kafka_conf)
+    deadline = time.monotonic() + timeout
+    last = "no metadata"
+    while time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(topic, timeout=5)
+            t = md.topics.get(topic)
+            if t is not None and t.error is None and t.partitions and len(md.brokers) >= expected_brokers:
+                lagging = [p.id for p in t.partitions.values()
+                           if p.leader < 0 or len(p.isrs) < len(p.replicas)]
+                if not lagging:
+                    return
+                last = f"partitions {lagging} not fully in sync"
+            else:
+                last = f"topic error {t.error if t else 'missing'}, {len(md.brokers)} brokers"
+        except KafkaException as e:
+            last = str(e)
+        time.sleep(0.5)
+    raise TimeoutError(f"topic {topic!r} not healthy within {timeout:.0f}s: {last}")
+
+
+def delete_topic(kafka_conf: dict, name: str, timeout: float = 30.0) -> None:
+    futures = admin_client(kafka_conf).delete_topics([validate_topic_name(name)], operation_timeout=timeout)
+    try:
+        futures[name].result(timeout=timeout)
+    except KafkaException as e:
+        if not (e.args and e.args[0].name() == "UNKNOWN_TOPIC_OR_PART"):
+            raise

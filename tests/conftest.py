@@ -1,0 +1,77 @@
+"""Tests run against the real local stack (`make test` starts it). Nothing here is mocked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "plugins"))
+
+from delivery_semantics import localstack, topics  # noqa: E402
+from delivery_semantics.endpoints import kafka_config  # noqa: E402
+
+ARTIFACTS = REPO / "artifacts"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stack_env():
+    """The stack must already be up (make test starts it); export its environment."""
+    os.environ.update(localstack.environment())
+    down = [name for name, state, _, _ in localstack.status_rows() if state != "up"]
+    if down:
+        pytest.exit(f"local stack is not up ({', '.join(down)} down): run `make test`, or `local/stack start`",
+                    returncode=3)
+    ARTIFACTS.mkdir(exist_ok=True)
+    return os.environ
+
+
+@pytest.fixture
+def kafka_conf():
+    return kafka_config()
+
+
+@pytest.fixture
+def fresh_topic(kafka_conf):
+    """A new RF=3, min ISR 2 topic, deleted afterwards."""
+    created = []
+
+    def make(prefix: str = "test", partitions: int = 3, config: dict | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        topics.ensure_topic(kafka_conf, name, partitions=partitions, config=config)
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        try:
+            topics.delete_topic(kafka_conf, name)
+        except Exception:
+            pass
+
+
+def run(cmd: list[str], timeout: float = 600, env: dict | None = None, check: bool = False):
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, **(env or {})})
+    if check and res.returncode != 0:
+        raise AssertionError(f"{cmd} exited {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    return res
+
+
+@pytest.fixture
+def healthy_cluster_after(kafka_conf):
+    """For tests that stop brokers: bring every broker back through `stack start` and assert the
+    cluster is whole again (3 brokers, full ISR on the internal topics)."""
+    yield
+    res = run([str(REPO / "local" / "stack"), "start"], timeout=300)
+    assert res.returncode == 0, res.stderr
+    localstack.wait_for_cluster(timeout=120)
+    md = topics.admin_client(kafka_conf).list_topics(timeout=10)
+    assert len(md.brokers) == 3
+    for t in md.topics:
+        topics.wait_for_full_isr(kafka_conf, t, timeout=120)

@@ -1,0 +1,220 @@
+"""The local stack: 3 KRaft brokers behind Toxiproxy, PostgreSQL, Spark and Airflow, for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import psycopg2
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import ConfigResource
+
+from conftest import REPO, run
+from delivery_semantics import localstack, topics
+from delivery_semantics.endpoints import ledger_database
+
+STACK = str(REPO / "local" / "stack")
+
+
+def test_metadata_lists_three_brokers_advertised_at_their_toxiproxy_ports(kafka_conf):
+    md = topics.admin_client(kafka_conf).list_topics(timeout=10)
+    advertised = sorted((b.id, b.host, b.port) for b in md.brokers.values())
+    assert advertised == [(1, "127.0.0.1", 9092), (2, "127.0.0.1", 9093), (3, "127.0.0.1", 9094)]
+    proxies = json.load(urllib.request.urlopen(localstack.toxiproxy_url("/proxies"), timeout=5))
+    assert {p["name"]: (p["listen"], p["upstream"], p["enabled"]) for p in proxies.values()} == {
+        f"broker-{i}": (f"127.0.0.1:{9091 + i}", f"127.0.0.1:{19091 + i}", True) for i in (1, 2, 3)}
+
+
+def test_topic_is_created_with_rf3_and_min_insync_2(kafka_conf, fresh_topic):
+    name = fresh_topic("rf3", partitions=4)
+    admin = topics.admin_client(kafka_conf)
+    t = admin.list_topics(name, timeout=10).topics[name]
+    assert len(t.partitions) == 4
+    assert all(len(p.replicas) == 3 and len(p.isrs) == 3 for p in t.partitions.values())
+    res = ConfigResource(ConfigResource.Type.TOPIC, name)
+    cfg = admin.describe_configs([res])[res].result(timeout=10)
+    assert cfg["min.insync.replicas"].value == "2"
+    assert cfg["unclean.leader.election.enable"].value == "false"
+
+
+def test_cluster_defaults_match_the_fault_tests_assumptions(kafka_conf):
+    admin = topics.admin_client(kafka_conf)
+    res = ConfigResource(ConfigResource.Type.BROKER, "1")
+    cfg = admin.describe_configs([res])[res].result(timeout=10)
+    expected = {"default.replication.factor": "3", "min.insync.replicas": "2",
+                "auto.create.topics.enable": "false", "replica.lag.time.max.ms": "10000",
+                "transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2",
+                "offsets.topic.replication.factor": "3", "group.initial.rebalance.delay.ms": "0",
+                "unclean.leader.election.enable": "false"}
+    assert {k: cfg[k].value for k in expected} == expected
+
+
+def test_invalid_topic_names_are_refused_before_any_request():
+    for bad in ["", "a b", "x" * 250, ".", "..", "topic/1", "ümlaut"]:
+        with pytest.raises(topics.TopicError, match="invalid topic name"):
+            topics.validate_topic_name(bad)
+
+
+def _produce(conf: dict, topic: str, n: int, timeout: float, **overrides) -> tuple[int, list[str], float]:
+    delivered, errors = [], []
+    p = Producer({**conf, "acks": "all", "enable.idempotence": False, "linger.ms": 5, **overrides})
+
+    def cb(err, msg):
+        (errors.append(err.name()) if err else delivered.append(msg.offset()))
+
+    start = time.monotonic()
+    for i in range(n):
+        p.produce(topic, key=str(i), value=f"v{i}", on_delivery=cb)
+    p.flush(timeout)
+    return len(delivered), errors, time.monotonic() - start
+
+
+def test_acks_all_round_trip_goes_through_the_toxiproxy_listeners(kafka_conf, fresh_topic):
+    topic = fresh_topic("roundtrip")
+    delivered, errors, _ = _produce(kafka_conf, topic, 300, 60)
+    assert (delivered, errors) == (300, [])
+    c = Consumer({**kafka_conf, "group.id": f"t-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([topic])
+    seen = set()
+    deadline = time.monotonic() + 60
+    while len(seen) < 300 and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is not None and m.error() is None:
+            seen.add(m.value().decode())
+    c.close()
+    assert seen == {f"v{i}" for i in range(300)}
+
+    # With every proxy disabled the same client can no longer produce: its path is the proxy.
+    for i in (1, 2, 3):
+        _toxiproxy_set_enabled(f"broker-{i}", False)
+    try:
+        delivered, errors, elapsed = _produce(kafka_conf, topic, 5, 30, **{"message.timeout.ms": 8000})
+        assert delivered == 0 and len(errors) == 5
+    finally:
+        for i in (1, 2, 3):
+            _toxiproxy_set_enabled(f"broker-{i}", True)
+
+
+def _toxiproxy_set_enabled(name: str, enabled: bool) -> None:
+    req = urllib.request.Request(localstack.toxiproxy_url(f"/proxies/{name}"), method="POST",
+                                 data=json.dumps({"enabled": enabled}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=5).read()
+
+
+@pytest.mark.faults
+def test_acks_all_survives_one_broker_down_and_fails_bounded_with_two_down(
+        kafka_conf, fresh_topic, healthy_cluster_after):
+    topic = fresh_topic("isr")
+    b3 = localstack.BROKERS[2]
+    localstack.kill_broker(b3, signal.SIGKILL)
+
+    # status names the component that is down
+    res = run([STACK, "status"])
+    assert res.returncode == 1
+    assert "down: broker-3" in res.stdout
+
+    delivered, errors, _ = _produce(kafka_conf, topic, 200, 90, **{"message.timeout.ms": 60000})
+    assert (delivered, errors) == (200, []), "acks=all must succeed with 2 of 3 replicas (min ISR 2)"
+
+    localstack.kill_broker(localstack.BROKERS[1], signal.SIGKILL)
+    delivered, errors, elapsed = _produce(kafka_conf, topic, 50, 60,
+                                          **{"message.timeout.ms": 15000, "request.timeout.ms": 5000})
+    assert delivered == 0, "acks=all must not succeed with only one replica alive"
+    assert set(errors) <= {"NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "_MSG_TIMED_OUT",
+                           "_TIMED_OUT", "REQUEST_TIMED_OUT"}, errors
+    assert len(errors) == 50
+    assert elapsed < 30, f"the failure took {elapsed:.1f}s: it must be bounded by message.timeout.ms"
+
+
+@pytest.mark.faults
+def test_start_brings_back_a_killed_broker(kafka_conf, healthy_cluster_after):
+    b = localstack.BROKERS[0]
+    localstack.kill_broker(b, signal.SIGKILL)
+    time.sleep(0.5)
+    assert localstack.broker_pid(b) is None
+    res = run([STACK, "start"], timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "broker-1     started" in res.stdout
+    assert "broker-2     already running" in res.stdout
+    localstack.wait_for_cluster(timeout=60)
+    assert localstack.broker_pid(b) is not None
+
+
+def test_second_start_changes_nothing():
+    before = {name: pid for name, _, _, pid in localstack.status_rows()}
+    res = run([STACK, "start"], timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("already running") == 5
+    assert "already migrated" in res.stdout
+    assert {name: pid for name, _, _, pid in localstack.status_rows()} == before
+
+
+def test_postgres_accepts_the_platform_role_and_refuses_a_wrong_password():
+    db = ledger_database()
+    with psycopg2.connect(**db.psycopg2_kwargs()) as conn, conn.cursor() as cur:
+        cur.execute("SELECT current_user, current_database()")
+        assert cur.fetchone() == ("semantics", "semantics")
+        cur.execute("SELECT count(*) FROM schema_migrations")
+        assert cur.fetchone()[0] >= 1
+    with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+        psycopg2.connect(**{**db.psycopg2_kwargs(), "password": "wrong"})
+
+
+def test_a_taken_port_is_refused_with_a_message_naming_it(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = run([STACK, "start"], env={"SEMANTICS_VAR": str(tmp_path / "var"), "SEMANTICS_PG_PORT": str(port)})
+    assert res.returncode == 2
+    assert f"postgres: port 127.0.0.1:{port} is already taken" in res.stderr
+
+
+def _path_without(tmp_path: Path, *tools: str) -> str:
+    """A PATH holding links to every tool on the current PATH except `tools`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for d in os.environ["PATH"].split(":"):
+        if not os.path.isdir(d):
+            continue
+        for name in os.listdir(d):
+            target = bin_dir / name
+            if name in tools or target.exists():
+                continue
+            target.symlink_to(os.path.join(d, name))
+    return str(bin_dir)
+
+
+def test_missing_java_is_refused_with_a_message_naming_it(tmp_path):
+    env = {"PATH": _path_without(tmp_path, "java"), "SEMANTICS_VAR": str(tmp_path / "var")}
+    res = run([STACK, "start"], env=env)
+    assert res.returncode == 2
+    assert "java: no `java` on PATH" in res.stderr
+    res = run(["bash", str(REPO / "local" / "setup")], env=env)
+    assert res.returncode == 2 and "java is missing" in res.stderr
+
+
+def test_missing_maven_is_refused_by_setup_with_a_message_naming_it(tmp_path):
+    res = run(["bash", str(REPO / "local" / "setup")], env={"PATH": _path_without(tmp_path, "mvn")})
+    assert res.returncode == 2
+    assert "mvn is missing" in res.stderr
+
+
+def test_smoke_dag_counts_with_spark_what_was_produced():
+    res = run(["airflow", "dags", "test", "smoke", "-c", json.dumps({"messages": 2500})], timeout=600)
+    (REPO / "artifacts" / "smoke-dag.log").write_text(res.stdout + res.stderr)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "state=success" in res.stdout + res.stderr
+    with psycopg2.connect(**ledger_database().psycopg2_kwargs()) as conn, conn.cursor() as cur:
+        cur.execute("SELECT topic, counted FROM smoke_counts ORDER BY counted_at DESC LIMIT 1")
+        topic, counted = cur.fetchone()
+    assert topic.startswith("smoke-") and counted == 2500
