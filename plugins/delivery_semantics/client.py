@@ -1,0 +1,149 @@
+"""The producer client: sends events under a delivery mode and turns every delivery report into
+a ledger outcome, getting the subtleties of DESIGN.md §2 right:
+
+- acks=0: a report carries no offset and only means "handed to the socket" -> `sent`, never `acked`;
+- a timed-out request may still have been written -> `unknown`, not `failed`;
+- transactional: a report means written, not committed -> `acked` only once the transaction
+  commits; the events of an aborted transaction are `aborted` and must be sent again.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Callable
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from delivery_semantics.generator import Event
+from delivery_semantics.ledger import Outcome
+
+# Errors after which the record certainly is not in the log. Anything else (timeouts, lost
+# connections, NOT_ENOUGH_REPLICAS_AFTER_APPEND, purged in flight) may have been written.
+_NOT_WRITTEN = {getattr(KafkaError, name) for name in (
+    "_PURGE_QUEUE", "MSG_SIZE_TOO_LARGE", "INVALID_RECORD", "RECORD_LIST_TOO_LARGE",
+    "TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "_UNKNOWN_TOPIC", "UNKNOWN_TOPIC_OR_PART",
+    "NOT_ENOUGH_REPLICAS", "INVALID_REQUIRED_ACKS", "_INVALID_ARG", "CORRUPT_MESSAGE", "INVALID_TXN_STATE",
+    "_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_NOT_IMPLEMENTED",
+) if hasattr(KafkaError, name)}
+
+POLL_EVERY = 1000
+
+
+class ProducerFenced(RuntimeError):
+    """A newer producer with the same transactional.id took over; this session must stop."""
+
+
+def classify_error(err: KafkaError) -> str:
+    return "failed" if err.code() in _NOT_WRITTEN else "unknown"
+
+
+class ProducerClient:
+    def __init__(self, conf: dict, topic: str, run_id: str, *, transactional: bool):
+        self.topic, self.run_id, self.transactional = topic, run_id, transactional
+        self.acks0 = conf.get("acks") == "0"
+        self.outcomes: list[Outcome] = []
+        self.produced = 0
+        self.errors: list[str] = []
+        self._txn_reports: list[Outcome] = []
+        self.producer = Producer({**conf, "error_cb": self._on_error})
+        if transactional:
+            self._call_with_retry(self.producer.init_transactions, 60)
+
+    # ------------------------------------------------------------------ reports
+
+    def _on_error(self, err: KafkaError) -> None:
+        self.errors.append(f"{err.name()}: {err.str()}")
+
+    def _on_delivery(self, event_id: str, err: KafkaError | None, msg) -> None:
+        latency = msg.latency()
+        latency_us = int(latency * 1e6) if latency is not None else None
+        if err is not None:
+            o = Outcome(event_id, classify_error(err), latency_us=latency_us, error=err.name())
+        elif self.acks0:
+            o = Outcome(event_id, "sent", msg.partition(), None, latency_us)
+        else:
+            o = Outcome(event_id, "acked", msg.partition(), msg.offset(), latency_us)
+        (self._txn_reports if self.transactional else self.outcomes).append(o)
+
+    def drain(self) -> list[Outcome]:
+        out, self.outcomes = self.outcomes, []
+        return out
+
+    # ------------------------------------------------------------------ sending
+
+    def _produce(self, e: Event) -> None:
+        while True:
+            try:
+                self.producer.produce(self.topic, value=e.payload, key=e.key, headers=e.headers(self.run_id),
+                                      timestamp=e.publish_at_ms, on_delivery=partial(self._on_delivery, e.event_id))
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.produced += 1
+        if self.produced % POLL_EVERY == 0:
+            self.producer.poll(0)
+
+    def send(self, events: list[Event]) -> None:
+        """Non-transactional: hand the events to librdkafka; reports arrive through poll/flush."""
+        for e in events:
+            self._produce(e)
+        self.producer.poll(0)
+
+    def flush(self, timeout: float) -> int:
+        return self.producer.flush(timeout)
+
+    def send_transaction(self, events: list[Event], txn_no: int, abort: bool,
+                         before_commit: Callable[[list[Outcome]], None]) -> bool:
+        """One transaction. Returns True when it committed; False when it was aborted (by choice or
+        because the broker required it), in which case every event got an `aborted` outcome.
+        `before_commit` receives the `written` outcomes and must make them durable: if this process
+        dies during the commit, they are how a resume learns what to check."""
+        self._txn_reports = []
+        self.producer.begin_transaction()
+        for e in events:
+            self._produce(e)
+        self.producer.flush(120)
+        failed = any(o.status != "acked" for o in self._txn_reports)
+        if abort or failed:
+            self._abort(events, txn_no)
+            return False
+        before_commit([Outcome(o.event_id, "written", o.partition, o.offset, o.latency_us, txn_no)
+                       for o in self._txn_reports])
+        try:
+            self._call_with_retry(self.producer.commit_transaction, 60)
+        except KafkaException as ex:
+            if ex.args[0].txn_requires_abort():
+                self._abort(events, txn_no)
+                return False
+            raise
+        self.outcomes.extend(Outcome(o.event_id, "acked", o.partition, o.offset, o.latency_us, txn_no)
+                             for o in self._txn_reports)
+        return True
+
+    def _abort(self, events: list[Event], txn_no: int) -> None:
+        self._call_with_retry(self.producer.abort_transaction, 60)
+        written = {o.event_id: o for o in self._txn_reports}
+        for e in events:
+            o = written.get(e.event_id)
+            self.outcomes.append(Outcome(e.event_id, "aborted", o.partition if o else None,
+                                         o.offset if o and o.status == "acked" else None,
+                                         o.latency_us if o else None, txn_no, o.error if o else None))
+
+    def _call_with_retry(self, fn, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fn(max(1.0, deadline - time.monotonic()))
+                return
+            except KafkaException as ex:
+                err = ex.args[0]
+                if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) or err.fatal():
+                    raise ProducerFenced(f"{fn.__name__}: {err.name()}: {err.str()}") from None
+                if err.retriable() and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                raise
+
+    def close(self) -> None:
+        self.producer.flush(5)

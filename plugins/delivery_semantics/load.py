@@ -1,0 +1,403 @@
+"""The load runner: producer load under a delivery mode, with every event in the ledger before it
+is produced. Callable from Python (the Airflow tasks) and as a CLI:
+
+    python -m delivery_semantics.load run --mode idempotent --messages 100000
+    python -m delivery_semantics.load resume --run-id r20261122t171000_3f9a2c
+
+Bad input is refused before any side effect: nothing is written to Kafka or the ledger for a run
+that fails validation or cannot reach its broker or database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+from confluent_kafka import KafkaException, Producer
+
+from delivery_semantics import modes, readback, topics
+from delivery_semantics.client import ProducerClient
+from delivery_semantics.endpoints import Database, kafka_config, ledger_database
+from delivery_semantics.generator import Generator, new_run_id
+from delivery_semantics.ledger import Ledger, Outcome
+
+BROKER_MESSAGE_MAX_BYTES = 1048588
+# Key, four headers and record framing, generously: what a record adds to its payload.
+RECORD_OVERHEAD_BYTES = 512
+RESEND_ROUNDS = 3
+
+
+class LoadError(ValueError):
+    """The load cannot start as asked; the message says why. Nothing was written."""
+
+
+@dataclass
+class LoadSpec:
+    mode: str
+    messages: int
+    partitions: int = 3
+    keys: int = 16
+    payload_bytes: int = 200
+    rate: int = 0                 # target records/s; 0 = as fast as possible
+    txn_size: int = 100
+    abort_ratio: float = 0.0
+    seed: int = 0
+    overrides: dict = field(default_factory=dict)
+    topic: str | None = None
+    scenario: str = "none"
+    run_id: str | None = None
+    batch_size: int = 10_000
+    airflow_run_id: str | None = None
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    mode: str
+    topic: str
+    status: str
+    messages: int
+    produced: int
+    acked: int
+    sent_unacked: int
+    failed: int
+    unknown: int
+    pending: int
+    aborted_attempts: int
+    records_per_sec: float | None
+    ack_p50_ms: float | None
+    ack_p99_ms: float | None
+    sessions: int
+
+    def line(self) -> str:
+        rps = f"{self.records_per_sec:,.0f}" if self.records_per_sec else "-"
+        p50 = f"{self.ack_p50_ms:.1f}" if self.ack_p50_ms is not None else "-"
+        p99 = f"{self.ack_p99_ms:.1f}" if self.ack_p99_ms is not None else "-"
+        return (f"run {self.run_id} [{self.mode}] {self.status}: messages {self.messages}, produced {self.produced}, "
+                f"acked {self.acked}, sent(no ack) {self.sent_unacked}, failed {self.failed}, unknown {self.unknown}, "
+                f"pending {self.pending}, aborted attempts {self.aborted_attempts}; {rps} records/s, "
+                f"ack p50 {p50} ms, p99 {p99} ms; topic {self.topic}")
+
+
+# --------------------------------------------------------------------------- validation
+
+def validate(spec: LoadSpec) -> tuple[modes.DeliveryMode, dict]:
+    """Everything that can be checked without touching Kafka or the ledger."""
+    mode = modes.get_mode(spec.mode)
+    for name in ("messages", "partitions", "keys", "txn_size", "batch_size"):
+        v = getattr(spec, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise LoadError(f"{name} must be a positive integer, got {v!r}")
+    if not isinstance(spec.payload_bytes, int) or spec.payload_bytes < 0:
+        raise LoadError(f"payload_bytes must be >= 0, got {spec.payload_bytes!r}")
+    if not isinstance(spec.rate, int) or spec.rate < 0:
+        raise LoadError(f"rate must be >= 0 records/s (0 = unthrottled), got {spec.rate!r}")
+    if not 0.0 <= float(spec.abort_ratio) < 1.0:
+        raise LoadError(f"abort_ratio must be in [0, 1), got {spec.abort_ratio!r}")
+    if spec.abort_ratio and not mode.transactional:
+        raise LoadError(f"abort_ratio needs the transactional mode; {mode.name} has no transactions")
+    if spec.topic is not None:
+        try:
+            topics.validate_topic_name(spec.topic)
+        except topics.TopicError as e:
+            raise LoadError(str(e)) from None
+    try:
+        conf = modes.effective_producer_config(mode, spec.overrides)
+    except modes.ModeError as e:
+        raise LoadError(str(e)) from None
+    limit = min(int(conf.get("message.max.bytes", 1000000)), BROKER_MESSAGE_MAX_BYTES)
+    if spec.payload_bytes + RECORD_OVERHEAD_BYTES > limit:
+        raise LoadError(f"payload_bytes={spec.payload_bytes} does not fit message.max.bytes={limit} "
+                        f"(with up to {RECORD_OVERHEAD_BYTES} bytes of key, headers and framing)")
+    try:
+        # librdkafka itself rejects unknown keys and bad values; no connection is opened for this.
+        probe = {**conf, "bootstrap.servers": "127.0.0.1:1", "log_level": 0, "error_cb": lambda _e: None}
+        Producer({**probe, "transactional.id": "validate"} if mode.transactional else probe)
+    except KafkaException as e:
+        raise LoadError(f"librdkafka refused the producer settings: {e.args[0].str()}") from None
+    return mode, conf
+
+
+def _check_endpoints(kafka_conf: dict, db: Database) -> Ledger:
+    try:
+        ledger = Ledger(db)
+    except ConnectionError as e:
+        raise LoadError(str(e)) from None
+    try:
+        topics.check_reachable(kafka_conf, timeout=10)
+    except ConnectionError as e:
+        ledger.close()
+        raise LoadError(str(e)) from None
+    return ledger
+
+
+# --------------------------------------------------------------------------- running
+
+def start(spec: LoadSpec, *, kafka_conf: dict | None = None, db: Database | None = None,
+          progress: bool = False) -> RunSummary:
+    mode, producer_conf = validate(spec)
+    kafka_conf = kafka_conf or kafka_config()
+    db = db or ledger_database()
+    ledger = _check_endpoints(kafka_conf, db)
+    try:
+        ledger.migrate()
+        run_id = spec.run_id or new_run_id()
+        topic = spec.topic or f"semantics.{mode.name}.{run_id}"
+        topics.ensure_topic(kafka_conf, topic, partitions=spec.partitions)
+        txn_id = f"semantics-{run_id}" if mode.transactional else None
+        ledger.create_run({
+            "run_id": run_id, "mode": mode.name, "scenario": spec.scenario, "topic": topic,
+            "partitions": spec.partitions, "messages": spec.messages, "keys": spec.keys,
+            "payload_bytes": spec.payload_bytes, "target_rate": spec.rate,
+            "txn_size": spec.txn_size if mode.transactional else None,
+            "abort_ratio": spec.abort_ratio if mode.transactional else None, "seed": spec.seed,
+            "transactional_id": txn_id, "producer_config": modes.mask_secrets(producer_conf),
+            "airflow_run_id": spec.airflow_run_id})
+        return _drive(ledger, run_id, kafka_conf, progress=progress)
+    finally:
+        ledger.close()
+
+
+def resume(run_id: str, *, kafka_conf: dict | None = None, db: Database | None = None,
+           progress: bool = False) -> RunSummary:
+    """A new producer session for a run: sends every event the ledger does not show as acked,
+    then the events never written, and completes the run."""
+    kafka_conf = kafka_conf or kafka_config()
+    ledger = _check_endpoints(kafka_conf, db or ledger_database())
+    try:
+        if ledger.get_run(run_id) is None:
+            raise LoadError(f"no run {run_id!r} in the ledger")
+        return _drive(ledger, run_id, kafka_conf, progress=progress)
+    finally:
+        ledger.close()
+
+
+def _drive(ledger: Ledger, run_id: str, kafka_conf: dict, progress: bool) -> RunSummary:
+    ledger.claim_run(run_id)
+    run = ledger.get_run(run_id)
+    mode = modes.get_mode(run["mode"])
+    session = run["sessions"] + 1
+    conf = {**kafka_conf, **{k: v for k, v in run["producer_config"].items() if v != "****"}}
+    if run["transactional_id"]:
+        conf["transactional.id"] = run["transactional_id"]
+    started = time.monotonic()
+    ledger.update_run(run_id, status="running", sessions=session,
+                      started_at=run["started_at"] or datetime.now(timezone.utc), error=None)
+    gen = Generator(run_id, run["keys"], run["payload_bytes"], run["seed"])
+    bar = _progress_bar(run["messages"], progress)
+    session_runner = _Session(ledger, run, mode, session, ProducerClient(
+        conf, run["topic"], run_id, transactional=mode.transactional), gen, bar)
+    try:
+        if session > 1:
+            session_runner.resolve_in_doubt(kafka_conf)
+            session_runner.resend_unacked()
+        session_runner.send_new(ledger.max_n(run_id), run["messages"])
+        if mode.resends_unacked:
+            for _ in range(RESEND_ROUNDS):
+                if not session_runner.resend_unacked():
+                    break
+        status, error = "completed", None
+    except BaseException as e:
+        status, error = "failed", f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        session_runner.close()
+        if bar is not None:
+            bar.close()
+        active = (run["active_seconds"] or 0) + (time.monotonic() - started)
+        counts = ledger.counts(run_id)
+        done = counts["acked"] + counts["sent_unacked"]
+        ledger.update_run(
+            run_id, status=status, error=error, produced=run["produced"] + session_runner.client.produced,
+            acked=counts["acked"], sent_unacked=counts["sent_unacked"], failed=counts["failed"],
+            unknown=counts["unknown"], pending=counts["pending"], aborted_attempts=counts["aborted_attempts"],
+            ack_p50_ms=counts["ack_p50_ms"], ack_p99_ms=counts["ack_p99_ms"], active_seconds=active,
+            records_per_sec=done / active if active > 0 else None, ended_at=datetime.now(timezone.utc))
+    return summary(ledger, run_id)
+
+
+def summary(ledger: Ledger, run_id: str) -> RunSummary:
+    r = ledger.get_run(run_id)
+    return RunSummary(r["run_id"], r["mode"], r["topic"], r["status"], r["messages"], r["produced"],
+                      r["acked"] or 0, r["sent_unacked"] or 0, r["failed"] or 0, r["unknown"] or 0,
+                      r["pending"] or 0, r["aborted_attempts"] or 0, r["records_per_sec"], r["ack_p50_ms"],
+                      r["ack_p99_ms"], r["sessions"])
+
+
+def _progress_bar(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="ev", unit_scale=True, desc="produce", file=sys.stderr)
+
+
+class _Session:
+    """One producer session: events go to the ledger (on a writer thread) one batch ahead of
+    being produced, and outcomes follow each batch."""
+
+    def __init__(self, ledger: Ledger, run: dict, mode: modes.DeliveryMode, session: int,
+                 client: ProducerClient, gen: Generator, bar):
+        self.ledger, self.run, self.mode, self.session, self.client, self.gen, self.bar = (
+            ledger, run, mode, session, client, gen, bar)
+        self.run_id = run["run_id"]
+        self.writer = ThreadPoolExecutor(1, thread_name_prefix="ledger-writer")
+        self.rng = random.Random(run["seed"] * 1_000_003 + session)
+        self.txn_no = ledger.max_txn_no(self.run_id)   # numbered per run, across sessions
+        self.rate = run["target_rate"] or 0
+        self.batch_size = min(10_000, max(1, self.rate // 10)) if self.rate else 10_000
+        if mode.transactional:
+            self.batch_size = max(run["txn_size"], (self.batch_size // run["txn_size"]) * run["txn_size"])
+        self._t0 = time.monotonic()
+        self._sent_this_session = 0
+
+    def send_new(self, start: int, stop: int) -> None:
+        pending: Future | None = None
+        batches = self.gen.batches(start, stop, self.batch_size)
+        batch = next(batches, None)
+        if batch is not None:
+            pending = self.writer.submit(self.ledger.copy_events, self.run_id, batch)
+        while batch is not None:
+            pending.result()                      # this batch is in the ledger: now it may be sent
+            nxt = next(batches, None)
+            if nxt is not None:
+                pending = self.writer.submit(self.ledger.copy_events, self.run_id, nxt)
+            self._send(batch)
+            batch = nxt
+        self._finish_outcomes()
+
+    def resolve_in_doubt(self, kafka_conf: dict) -> None:
+        """Settles the transaction a killed producer was committing. The new producer has already
+        fenced the old one (init_transactions), so that transaction is now committed or aborted
+        for good; a read_committed read of its exact positions tells which."""
+        in_doubt = self.ledger.in_doubt(self.run_id)
+        if not in_doubt:
+            return
+        visible = readback.committed_positions(kafka_conf, self.run["topic"], {(p, o) for _, p, o, _ in in_doubt})
+        self.ledger.copy_outcomes(self.run_id, self.session, [
+            Outcome(eid, "acked" if (p, o) in visible else "aborted", p, o, None, txn,
+                    None if (p, o) in visible else "resolved after restart: not committed")
+            for eid, p, o, txn in in_doubt])
+
+    def resend_unacked(self) -> int:
+        """Sends again every event of the run that has no ack; returns how many."""
+        self._finish_outcomes()
+        count = 0
+        chunk = []
+        for n, publish_at_ms in self.ledger.unacked(self.run_id):
+            chunk.append(self.gen.event(n, publish_at_ms))
+            if len(chunk) >= self.batch_size:
+                self._send(chunk)
+                count += len(chunk)
+                chunk = []
+        if chunk:
+            self._send(chunk)
+            count += len(chunk)
+        self._finish_outcomes()
+        return count
+
+    def _send(self, events) -> None:
+        if self.mode.transactional:
+            size = self.run["txn_size"]
+            for i in range(0, len(events), size):
+                txn = events[i:i + size]
+                self.txn_no += 1
+                abort = self.rng.random() < (self.run["abort_ratio"] or 0.0)
+                # An aborted transaction's events go again at once, so per-key order holds.
+                while not self.client.send_transaction(txn, self.txn_no, abort=abort,
+                                                       before_commit=self._record_written):
+                    self.txn_no += 1
+                    abort = False
+                # Each commit's acks follow it at once, so a crash leaves at most one transaction in doubt.
+                self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, self.client.drain())
+        else:
+            self.client.send(events)
+            self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, self.client.drain())
+        self._throttle(len(events))
+        if self.bar is not None:
+            self.bar.update(len(events))
+
+    def _record_written(self, outcomes) -> None:
+        # Synchronous, and after every earlier outcome: the commit must not start before these are durable.
+        self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, outcomes).result()
+
+    def _throttle(self, n: int) -> None:
+        self._sent_this_session += n
+        if self.rate:
+            ahead = self._sent_this_session / self.rate - (time.monotonic() - self._t0)
+            if ahead > 0:
+                time.sleep(ahead)
+
+    def _finish_outcomes(self) -> None:
+        """All reports in, all outcomes in the ledger."""
+        remaining = self.client.flush(float(self.run["producer_config"].get("message.timeout.ms", 60000)) / 1000 + 30)
+        self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, self.client.drain()).result()
+        if remaining:
+            raise RuntimeError(f"{remaining} messages still undelivered after flush")
+
+    def close(self) -> None:
+        try:
+            self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, self.client.drain()).result()
+        finally:
+            self.writer.shutdown(wait=True)
+
+
+# --------------------------------------------------------------------------- CLI
+
+def _overrides(pairs: list[str]) -> dict:
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise LoadError(f"override {p!r} is not key=value (librdkafka key names)")
+        k, v = p.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="semantics load", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="start a new run")
+    run.add_argument("--mode", required=True, help=f"one of {', '.join(modes.MODES)}")
+    run.add_argument("--messages", type=int, required=True)
+    run.add_argument("--partitions", type=int, default=3)
+    run.add_argument("--keys", type=int, default=16)
+    run.add_argument("--payload-bytes", type=int, default=200)
+    run.add_argument("--rate", type=int, default=0, help="target records/s (0: unthrottled)")
+    run.add_argument("--txn-size", type=int, default=100)
+    run.add_argument("--abort-ratio", type=float, default=0.0)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--topic")
+    run.add_argument("--run-id")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="librdkafka producer setting over the mode's preset (repeatable)")
+    res = sub.add_parser("resume", help="finish a crashed or incomplete run")
+    res.add_argument("--run-id", required=True)
+    for p in (run, res):
+        p.add_argument("--no-progress", action="store_true")
+        p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "run":
+            spec = LoadSpec(mode=args.mode, messages=args.messages, partitions=args.partitions, keys=args.keys,
+                            payload_bytes=args.payload_bytes, rate=args.rate, txn_size=args.txn_size,
+                            abort_ratio=args.abort_ratio, seed=args.seed, topic=args.topic, run_id=args.run_id,
+                            overrides=_overrides(args.overrides))
+            result = start(spec, progress=not args.no_progress)
+        else:
+            result = resume(args.run_id, progress=not args.no_progress)
+    except (LoadError, modes.ModeError) as e:
+        print(f"load: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(asdict(result), default=str) if args.json else result.line())
+    return 0 if result.status == "completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

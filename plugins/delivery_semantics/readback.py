@@ -1,0 +1,101 @@
+"""Reads a whole topic back with one consumer, for tests and small direct checks. The Spark
+checker is the scalable path; this one holds what it reads in memory.
+
+It stops at each partition's end (partition EOF), never by counting offsets: a transactional
+topic has gaps where its commit and abort markers sit.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from delivery_semantics.generator import H_EVENT_ID, H_SEQ
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    event_id: str | None
+    key: str | None
+    seq: int | None
+    partition: int
+    offset: int
+
+
+def read_topic(kafka_conf: dict, topic: str, isolation: str = "read_uncommitted",
+               timeout: float = 120.0) -> list[Record]:
+    consumer = Consumer({**kafka_conf, "group.id": f"readback-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "isolation.level": isolation,
+                         "auto.offset.reset": "earliest"})
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics[topic]
+        if md.error is not None:
+            raise RuntimeError(f"topic {topic}: {md.error}")
+        parts = sorted(md.partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        open_parts = set(parts)
+        out: list[Record] = []
+        deadline = time.monotonic() + timeout
+        while open_parts:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} ({isolation}): partitions {sorted(open_parts)} not at end "
+                                   f"after {timeout:.0f}s")
+            for m in consumer.consume(1000, 1.0):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        open_parts.discard(m.partition())
+                        continue
+                    raise RuntimeError(f"reading {topic}: {err}")
+                h = dict(m.headers() or [])
+                eid = h.get(H_EVENT_ID)
+                seq = h.get(H_SEQ)
+                out.append(Record(eid.decode() if eid else None, m.key().decode() if m.key() else None,
+                                  int(seq) if seq else None, m.partition(), m.offset()))
+        return out
+    finally:
+        consumer.close()
+
+
+def committed_positions(kafka_conf: dict, topic: str, positions: set[tuple[int, int]],
+                        timeout: float = 60.0) -> set[tuple[int, int]]:
+    """Which of the (partition, offset) positions a read_committed reader sees. Run it after the
+    writer was fenced, so no transaction over those positions is still open."""
+    if not positions:
+        return set()
+    by_part: dict[int, list[int]] = {}
+    for p, o in positions:
+        by_part.setdefault(p, []).append(o)
+    consumer = Consumer({**kafka_conf, "group.id": f"in-doubt-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "isolation.level": "read_committed"})
+    try:
+        consumer.assign([TopicPartition(topic, p, min(offs)) for p, offs in by_part.items()])
+        last = {p: max(offs) for p, offs in by_part.items()}
+        open_parts, seen = set(by_part), set()
+        deadline = time.monotonic() + timeout
+        while open_parts:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"resolving in-doubt records of {topic}: partitions {sorted(open_parts)} "
+                                   f"not read past {last} within {timeout:.0f}s")
+            for m in consumer.consume(1000, 1.0):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        open_parts.discard(m.partition())
+                        continue
+                    raise RuntimeError(f"reading {topic}: {err}")
+                if (m.partition(), m.offset()) in positions:
+                    seen.add((m.partition(), m.offset()))
+                if m.offset() >= last[m.partition()]:
+                    open_parts.discard(m.partition())
+        return seen
+    finally:
+        consumer.close()
+
+
+def copies_by_event(records: list[Record]) -> Counter:
+    return Counter(r.event_id for r in records)

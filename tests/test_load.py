@@ -1,0 +1,236 @@
+"""Delivery modes, the load generator and the write-ahead ledger, against the real stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg2
+import pytest
+
+from conftest import REPO
+from delivery_semantics import load, modes, readback
+from delivery_semantics.endpoints import Database, ledger_database
+from delivery_semantics.ledger import Ledger
+
+
+@pytest.fixture
+def ledger():
+    lg = Ledger()
+    yield lg
+    lg.close()
+
+
+def _runs_count() -> int:
+    with psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c, c.cursor() as cur:
+        cur.execute("SELECT count(*) FROM runs")
+        return cur.fetchone()[0]
+
+
+@pytest.mark.parametrize("mode", list(modes.MODES))
+def test_every_mode_without_fault_delivers_each_event_once(mode, kafka_conf, ledger):
+    s = load.start(load.LoadSpec(mode=mode, messages=4000, partitions=3, keys=8, payload_bytes=120, seed=7,
+                                 txn_size=40))
+    assert s.status == "completed"
+    assert (s.failed, s.unknown, s.pending) == (0, 0, 0)
+    records = readback.read_topic(kafka_conf, s.topic, modes.MODES[mode].isolation)
+    copies = readback.copies_by_event(records)
+    assert len(records) == 4000 and len(copies) == 4000 and set(copies.values()) == {1}
+    if mode == "at_most_once":
+        assert (s.acked, s.sent_unacked) == (0, 4000), "acks=0 reports are sends, never acks"
+    else:
+        assert (s.acked, s.sent_unacked) == (4000, 0)
+        in_kafka = sorted((r.event_id, r.partition, r.offset) for r in records)
+        assert ledger.acked_positions(s.run_id) == in_kafka, "ledger partition/offset must match Kafka's"
+    # event id, key and per-key sequence travel as headers and match the ledger's rows
+    with ledger.conn.cursor() as cur:
+        cur.execute("SELECT event_id, key, seq FROM ledger_events WHERE run_id = %s", (s.run_id,))
+        assert sorted(cur.fetchall()) == sorted((r.event_id, r.key, r.seq) for r in records)
+
+
+def test_run_row_holds_the_effective_config_and_summary(ledger):
+    s = load.start(load.LoadSpec(mode="idempotent", messages=500, overrides={"linger.ms": "20"}))
+    run = ledger.get_run(s.run_id)
+    assert run["producer_config"]["enable.idempotence"] == "true"
+    assert run["producer_config"]["acks"] == "all"
+    assert run["producer_config"]["linger.ms"] == "20"
+    assert "bootstrap.servers" not in run["producer_config"]
+    assert run["status"] == "completed" and run["acked"] == 500 and run["sessions"] == 1
+    assert run["records_per_sec"] > 0 and 0 < run["ack_p50_ms"] <= run["ack_p99_ms"]
+    assert run["started_at"] <= run["ended_at"]
+
+
+def test_transactional_aborts_are_invisible_to_read_committed_and_visible_to_read_uncommitted(kafka_conf, ledger):
+    s = load.start(load.LoadSpec(mode="transactional", messages=3000, txn_size=50, abort_ratio=0.3, seed=11))
+    assert s.status == "completed" and s.acked == 3000
+    assert s.aborted_attempts > 0, "an abort ratio of 0.3 over 60 transactions must abort some"
+    committed = readback.read_topic(kafka_conf, s.topic, "read_committed")
+    assert len(committed) == 3000 and set(readback.copies_by_event(committed).values()) == {1}
+    everything = readback.read_topic(kafka_conf, s.topic, "read_uncommitted")
+    assert len(everything) == 3000 + s.aborted_attempts
+    with ledger.conn.cursor() as cur:
+        cur.execute("""SELECT event_id, "partition", "offset" FROM ledger_outcomes
+                       WHERE run_id = %s AND status = 'aborted'""", (s.run_id,))
+        aborted = set(cur.fetchall())
+    committed_positions = {(r.event_id, r.partition, r.offset) for r in committed}
+    uncommitted_only = {(r.event_id, r.partition, r.offset) for r in everything} - committed_positions
+    assert uncommitted_only == aborted, "the aborted copies are exactly what the ledger recorded as aborted"
+
+
+@pytest.mark.parametrize("mode", ["at_least_once", "transactional"])
+def test_kill9_mid_run_loses_no_ledger_row_and_resume_completes(mode, kafka_conf, ledger):
+    messages = 150_000
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "delivery_semantics.load", "run", "--mode", mode, "--messages", str(messages),
+         "--rate", "15000", "--txn-size", "200", "--no-progress", "--json"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_id = _wait_for_run_with_events(ledger, proc, min_events=30_000)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    run = ledger.get_run(run_id)
+    assert run["status"] == "running", "a killed producer cannot have marked its run"
+
+    records = readback.read_topic(kafka_conf, run["topic"], "read_uncommitted")
+    with ledger.conn.cursor() as cur:
+        cur.execute("SELECT event_id FROM ledger_events WHERE run_id = %s", (run_id,))
+        in_ledger = {r[0] for r in cur.fetchall()}
+    assert records, "the killed run had written records"
+    assert len(in_ledger) < messages
+    missing = {r.event_id for r in records} - in_ledger
+    assert not missing, f"{len(missing)} records in the topic have no ledger row (write-ahead broken)"
+
+    res = subprocess.run([sys.executable, "-m", "delivery_semantics.load", "resume", "--run-id", run_id,
+                          "--no-progress", "--json"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = json.loads(res.stdout)
+    assert (s["status"], s["acked"], s["failed"], s["unknown"], s["pending"], s["sessions"]) == (
+        "completed", messages, 0, 0, 0, 2)
+    isolation = modes.MODES[mode].isolation
+    copies = readback.copies_by_event(readback.read_topic(kafka_conf, run["topic"], isolation))
+    assert len(copies) == messages
+    if mode == "transactional":
+        assert set(copies.values()) == {1}, "same transactional.id: the restart fences the old producer"
+
+
+def _wait_for_run_with_events(ledger: Ledger, proc, min_events: int, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the load process ended early: {proc.stderr.read()[-2000:]}"
+        with ledger.conn, ledger.conn.cursor() as cur:
+            cur.execute("""SELECT r.run_id, (SELECT count(*) FROM ledger_outcomes o WHERE o.run_id = r.run_id)
+                           FROM runs r WHERE r.status = 'running' ORDER BY r.created_at DESC LIMIT 1""")
+            row = cur.fetchone()
+        if row and row[1] >= min_events:
+            return row[0]
+        time.sleep(0.5)
+    raise AssertionError("the load never reached the kill point")
+
+
+def test_a_second_producer_cannot_take_a_run_held_by_a_live_one(ledger):
+    s = load.start(load.LoadSpec(mode="at_least_once", messages=100))
+    holder = Ledger()
+    try:
+        holder.claim_run(s.run_id)
+        with pytest.raises(Exception, match="held by a live producer"):
+            load.resume(s.run_id)
+    finally:
+        holder.close()
+    assert load.resume(s.run_id).status == "completed"
+
+
+# ------------------------------------------------------------------------ bad input
+
+@pytest.mark.parametrize("spec, message", [
+    (dict(mode="exactly_once_please", messages=10), "unknown mode 'exactly_once_please'"),
+    (dict(mode="idempotent", messages=0), "messages must be a positive integer"),
+    (dict(mode="idempotent", messages=-5), "messages must be a positive integer"),
+    (dict(mode="idempotent", messages=10, payload_bytes=2_000_000), "does not fit message.max.bytes"),
+    (dict(mode="idempotent", messages=10, topic="bad topic!"), "invalid topic name"),
+    (dict(mode="idempotent", messages=10, overrides={"acks": "0"}), "enable.idempotence=true needs acks=all"),
+    (dict(mode="at_least_once", messages=10, overrides={"enable.idempotence": "true", "acks": "1"}),
+     "enable.idempotence=true needs acks=all"),
+    (dict(mode="transactional", messages=10, overrides={"enable.idempotence": "false"}),
+     "transactional mode needs enable.idempotence=true"),
+    (dict(mode="at_least_once", messages=10, abort_ratio=0.2), "abort_ratio needs the transactional mode"),
+    (dict(mode="at_least_once", messages=10, overrides={"no.such.key": "1"}), "librdkafka refused"),
+    (dict(mode="at_least_once", messages=10, overrides={"bootstrap.servers": "x:1"}), "cannot be overridden"),
+])
+def test_bad_input_is_refused_before_any_side_effect(spec, message):
+    before = _runs_count()
+    with pytest.raises((load.LoadError, modes.ModeError), match=message):
+        load.start(load.LoadSpec(**spec))
+    assert _runs_count() == before
+
+
+def test_unreachable_kafka_fails_within_a_bounded_time_and_writes_nothing():
+    before = _runs_count()
+    t0 = time.monotonic()
+    with pytest.raises(load.LoadError, match="did not answer within 10s"):
+        load.start(load.LoadSpec(mode="at_least_once", messages=10),
+                   kafka_conf={"bootstrap.servers": "127.0.0.1:1"})
+    assert time.monotonic() - t0 < 20
+    assert _runs_count() == before
+
+
+def test_unreachable_postgres_is_refused_and_writes_nothing(kafka_conf):
+    real = ledger_database()
+    dead = Database(real.host, 1, real.user, real.password, real.database)
+    before = _runs_count()
+    with pytest.raises(load.LoadError, match="ledger database at 127.0.0.1:1/semantics cannot be reached"):
+        load.start(load.LoadSpec(mode="at_least_once", messages=10), db=dead)
+    assert _runs_count() == before
+
+
+def test_cli_refuses_bad_input_with_exit_2_and_a_clear_message():
+    res = subprocess.run([sys.executable, "-m", "delivery_semantics.load", "run", "--mode", "nope",
+                          "--messages", "10"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "load: unknown mode 'nope': choose one of at_most_once, at_least_once" in res.stderr
+
+
+_CRASH_AT = r'''
+import os, signal, sys
+from delivery_semantics import client, load
+
+where, run_id = sys.argv[1], sys.argv[2]
+real = client.ProducerClient.send_transaction
+calls = []
+
+def send_transaction(self, events, txn_no, abort, before_commit):
+    calls.append(txn_no)
+    def durable_then_maybe_die(outcomes):
+        before_commit(outcomes)
+        if where == "before_commit" and len(calls) == 5:
+            os.kill(os.getpid(), signal.SIGKILL)
+    committed = real(self, events, txn_no, abort, durable_then_maybe_die)
+    if where == "after_commit" and len(calls) == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return committed
+
+client.ProducerClient.send_transaction = send_transaction
+load.start(load.LoadSpec(mode="transactional", messages=2000, txn_size=100, run_id=run_id))
+'''
+
+
+@pytest.mark.parametrize("where, resolved_as", [("after_commit", "acked"), ("before_commit", "aborted")])
+def test_a_transaction_in_doubt_at_the_crash_is_settled_from_the_topic(where, resolved_as, kafka_conf, ledger):
+    """kill -9 between the durable `written` outcomes and the durable acks: the resume reads the
+    exact positions with read_committed and neither loses nor duplicates that transaction."""
+    run_id = f"indoubt_{where}_{os.getpid()}_{int(time.time())}"
+    proc = subprocess.run([sys.executable, "-c", _CRASH_AT, where, run_id], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert len(ledger.in_doubt(run_id)) == 100, "the fifth transaction's 100 events are in doubt"
+
+    s = load.resume(run_id)
+    assert (s.status, s.acked, s.pending, s.sessions) == ("completed", 2000, 0, 2)
+    with ledger.conn, ledger.conn.cursor() as cur:
+        cur.execute("""SELECT status, count(*) FROM ledger_outcomes
+                       WHERE run_id = %s AND session = 2 AND txn_no = 5 GROUP BY status""", (run_id,))
+        assert dict(cur.fetchall()) == {resolved_as: 100}
+    copies = readback.copies_by_event(readback.read_topic(kafka_conf, s.topic, "read_committed"))
+    assert len(copies) == 2000 and set(copies.values()) == {1}
