@@ -132,19 +132,28 @@ class Ledger:
     def copy_events(self, run_id: str, events: Iterable[Event]) -> int:
         buf = io.StringIO()
         n = 0
+        stamp_ms, stamp = None, ""
         for e in events:
-            buf.write(f"{run_id}\t{e.n}\t{e.event_id}\t{_copy_text(e.key)}\t{e.seq}\t{e.publish_at.isoformat()}\n")
+            if e.publish_at_ms != stamp_ms:   # a batch shares one publish time: format it once
+                stamp_ms, stamp = e.publish_at_ms, e.publish_at.isoformat()
+            buf.write(f"{run_id}\t{e.n}\t{e.event_id}\t{_copy_text(e.key)}\t{e.seq}\t{stamp}\n")
             n += 1
         self._copy("ledger_events (run_id, n, event_id, key, seq, publish_at)", buf)
         return n
 
     def copy_outcomes(self, run_id: str, session: int, outcomes: Iterable[Outcome]) -> int:
         buf = io.StringIO()
+        prefix = f"{run_id}\t"
+        mid = f"\t{session}\t"
         n = 0
         for o in outcomes:
-            buf.write("\t".join((run_id, o.event_id, str(session), o.status, _copy_text(o.partition),
-                                 _copy_text(o.offset), _copy_text(o.latency_us), _copy_text(o.txn_no),
-                                 _copy_text(o.error))) + "\n")
+            if o.status == "acked" and o.error is None and o.txn_no is None:
+                buf.write(f"{prefix}{o.event_id}{mid}acked\t{o.partition}\t{o.offset}\t"
+                          f"{_copy_text(o.latency_us)}\t\\N\t\\N\n")
+            else:
+                buf.write("\t".join((run_id, o.event_id, str(session), o.status, _copy_text(o.partition),
+                                     _copy_text(o.offset), _copy_text(o.latency_us), _copy_text(o.txn_no),
+                                     _copy_text(o.error))) + "\n")
             n += 1
         if n:
             self._copy('ledger_outcomes (run_id, event_id, session, status, "partition", "offset", '

@@ -17,6 +17,7 @@ import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 from datetime import datetime, timezone
 
 from confluent_kafka import KafkaException, Producer
@@ -139,8 +140,12 @@ def _check_endpoints(kafka_conf: dict, db: Database) -> Ledger:
 
 # --------------------------------------------------------------------------- running
 
+ProgressCallback = Callable[[str, int], None]   # (run_id, events produced so far in this session)
+
+
 def start(spec: LoadSpec, *, kafka_conf: dict | None = None, db: Database | None = None,
-          progress: bool = False) -> RunSummary:
+          progress: bool = False, on_progress: ProgressCallback | None = None,
+          topic_config: dict | None = None) -> RunSummary:
     mode, producer_conf = validate(spec)
     kafka_conf = kafka_conf or kafka_config()
     db = db or ledger_database()
@@ -149,7 +154,7 @@ def start(spec: LoadSpec, *, kafka_conf: dict | None = None, db: Database | None
         ledger.migrate()
         run_id = spec.run_id or new_run_id()
         topic = spec.topic or f"semantics.{mode.name}.{run_id}"
-        topics.ensure_topic(kafka_conf, topic, partitions=spec.partitions)
+        topics.ensure_topic(kafka_conf, topic, partitions=spec.partitions, config=topic_config)
         txn_id = f"semantics-{run_id}" if mode.transactional else None
         ledger.create_run({
             "run_id": run_id, "mode": mode.name, "scenario": spec.scenario, "topic": topic,
@@ -159,13 +164,13 @@ def start(spec: LoadSpec, *, kafka_conf: dict | None = None, db: Database | None
             "abort_ratio": spec.abort_ratio if mode.transactional else None, "seed": spec.seed,
             "transactional_id": txn_id, "producer_config": modes.mask_secrets(producer_conf),
             "airflow_run_id": spec.airflow_run_id})
-        return _drive(ledger, run_id, kafka_conf, progress=progress)
+        return _drive(ledger, run_id, kafka_conf, progress=progress, on_progress=on_progress)
     finally:
         ledger.close()
 
 
 def resume(run_id: str, *, kafka_conf: dict | None = None, db: Database | None = None,
-           progress: bool = False) -> RunSummary:
+           progress: bool = False, on_progress: ProgressCallback | None = None) -> RunSummary:
     """A new producer session for a run: sends every event the ledger does not show as acked,
     then the events never written, and completes the run."""
     kafka_conf = kafka_conf or kafka_config()
@@ -173,12 +178,13 @@ def resume(run_id: str, *, kafka_conf: dict | None = None, db: Database | None =
     try:
         if ledger.get_run(run_id) is None:
             raise LoadError(f"no run {run_id!r} in the ledger")
-        return _drive(ledger, run_id, kafka_conf, progress=progress)
+        return _drive(ledger, run_id, kafka_conf, progress=progress, on_progress=on_progress)
     finally:
         ledger.close()
 
 
-def _drive(ledger: Ledger, run_id: str, kafka_conf: dict, progress: bool) -> RunSummary:
+def _drive(ledger: Ledger, run_id: str, kafka_conf: dict, progress: bool,
+           on_progress: ProgressCallback | None = None) -> RunSummary:
     ledger.claim_run(run_id)
     run = ledger.get_run(run_id)
     mode = modes.get_mode(run["mode"])
@@ -192,9 +198,10 @@ def _drive(ledger: Ledger, run_id: str, kafka_conf: dict, progress: bool) -> Run
     gen = Generator(run_id, run["keys"], run["payload_bytes"], run["seed"])
     bar = _progress_bar(run["messages"], progress)
     session_runner = _Session(ledger, run, mode, session, ProducerClient(
-        conf, run["topic"], run_id, transactional=mode.transactional), gen, bar)
+        conf, run["topic"], run_id, transactional=mode.transactional), gen, bar, on_progress)
     try:
-        if session > 1:
+        if session > 1 and mode.resends_unacked:
+            # at_most_once never resends: an event the ledger has no outcome for may have been sent.
             session_runner.resolve_in_doubt(kafka_conf)
             session_runner.resend_unacked()
         session_runner.send_new(ledger.max_n(run_id), run["messages"])
@@ -243,9 +250,10 @@ class _Session:
     being produced, and outcomes follow each batch."""
 
     def __init__(self, ledger: Ledger, run: dict, mode: modes.DeliveryMode, session: int,
-                 client: ProducerClient, gen: Generator, bar):
+                 client: ProducerClient, gen: Generator, bar, on_progress: ProgressCallback | None = None):
         self.ledger, self.run, self.mode, self.session, self.client, self.gen, self.bar = (
             ledger, run, mode, session, client, gen, bar)
+        self.on_progress = on_progress
         self.run_id = run["run_id"]
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="ledger-writer")
         self.rng = random.Random(run["seed"] * 1_000_003 + session)
@@ -256,6 +264,10 @@ class _Session:
             self.batch_size = max(run["txn_size"], (self.batch_size // run["txn_size"]) * run["txn_size"])
         self._t0 = time.monotonic()
         self._sent_this_session = 0
+        # Event ids whose latest outcome in this session is not an ack: when it is empty after a
+        # first session, the resend round needs no anti-join over the whole run.
+        self.not_acked: set[str] = set()
+        self.ledger_has_older_unacked = session > 1
 
     def send_new(self, start: int, stop: int) -> None:
         pending: Future | None = None
@@ -288,6 +300,9 @@ class _Session:
     def resend_unacked(self) -> int:
         """Sends again every event of the run that has no ack; returns how many."""
         self._finish_outcomes()
+        if not self.not_acked and not self.ledger_has_older_unacked:
+            return 0
+        self.ledger_has_older_unacked = False
         count = 0
         chunk = []
         for n, publish_at_ms in self.ledger.unacked(self.run_id):
@@ -315,13 +330,23 @@ class _Session:
                     self.txn_no += 1
                     abort = False
                 # Each commit's acks follow it at once, so a crash leaves at most one transaction in doubt.
-                self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, self.client.drain())
+                self._record(self.client.drain())
         else:
             self.client.send(events)
-            self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, self.client.drain())
+            self._record(self.client.drain())
         self._throttle(len(events))
         if self.bar is not None:
             self.bar.update(len(events))
+        if self.on_progress is not None:
+            self.on_progress(self.run_id, self.client.produced)
+
+    def _record(self, outcomes) -> Future:
+        for o in outcomes:
+            if o.status in ("acked", "sent"):
+                self.not_acked.discard(o.event_id)
+            elif o.status != "written":
+                self.not_acked.add(o.event_id)
+        return self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, outcomes)
 
     def _record_written(self, outcomes) -> None:
         # Synchronous, and after every earlier outcome: the commit must not start before these are durable.
@@ -337,13 +362,13 @@ class _Session:
     def _finish_outcomes(self) -> None:
         """All reports in, all outcomes in the ledger."""
         remaining = self.client.flush(float(self.run["producer_config"].get("message.timeout.ms", 60000)) / 1000 + 30)
-        self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, self.client.drain()).result()
+        self._record(self.client.drain()).result()
         if remaining:
             raise RuntimeError(f"{remaining} messages still undelivered after flush")
 
     def close(self) -> None:
         try:
-            self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, self.client.drain()).result()
+            self._record(self.client.drain()).result()
         finally:
             self.writer.shutdown(wait=True)
 

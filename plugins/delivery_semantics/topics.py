@@ -89,7 +89,8 @@ def wait_for_full_isr(kafka_conf: dict, topic: str, timeout: float = 60.0,
 
 
 def delete_topic(kafka_conf: dict, name: str, timeout: float = 30.0) -> None:
-    futures = admin_client(kafka_conf).delete_topics([validate_topic_name(name)], operation_timeout=timeout)
+    admin = admin_client(kafka_conf)   # must outlive the future, or librdkafka cancels the request
+    futures = admin.delete_topics([validate_topic_name(name)], operation_timeout=timeout)
     try:
         futures[name].result(timeout=timeout)
     except KafkaException as e:

@@ -1,0 +1,122 @@
+"""Producer throughput per delivery mode, measured side by side in one run on one cluster:
+
+  ledger on   the load runner as users run it (write-ahead ledger, outcomes, resend rounds)
+  ledger off  the same generator and producer client, no ledger
+  baseline    Kafka's own org.apache.kafka.tools.ProducerPerformance, same acks/idempotence/
+              transactions, same record size, same topic layout
+
+    bench/run producer [--messages N] [--modes m1,m2] [--markdown]
+
+Prints a table of records/s, p99 ack latency and the ratios; --markdown for docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import subprocess
+import sys
+import time
+from datetime import date
+
+from delivery_semantics import load, localstack, modes, topics
+from delivery_semantics.client import ProducerClient
+from delivery_semantics.endpoints import kafka_config
+from delivery_semantics.generator import Generator, new_run_id
+
+
+def ledger_off(mode: modes.DeliveryMode, messages: int, payload: int, txn_size: int, conf: dict) -> dict:
+    run_id = new_run_id()
+    topic = f"bench.off.{mode.name}.{run_id}"
+    topics.ensure_topic(conf, topic, partitions=3)
+    pconf = {**conf, **modes.effective_producer_config(mode)}
+    if mode.transactional:
+        pconf["transactional.id"] = f"bench-{run_id}"
+    client = ProducerClient(pconf, topic, run_id, transactional=mode.transactional)
+    gen = Generator(run_id, 16, payload, 0)
+    latencies = []
+    t0 = time.monotonic()
+    for batch in gen.batches(0, messages, 10_000):
+        if mode.transactional:
+            for i in range(0, len(batch), txn_size):
+                client.send_transaction(batch[i:i + txn_size], i, abort=False, before_commit=lambda _o: None)
+        else:
+            client.send(batch)
+        latencies.extend(o.latency_us for o in client.drain() if o.latency_us is not None)
+    client.flush(120)
+    latencies.extend(o.latency_us for o in client.drain() if o.latency_us is not None)
+    elapsed = time.monotonic() - t0
+    topics.delete_topic(conf, topic)
+    latencies.sort()
+    p99 = latencies[int(len(latencies) * 0.99) - 1] / 1000 if latencies else None
+    return {"rps": messages / elapsed, "p99_ms": p99}
+
+
+def ledger_on(mode: modes.DeliveryMode, messages: int, payload: int, txn_size: int) -> dict:
+    s = load.start(load.LoadSpec(mode=mode.name, messages=messages, payload_bytes=payload, txn_size=txn_size))
+    assert s.acked + s.sent_unacked == messages, s.line()
+    return {"rps": s.records_per_sec, "p99_ms": s.ack_p99_ms, "run_id": s.run_id}
+
+
+def producer_performance(mode: modes.DeliveryMode, messages: int, payload: int, txn_size: int,
+                         conf: dict) -> dict:
+    topic = f"bench.pp.{mode.name}.{new_run_id()}"
+    topics.ensure_topic(conf, topic, partitions=3)
+    p = modes.effective_producer_config(mode)
+    props = {"bootstrap.servers": conf["bootstrap.servers"], "acks": p["acks"],
+             "enable.idempotence": p["enable.idempotence"], "linger.ms": p["linger.ms"],
+             "max.in.flight.requests.per.connection": p["max.in.flight.requests.per.connection"],
+             "retries": p["retries"], "compression.type": p["compression.type"]}
+    cmd = localstack._java_cmd("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                               "--num-records", str(messages), "--record-size", str(payload),
+                               "--throughput", "-1", "--producer-props",
+                               *[f"{k}={v}" for k, v in props.items()], heap="1g")
+    if mode.transactional:
+        # ProducerPerformance commits by time; this duration gives about txn_size records a transaction
+        # at the rate measured for the idempotent mode.
+        cmd += ["--transactional-id", f"bench-pp-{new_run_id()}", "--transaction-duration-ms", "100"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    topics.delete_topic(conf, topic)
+    final = [ln for ln in res.stdout.splitlines() if "records sent" in ln and "99th" in ln]
+    if res.returncode != 0 or not final:
+        raise RuntimeError(f"ProducerPerformance failed: {res.stderr[-1500:]}")
+    m = re.search(r"([\d.]+) records/sec .* ([\d.]+) ms 99th", final[-1])
+    return {"rps": float(m.group(1)), "p99_ms": float(m.group(2))}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--payload-bytes", type=int, default=200)
+    ap.add_argument("--txn-size", type=int, default=10_000)
+    ap.add_argument("--modes", default=",".join(modes.MODES))
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    conf = kafka_config()
+    rows = []
+    for name in args.modes.split(","):
+        mode = modes.get_mode(name)
+        pp = producer_performance(mode, args.messages, args.payload_bytes, args.txn_size, conf)
+        off = ledger_off(mode, args.messages, args.payload_bytes, args.txn_size, conf)
+        on = ledger_on(mode, args.messages, args.payload_bytes, args.txn_size)
+        rows.append((name, pp, off, on))
+        print(json.dumps({"mode": name, "producer_performance": pp, "ledger_off": off, "ledger_on": on}),
+              file=sys.stderr, flush=True)
+    header = ("| mode | ProducerPerformance rec/s | ledger off rec/s | ledger on rec/s | on / PP | "
+              "ledger overhead | p99 ms PP / off / on |")
+    print(f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, {args.messages:,} records of "
+          f"{args.payload_bytes} B, 3 partitions RF 3, transactions of {args.txn_size}")
+    print(header)
+    print("|" + "---|" * 7)
+    for name, pp, off, on in rows:
+        overhead = 1 - on["rps"] / off["rps"]
+        p99 = " / ".join(f"{x['p99_ms']:.0f}" if x["p99_ms"] is not None else "-" for x in (pp, off, on))
+        print(f"| {name} | {pp['rps']:,.0f} | {off['rps']:,.0f} | {on['rps']:,.0f} | {on['rps'] / pp['rps']:.2f}x | "
+              f"{overhead:.0%} | {p99} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""The nemesis: one fault-controller interface over two backends.
+
+- local: the processes `local/stack` started (kill -9, restart, SIGSTOP/SIGCONT by pid);
+- docker: a docker compose deployment (kill, start, pause, unpause of the kafka-N services).
+
+Both reach Toxiproxy through its HTTP API (connection `toxiproxy_default`). Every action is
+appended to a timeline with its time, so a run records what was actually done to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from delivery_semantics import topics
+from delivery_semantics.endpoints import TOXIPROXY_CONN_ID, get_connection
+
+
+class NemesisError(RuntimeError):
+    pass
+
+
+class Backend:
+    name = "abstract"
+    broker_ids: tuple[int, ...] = (1, 2, 3)
+
+    def kill(self, node_id: int) -> None: raise NotImplementedError
+    def start(self, node_id: int) -> None: raise NotImplementedError
+    def pause(self, node_id: int) -> None: raise NotImplementedError
+    def resume(self, node_id: int) -> None: raise NotImplementedError
+    def is_running(self, node_id: int) -> bool: raise NotImplementedError
+
+    def proxy_name(self, node_id: int) -> str:
+        return f"broker-{node_id}"
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self):
+        from delivery_semantics import localstack
+
+        self.stack = localstack
+        self.broker_ids = tuple(b.node_id for b in localstack.BROKERS)
+
+    def _broker(self, node_id: int):
+        return self.stack.BROKERS[node_id - 1]
+
+    def _pid(self, node_id: int) -> int:
+        pid = self.stack.broker_pid(self._broker(node_id))
+        if pid is None:
+            raise NemesisError(f"broker-{node_id} is not running")
+        return pid
+
+    def kill(self, node_id: int) -> None:
+        os.kill(self._pid(node_id), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while self.stack.broker_pid(self._broker(node_id)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def start(self, node_id: int) -> None:
+        self.stack.start_broker(self._broker(node_id))
+
+    def pause(self, node_id: int) -> None:
+        os.kill(self._pid(node_id), signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        pid = self.stack.broker_pid(self._broker(node_id))
+        if pid:
+            os.kill(pid, signal.SIGCONT)
+
+    def is_running(self, node_id: int) -> bool:
+        return self.stack.broker_pid(self._broker(node_id)) is not None
+
+
+class DockerComposeBackend(Backend):
+    """Drives `docker compose` for the deployment in docker-compose.yaml."""
+    name = "docker"
+
+    def __init__(self, project_dir: str | None = None, compose: tuple[str, ...] = ("docker", "compose")):
+        self.project_dir = project_dir or os.environ.get("SEMANTICS_COMPOSE_DIR", ".")
+        self.compose = compose
+
+    def _run(self, *args: str) -> str:
+        res = subprocess.run([*self.compose, *args], cwd=self.project_dir, capture_output=True, text=True,
+                             timeout=120)
+        if res.returncode != 0:
+            raise NemesisError(f"{' '.join(self.compose)} {' '.join(args)}: {res.stderr.strip()[-500:]}")
+        return res.stdout
+
+    def kill(self, node_id: int) -> None:
+        self._run("kill", "-s", "SIGKILL", f"kafka-{node_id}")
+
+    def start(self, node_id: int) -> None:
+        self._run("start", f"kafka-{node_id}")
+
+    def pause(self, node_id: int) -> None:
+        self._run("pause", f"kafka-{node_id}")
+
+    def resume(self, node_id: int) -> None:
+        state = self._run("ps", "--all", "--format", "json", f"kafka-{node_id}")
+        if '"paused"' in state.lower():
+            self._run("unpause", f"kafka-{node_id}")
+
+    def is_running(self, node_id: int) -> bool:
+        out = self._run("ps", "--format", "json", f"kafka-{node_id}")
+        return '"running"' in out.lower()
+
+
+def backend_from_env() -> Backend:
+    kind = os.environ.get("SEMANTICS_NEMESIS_BACKEND", "local")
+    if kind == "local":
+        return LocalBackend()
+    if kind == "docker":
+        return DockerComposeBackend()
+    raise NemesisError(f"SEMANTICS_NEMESIS_BACKEND={kind!r}: use local or docker")
+
+
+class Toxiproxy:
+    def __init__(self, base_url: str | None = None):
+        if base_url is None:
+            c = get_connection(TOXIPROXY_CONN_ID)
+            base_url = f"http://{c.host}:{c.port or 8474}"
+        self.base = base_url.rstrip("/")
+
+    def _call(self, method: str, path: str, body: dict | None = None):
+        req = urllib.request.Request(f"{self.base}{path}", method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            raise NemesisError(f"toxiproxy {method} {path}: HTTP {e.code} {e.read()[:200]!r}") from None
+        except urllib.error.URLError as e:
+            raise NemesisError(f"toxiproxy at {self.base} cannot be reached: {e.reason}") from None
+        return json.loads(raw) if raw else None
+
+    def proxies(self) -> dict:
+        return self._call("GET", "/proxies")
+
+    def add_toxic(self, proxy: str, name: str, kind: str, stream: str, attributes: dict,
+                  toxicity: float = 1.0) -> None:
+        self._call("POST", f"/proxies/{proxy}/toxics",
+                   {"name": name, "type": kind, "stream": stream, "toxicity": toxicity, "attributes": attributes})
+
+    def remove_toxic(self, proxy: str, name: str) -> None:
+        try:
+            self._call("DELETE", f"/proxies/{proxy}/toxics/{name}")
+        except NemesisError as e:
+            if "HTTP 404" not in str(e):
+                raise
+
+    def set_enabled(self, proxy: str, enabled: bool) -> None:
+        self._call("POST", f"/proxies/{proxy}", {"enabled": enabled})
+
+    def heal(self) -> None:
+        for name, p in self.proxies().items():
+            for t in p.get("toxics") or []:
+                self.remove_toxic(name, t["name"])
+            if not p.get("enabled", True):
+                self.set_enabled(name, True)
+
+
+@dataclass
+class Timeline:
+    """What the nemesis did, with wall-clock and load-relative times."""
+    t0: float = field(default_factory=time.monotonic)
+    entries: list[dict] = field(default_factory=list)
+
+    def record(self, action: str, **details) -> None:
+        self.entries.append({"t": round(time.monotonic() - self.t0, 3),
+                             "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                             "action": action, **details})
+
+
+class Nemesis:
+    def __init__(self, kafka_conf: dict, backend: Backend | None = None, toxiproxy: Toxiproxy | None = None,
+                 timeline: Timeline | None = None):
+        self.kafka_conf = kafka_conf
+        self.backend = backend or backend_from_env()
+        self.toxiproxy = toxiproxy or Toxiproxy()
+        self.timeline = timeline or Timeline()
+        self._killed: set[int] = set()
+        self._paused: set[int] = set()
+
+    # ------------------------------------------------------------------ observations
+
+    def leader_of(self, topic: str, partition: int = 0) -> int:
+        md = topics.admin_client(self.kafka_conf).list_topics(topic, timeout=10)
+        leader = md.topics[topic].partitions[partition].leader
+        if leader < 0:
+            raise NemesisError(f"{topic}[{partition}] has no leader")
+        return leader
+
+    # ------------------------------------------------------------------ actions
+
+    def kill(self, node_id: int) -> None:
+        self.backend.kill(node_id)
+        self._killed.add(node_id)
+        self.timeline.record("kill", broker=node_id, signal="SIGKILL")
+
+    def restart(self, node_id: int) -> None:
+        self.backend.start(node_id)
+        self._killed.discard(node_id)
+        self.timeline.record("restart", broker=node_id)
+
+    def pause(self, node_id: int) -> None:
+        self.backend.pause(node_id)
+        self._paused.add(node_id)
+        self.timeline.record("pause", broker=node_id, signal="SIGSTOP")
+
+    def resume(self, node_id: int) -> None:
+        self.backend.resume(node_id)
+        self._paused.discard(node_id)
+        self.timeline.record("resume", broker=node_id, signal="SIGCONT")
+
+    def drop_responses(self, node_id: int) -> str:
+        """Responses from the broker to clients are swallowed; requests still reach it."""
+        proxy = self.backend.proxy_name(node_id)
+        self.toxiproxy.add_toxic(proxy, "lost_ack", "timeout", "downstream", {"timeout": 0})
+        self.timeline.record("drop_responses", broker=node_id, proxy=proxy)
+        return proxy
+
+    def restore_responses(self, node_id: int) -> None:
+        proxy = self.backend.proxy_name(node_id)
+        self.toxiproxy.remove_toxic(proxy, "lost_ack")
+        self.timeline.record("restore_responses", broker=node_id, proxy=proxy)
+
+    def heal(self, wait: bool = True, timeout: float = 180) -> None:
+        """Undo everything: SIGCONT, restart, clear toxics; then wait for a whole cluster."""
+        for node in list(self._paused) or []:
+            self.resume(node)
+        for node in self.backend.broker_ids:
+            self.backend.resume(node)   # paused by someone else, or by a crashed run
+        self.toxiproxy.heal()
+        for node in self.backend.broker_ids:
+            if not self.backend.is_running(node):
+                self.restart(node)
+        self.timeline.record("heal")
+        if wait:
+            wait_healthy(self.kafka_conf, timeout=timeout)
+            self.timeline.record("healthy")
+
+
+def wait_healthy(kafka_conf: dict, timeout: float = 180, brokers: int = 3) -> None:
+    """The health gate: all brokers in the metadata, and every partition of every topic led and
+    with its whole replica set in sync (one metadata request a round)."""
+    deadline = time.monotonic() + timeout
+    admin = topics.admin_client(kafka_conf)
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(timeout=5)
+            lagging = [f"{t.topic}[{p.id}]" for t in md.topics.values() for p in t.partitions.values()
+                       if p.leader < 0 or len(p.isrs) < len(p.replicas)]
+            if len(md.brokers) == brokers and not lagging:
+                return
+            last = f"{len(md.brokers)} brokers; not fully in sync: {', '.join(lagging[:5]) or '-'}"
+        except Exception as e:
+            last = str(e)
+        time.sleep(1)
+    raise NemesisError(f"the cluster is not healthy after {timeout:.0f}s: {last}")
