@@ -20,6 +20,7 @@ demo: start
 	bash local/demo
 
 test: start
+	bash local/setup --with-browser
 	bash local/pytest -m "not slow"
 
 test-slow: start

@@ -124,6 +124,15 @@ def ledger_database(conn_id: str = LEDGER_CONN_ID) -> Database:
 
 # --------------------------------------------------------------------------- Spark
 
+# Local mode has 2 cores; the default 200 shuffle partitions would be 200 tiny tasks.
+SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.log.level": "WARN",
+    "spark.driver.memory": "2g",
+}
+
 def spark_jars() -> str:
     """Comma-separated jars for spark-submit: the Kafka source and the JDBC driver, fetched once."""
     jars = os.environ.get("SEMANTICS_SPARK_JARS")
@@ -134,6 +143,19 @@ def spark_jars() -> str:
     if not found:
         raise EndpointError("no Spark jars: set SEMANTICS_SPARK_JARS or run local/setup")
     return ",".join(found)
+
+
+def spark_application_env(ledger_conn_id: str = LEDGER_CONN_ID, kafka_conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
+    """What a platform Spark application reads from its environment: the ledger database, Kafka,
+    and this package on the driver's path (the checker's verdict rules live here)."""
+    plugins_dir = str(Path(__file__).resolve().parents[1])
+    path = os.environ.get("PYTHONPATH", "")
+    return {
+        **ledger_database(ledger_conn_id).spark_env(),
+        "SEMANTICS_KAFKA_BOOTSTRAP_SERVERS": kafka_config(kafka_conn_id)["bootstrap.servers"],
+        "PYTHONPATH": plugins_dir if not path else (path if plugins_dir in path.split(os.pathsep)
+                                                     else f"{plugins_dir}{os.pathsep}{path}"),
+    }
 
 
 def spark_apps_dir() -> Path:

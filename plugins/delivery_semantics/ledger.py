@@ -147,7 +147,7 @@ class Ledger:
         mid = f"\t{session}\t"
         n = 0
         for o in outcomes:
-            if o.status == "acked" and o.error is None and o.txn_no is None:
+            if o.status == "acked" and o.offset is not None and o.error is None and o.txn_no is None:
                 buf.write(f"{prefix}{o.event_id}{mid}acked\t{o.partition}\t{o.offset}\t"
                           f"{_copy_text(o.latency_us)}\t\\N\t\\N\n")
             else:

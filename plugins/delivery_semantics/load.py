@@ -390,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="start a new run")
     run.add_argument("--mode", required=True, help=f"one of {', '.join(modes.MODES)}")
+    run.add_argument("--scenario", default="none",
+                     help="fault during the load: none, lost_ack, leader_kill, isolated_leader, producer_crash, txn_abort")
     run.add_argument("--messages", type=int, required=True)
     run.add_argument("--partitions", type=int, default=3)
     run.add_argument("--keys", type=int, default=16)
@@ -414,10 +416,15 @@ def main(argv: list[str] | None = None) -> int:
                             payload_bytes=args.payload_bytes, rate=args.rate, txn_size=args.txn_size,
                             abort_ratio=args.abort_ratio, seed=args.seed, topic=args.topic, run_id=args.run_id,
                             overrides=_overrides(args.overrides))
-            result = start(spec, progress=not args.no_progress)
+            if args.scenario == "none":
+                result = start(spec, progress=not args.no_progress)
+            else:
+                from delivery_semantics import scenarios
+
+                result = scenarios.run(spec, args.scenario)
         else:
             result = resume(args.run_id, progress=not args.no_progress)
-    except (LoadError, modes.ModeError) as e:
+    except (LoadError, ValueError) as e:   # LoadError, ModeError, ScenarioError: refused up front
         print(f"load: {e}", file=sys.stderr)
         return 2
     print(json.dumps(asdict(result), default=str) if args.json else result.line())

@@ -258,6 +258,14 @@ def environment() -> dict[str, str]:
     return env
 
 
+def write_airflow_passwords() -> None:
+    """SimpleAuthManager's login for the UI: user admin, password from var/secrets.env."""
+    path = VAR / "airflow" / "passwords.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"admin": _secrets()["AIRFLOW_ADMIN_PASSWORD"]}))
+    path.chmod(0o600)
+
+
 def write_env_file() -> Path:
     env_file = VAR / "stack.env"
     lines = [f"export {k}={_shell_quote(v)}" for k, v in environment().items()]
@@ -544,6 +552,12 @@ def migrate_airflow() -> str:
     (LOGS / "airflow-db-migrate.log").write_text(res.stdout + res.stderr)
     if res.returncode != 0:
         raise StackError(f"airflow: `airflow db migrate` failed; see {LOGS / 'airflow-db-migrate.log'}")
+    # One slot: fault scenarios kill and pause the shared brokers, so loads must never overlap.
+    res = subprocess.run([str(REPO / ".venv" / "bin" / "airflow"), "pools", "set", "kafka_cluster", "1",
+                          "loads that inject faults into the shared Kafka cluster"], env=env,
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise StackError(f"airflow: creating the kafka_cluster pool failed: {res.stderr.strip()[-300:]}")
     AIRFLOW_MIGRATED.write_text(stamp)
     return "migrated"
 
@@ -554,6 +568,52 @@ def _migrate_schema() -> str:
 
     applied = schema.migrate()
     return f"applied {', '.join(applied)}" if applied else "current"
+
+
+# --------------------------------------------------------------------------- Airflow UI processes
+
+AIRFLOW_PROCESSES = ("api-server", "scheduler", "dag-processor", "triggerer")
+API_SERVER_PORT = int(os.environ.get("SEMANTICS_AIRFLOW_PORT", "8080"))
+
+
+def _airflow_pid_file(name: str) -> Path:
+    return RUN / f"airflow-{name}.pid"
+
+
+def airflow_pid(name: str) -> int | None:
+    pid = _read_pid(_airflow_pid_file(name))
+    return pid if _pid_alive(pid) else None
+
+
+def start_ui() -> None:
+    """The four Airflow processes, for the web UI at http://127.0.0.1:8080 (login admin)."""
+    env = {**os.environ, **environment()}
+    for name in AIRFLOW_PROCESSES:
+        if airflow_pid(name):
+            _report(f"airflow-{name}", "already running")
+            continue
+        args = ["api-server", "--port", str(API_SERVER_PORT)] if name == "api-server" else [name]
+        if name == "api-server":
+            _require_port_free(API_SERVER_PORT, "airflow api-server")
+        _spawn([str(REPO / ".venv" / "bin" / "airflow"), *args], LOGS / f"airflow-{name}.log",
+               _airflow_pid_file(name), env=env)
+        _report(f"airflow-{name}", "started")
+    _wait_until(lambda: _port_open(API_SERVER_PORT), 120, "airflow api-server", LOGS / "airflow-api-server.log")
+    _report("ui", f"http://{HOST}:{API_SERVER_PORT}  (user admin, password: AIRFLOW_ADMIN_PASSWORD in "
+                  f"{SECRETS_FILE.relative_to(REPO) if SECRETS_FILE.is_relative_to(REPO) else SECRETS_FILE})")
+
+
+def stop_ui() -> None:
+    for name in AIRFLOW_PROCESSES:
+        pid = airflow_pid(name)
+        if pid:
+            # The processes lead their own session: stop their workers too.
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            _terminate(pid, grace=20)
+            _report(f"airflow-{name}", "stopped")
 
 
 # --------------------------------------------------------------------------- commands
@@ -574,11 +634,13 @@ def start() -> None:
     _report("kafka", f"3 brokers up, bootstrap {bootstrap_servers()}")
     _report("schema", _migrate_schema())
     _report("airflow-db", migrate_airflow())
+    write_airflow_passwords()
     env_file = write_env_file()
     _report("env", f"source {env_file.relative_to(REPO)} to use the stack from a shell")
 
 
 def stop() -> None:
+    stop_ui()
     for b in BROKERS:
         pid = broker_pid(b)
         if pid:
@@ -619,10 +681,14 @@ def status_rows() -> list[tuple[str, str, str, str]]:
 
 def status() -> int:
     rows = status_rows()
-    print(f"{'component':<12} {'state':<6} {'port':<12} pid")
+    print(f"{'component':<22} {'state':<6} {'port':<12} pid")
     for r in rows:
-        print(f"{r[0]:<12} {r[1]:<6} {r[2]:<12} {r[3]}")
+        print(f"{r[0]:<22} {r[1]:<6} {r[2]:<12} {r[3]}")
     down = [r[0] for r in rows if r[1] != "up"]
+    for name in AIRFLOW_PROCESSES:
+        pid = airflow_pid(name)
+        print(f"{'airflow-' + name:<22} {'up' if pid else 'off':<6} "
+              f"{str(API_SERVER_PORT) if name == 'api-server' else '-':<12} {pid or '-'}")
     if down:
         print(f"down: {', '.join(down)}")
     return 1 if down else 0
@@ -634,7 +700,7 @@ def _report(component: str, state: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stack", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["start", "stop", "status", "reset", "env"])
+    parser.add_argument("command", choices=["start", "stop", "status", "reset", "env", "ui"])
     args = parser.parse_args(argv)
     try:
         if args.command == "start":
@@ -647,6 +713,9 @@ def main(argv: list[str] | None = None) -> int:
             return status()
         elif args.command == "env":
             print(write_env_file())
+        elif args.command == "ui":
+            start()
+            start_ui()
         return 0
     except StackError as e:
         print(f"stack {args.command}: {e}", file=sys.stderr)

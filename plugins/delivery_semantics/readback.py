@@ -37,25 +37,16 @@ def read_topic(kafka_conf: dict, topic: str, isolation: str = "read_uncommitted"
             raise RuntimeError(f"topic {topic}: {md.error}")
         parts = sorted(md.partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-        open_parts = set(parts)
         out: list[Record] = []
-        deadline = time.monotonic() + timeout
-        while open_parts:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic} ({isolation}): partitions {sorted(open_parts)} not at end "
-                                   f"after {timeout:.0f}s")
-            for m in consumer.consume(1000, 1.0):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        open_parts.discard(m.partition())
-                        continue
-                    raise RuntimeError(f"reading {topic}: {err}")
-                h = dict(m.headers() or [])
-                eid = h.get(H_EVENT_ID)
-                seq = h.get(H_SEQ)
-                out.append(Record(eid.decode() if eid else None, m.key().decode() if m.key() else None,
-                                  int(seq) if seq else None, m.partition(), m.offset()))
+
+        def keep(m) -> bool:
+            h = dict(m.headers() or [])
+            eid, seq = h.get(H_EVENT_ID), h.get(H_SEQ)
+            out.append(Record(eid.decode() if eid else None, m.key().decode() if m.key() else None,
+                              int(seq) if seq else None, m.partition(), m.offset()))
+            return True
+
+        _consume_to_end(consumer, topic, set(parts), keep, timeout, isolation)
         return out
     finally:
         consumer.close()
@@ -75,26 +66,36 @@ def committed_positions(kafka_conf: dict, topic: str, positions: set[tuple[int, 
     try:
         consumer.assign([TopicPartition(topic, p, min(offs)) for p, offs in by_part.items()])
         last = {p: max(offs) for p, offs in by_part.items()}
-        open_parts, seen = set(by_part), set()
-        deadline = time.monotonic() + timeout
-        while open_parts:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"resolving in-doubt records of {topic}: partitions {sorted(open_parts)} "
-                                   f"not read past {last} within {timeout:.0f}s")
-            for m in consumer.consume(1000, 1.0):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        open_parts.discard(m.partition())
-                        continue
-                    raise RuntimeError(f"reading {topic}: {err}")
-                if (m.partition(), m.offset()) in positions:
-                    seen.add((m.partition(), m.offset()))
-                if m.offset() >= last[m.partition()]:
-                    open_parts.discard(m.partition())
+        seen = set()
+
+        def keep(m) -> bool:
+            if (m.partition(), m.offset()) in positions:
+                seen.add((m.partition(), m.offset()))
+            return m.offset() < last[m.partition()]
+
+        _consume_to_end(consumer, topic, set(by_part), keep, timeout, "read_committed")
         return seen
     finally:
         consumer.close()
+
+
+def _consume_to_end(consumer, topic: str, open_parts: set[int], on_message, timeout: float, isolation: str) -> None:
+    """Consumes until every partition is at its end (partition EOF) or `on_message` returns False
+    for a message of it."""
+    deadline = time.monotonic() + timeout
+    while open_parts:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reading {topic} ({isolation}): partitions {sorted(open_parts)} not at end "
+                               f"after {timeout:.0f}s")
+        for m in consumer.consume(1000, 1.0):
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    open_parts.discard(m.partition())
+                    continue
+                raise RuntimeError(f"reading {topic}: {err}")
+            if not on_message(m):
+                open_parts.discard(m.partition())
 
 
 def copies_by_event(records: list[Record]) -> Counter:

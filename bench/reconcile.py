@@ -1,0 +1,118 @@
+"""Reconciliation at scale vs the floor, measured side by side in one run:
+
+  floor      Kafka's own org.apache.kafka.tools.ConsumerPerformance reading the same topic once
+  checker    spark_apps/reconcile.py through spark-submit (local[2]): two reads of the topic, the
+             ledger over JDBC, classification, the merge of all three tables
+
+For each size it also samples the driver's peak resident memory. In local mode the executors run
+inside the driver JVM, so this is the whole Spark process. Flat across sizes means nothing is
+collected to the driver.
+
+    bench/run reconcile [--sizes 1000000,3000000] [--mode idempotent]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import subprocess
+import sys
+import threading
+import time
+from datetime import date
+
+from delivery_semantics import load, localstack, reconcile
+from delivery_semantics.endpoints import kafka_config, spark_application_env
+
+
+def _tree_rss_peak(root_pid: int, stop: threading.Event, peaks: dict) -> None:
+    """Samples the RSS of the largest process (the JVM) and of the Python driver under root_pid."""
+    while not stop.is_set():
+        children = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                ppid = int(fields[1])
+                with open(f"/proc/{pid}/status") as f:
+                    rss = next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+                with open(f"/proc/{pid}/comm") as f:
+                    comm = f.read().strip()
+                children[int(pid)] = (ppid, rss, comm)
+            except (OSError, StopIteration, ValueError, IndexError):
+                continue
+        tree, frontier = set(), {root_pid}
+        while frontier:
+            tree |= frontier
+            frontier = {p for p, (pp, _, _) in children.items() if pp in frontier} - tree
+        for p in tree:
+            if p in children:
+                _, rss, comm = children[p]
+                key = "jvm_mb" if comm == "java" else "python_mb" if comm.startswith("python") else None
+                if key:
+                    peaks[key] = max(peaks.get(key, 0), rss // 1024)
+        time.sleep(0.25)
+
+
+def timed_reconcile(run_id: str) -> dict:
+    cmd = reconcile.command(["--run-id", run_id])
+    env = {**os.environ, **spark_application_env()}
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stop, peaks = threading.Event(), {}
+    sampler = threading.Thread(target=_tree_rss_peak, args=(proc.pid, stop, peaks), daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    elapsed = time.monotonic() - t0
+    stop.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"reconcile failed: {err[-2000:]}")
+    return {"seconds": elapsed, **peaks, "summary": [ln for ln in out.splitlines() if ln.startswith("RECONCILED")]}
+
+
+def consumer_performance(topic: str, messages: int) -> float:
+    cmd = localstack._java_cmd("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
+                               kafka_config()["bootstrap.servers"], "--topic", topic, "--messages", str(messages),
+                               "--timeout", "60000", heap="1g")
+    t0 = time.monotonic()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    elapsed = time.monotonic() - t0
+    if res.returncode != 0 or not re.search(r"\d", res.stdout):
+        raise RuntimeError(f"ConsumerPerformance failed: {res.stderr[-1500:]}")
+    return elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000000,3000000")
+    ap.add_argument("--mode", default="idempotent")
+    args = ap.parse_args()
+    rows = []
+    for n in [int(x) for x in args.sizes.split(",")]:
+        s = load.start(load.LoadSpec(mode=args.mode, messages=n, seed=1))
+        floor = consumer_performance(s.topic, n)
+        r = timed_reconcile(s.run_id)
+        rows.append((n, floor, r))
+        print(f"{n}: floor {floor:.1f}s, reconcile {r['seconds']:.1f}s, driver JVM peak {r.get('jvm_mb')} MB, "
+              f"python {r.get('python_mb')} MB; {r['summary']}", file=sys.stderr, flush=True)
+    print(f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, mode {args.mode}, 200 B records, "
+          "3 partitions, spark local[2], driver memory 2g")
+    print("| events | ConsumerPerformance s (floor) | reconcile s | reconcile / floor | driver JVM peak RSS MB | "
+          "Python driver peak MB |")
+    print("|---|---|---|---|---|---|")
+    for n, floor, r in rows:
+        print(f"| {n:,} | {floor:.1f} | {r['seconds']:.1f} | {r['seconds'] / floor:.1f}x | {r.get('jvm_mb')} | "
+              f"{r.get('python_mb')} |")
+    if len(rows) >= 2:
+        (n1, _, r1), (n2, _, r2) = rows[0], rows[-1]
+        print(f"\nt({n2:,}) / t({n1:,}) = {r2['seconds'] / r1['seconds']:.2f} for {n2 / n1:.0f}x the events")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

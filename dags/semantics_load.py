@@ -1,0 +1,44 @@
+"""Scheduled producer load, one DAG per delivery mode (scenario `none` unless triggered with
+another). Each run's id is emitted on the `semantics_runs` Asset; `semantics_reconcile` picks it up."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, task
+
+from delivery_semantics import modes, scenarios
+from delivery_semantics.airflow_tasks import CLUSTER_POOL, RUNS_ASSET, task_key
+from delivery_semantics.dag_params import load_params
+
+
+def load_dag(mode: str):
+    compatible = [s for s, sc in scenarios.SCENARIOS.items() if not sc.incompatible(modes.MODES[mode])]
+
+    @dag(
+        dag_id=f"semantics_load_{mode}",
+        schedule="@daily",
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_runs=1,
+        tags=["semantics", "load", mode],
+        doc_md=f"Producer load in mode **{mode}**: {modes.MODES[mode].description}.\n\n{__doc__}",
+        default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
+        params={"scenario": Param("none", type="string", enum=compatible, description="fault during the load"),
+                **load_params()},
+    )
+    def semantics_load():
+        @task(outlets=[RUNS_ASSET], pool=CLUSTER_POOL)
+        def run_load(params=None, ti=None, outlet_events=None) -> dict:
+            from delivery_semantics import orchestration
+
+            result = orchestration.run_pair({**params, "mode": mode}, task_key(ti))
+            outlet_events[RUNS_ASSET].extra = {"run_ids": [result["run_id"]]}
+            return result
+
+        run_load()
+
+    return semantics_load()
+
+
+for _mode in modes.MODES:
+    load_dag(_mode)

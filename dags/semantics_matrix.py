@@ -1,0 +1,59 @@
+"""The delivery-semantics matrix: every valid mode x scenario pair, one after another (the
+faults share one cluster), each reconciled with Spark, then the matrix report: a table in the
+log and an HTML page with plots under var/reports/."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import dag, task
+
+from delivery_semantics.airflow_tasks import CLUSTER_POOL, reconcile_operator_partial, task_key
+from delivery_semantics.dag_params import matrix_params
+
+
+@dag(
+    schedule="@weekly",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["semantics", "matrix"],
+    doc_md=__doc__,
+    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
+    params=matrix_params(),
+)
+def semantics_matrix():
+    @task(retries=0)
+    def pairs(params=None) -> list[dict]:
+        from delivery_semantics import orchestration
+
+        chosen = orchestration.matrix_pairs(params["modes"], params["scenarios"])
+        if not chosen:
+            raise ValueError("no valid mode x scenario pair in the chosen modes and scenarios")
+        return [{"mode": m, "scenario": s, "messages": params["messages"], "seed": params["seed"]} for m, s in chosen]
+
+    @task(pool=CLUSTER_POOL, max_active_tis_per_dagrun=1, map_index_template="{{ pair_label }}")
+    def run_pair(conf: dict, ti=None) -> str:
+        from airflow.sdk import get_current_context
+
+        from delivery_semantics import orchestration
+
+        get_current_context()["pair_label"] = f"{conf['mode']} x {conf['scenario']}"
+        return orchestration.run_pair(conf, task_key(ti))["run_id"]
+
+    run_ids = run_pair.expand(conf=pairs())
+    reconciled = reconcile_operator_partial(max_active_tis_per_dagrun=1).expand(
+        application_args=run_ids.map(lambda rid: ["--run-id", rid]))
+
+    @task
+    def report(run_ids: list[str], run_id=None) -> str:
+        from delivery_semantics import report as rep
+
+        rows = rep.matrix_rows(list(run_ids))
+        print("\n" + rep.matrix_text(rows))
+        safe = "".join(c if c.isalnum() else "_" for c in run_id)
+        return str(rep.html_report(rows, rep.reports_dir() / f"matrix-{safe}.html"))
+
+    reconciled >> report(run_ids)
+
+
+semantics_matrix()

@@ -1,0 +1,91 @@
+"""The DAGs: they parse, carry tags, retries and docs, and run for real with `airflow dags test`
+(load, fault, Spark reconciliation through SparkSubmitOperator, report)."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg2
+import psycopg2.extras
+import pytest
+
+from conftest import REPO, run
+from delivery_semantics import modes, promises
+from delivery_semantics.endpoints import ledger_database
+
+
+def _rows(sql: str, params=()) -> list[dict]:
+    with psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c, \
+            c.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+        cur.execute(sql, params)
+        return [dict(r) for r in cur.fetchall()]
+
+
+def dags_test(dag_id: str, conf: dict, name: str, timeout: float = 1200):
+    res = run(["airflow", "dags", "test", dag_id, "-c", json.dumps(conf)], timeout=timeout)
+    (REPO / "artifacts" / f"dags-test-{name}.log").write_text(res.stdout + res.stderr)
+    return res, res.stdout + res.stderr
+
+
+def test_dagbag_has_no_import_errors_and_every_dag_has_tags_retries_and_docs():
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    expected = {"smoke", "semantics_single_run", "semantics_matrix", "semantics_reconcile",
+                *(f"semantics_load_{m}" for m in modes.MODES)}
+    assert expected <= set(bag.dags)
+    for dag_id, dag in bag.dags.items():
+        assert dag.tags, dag_id
+        assert (dag.default_args or {}).get("retries", 0) >= 1, dag_id
+        assert dag.doc_md and len(dag.doc_md) > 40, dag_id
+    form = bag.dags["semantics_single_run"].params
+    assert form.get_param("mode").schema["enum"] == list(modes.MODES)
+    assert form.get_param("messages").schema["minimum"] == 1
+    assert all(form.get_param(p).description for p in form.keys())
+
+
+@pytest.mark.parametrize("mode", list(modes.MODES))
+def test_single_run_dag_without_fault_keeps_every_promise(mode):
+    res, out = dags_test("semantics_single_run", {"mode": mode, "scenario": "none", "messages": 2000},
+                         f"single-{mode}")
+    assert res.returncode == 0 and "state=success" in out, out[-3000:]
+    r = _rows("""SELECT v.* FROM v_run_results v JOIN runs USING (run_id)
+                 WHERE runs.airflow_run_id LIKE 'semantics_single_run/%%' AND v.mode = %s
+                 ORDER BY v.created_at DESC LIMIT 1""", (mode,))[0]
+    assert (r["scenario"], r["messages"], r["records_read"]) == ("none", 2000, 2000)
+    assert (r["lost"], r["duplicate_events"], r["verdict"], r["meets_expectation"]) == (0, 0, "kept", True)
+    assert r["isolation"] == promises.MODE_ISOLATION[mode]
+
+
+def test_matrix_dag_with_a_small_n_matches_design_expectations():
+    conf = {"messages": 3000, "modes": ["at_least_once", "idempotent"], "scenarios": ["none", "lost_ack"]}
+    res, out = dags_test("semantics_matrix", conf, "matrix-small")
+    assert res.returncode == 0 and "state=success" in out, out[-3000:]
+    runs = _rows("""SELECT r.run_id, r.mode, r.scenario FROM runs r
+                    WHERE r.airflow_run_id LIKE 'semantics_matrix/%%'
+                    ORDER BY r.created_at DESC LIMIT 4""")
+    assert sorted((r["mode"], r["scenario"]) for r in runs) == [
+        ("at_least_once", "lost_ack"), ("at_least_once", "none"), ("idempotent", "lost_ack"), ("idempotent", "none")]
+    results = {(r["mode"], r["scenario"]): r for r in
+               _rows("SELECT * FROM v_run_results WHERE run_id = ANY(%s)", ([r["run_id"] for r in runs],))}
+    assert len(results) == 4, "every run gets a summary row"
+    assert all(r["meets_expectation"] for r in results.values()), {k: v["expectation"] for k, v in results.items()}
+    assert results[("at_least_once", "lost_ack")]["duplicate_events"] > 0
+    assert results[("idempotent", "lost_ack")]["duplicate_events"] == 0
+    assert "mode" in out and "as expected" in out, "the matrix table is printed in the report task's log"
+
+
+@pytest.mark.parametrize("conf, message", [
+    ({"mode": "exactly_once", "scenario": "none"}, "Invalid input for param mode"),
+    ({"mode": "idempotent", "messages": -5}, "Invalid input for param messages"),
+    ({"mode": "at_least_once", "scenario": "txn_abort"}, "txn_abort needs the transactional mode"),
+    ({"mode": "at_most_once", "scenario": "lost_ack"}, "never waits for one"),
+])
+def test_invalid_conf_is_refused_before_any_load(conf, message):
+    before = _rows("SELECT count(*) AS n FROM runs")[0]["n"]
+    res, out = dags_test("semantics_single_run", conf, "invalid")
+    assert res.returncode != 0 or "state=failed" in out
+    assert message in out
+    assert "starting task_id=run_load" not in out
+    assert _rows("SELECT count(*) AS n FROM runs")[0]["n"] == before, "no run may be started"

@@ -1,0 +1,272 @@
+"""The Spark checker on planted anomalies: exact counts and exact event ids, idempotent reruns,
+malformed input, unreachable endpoints. Real Kafka, PostgreSQL and spark-submit."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import psycopg2
+import psycopg2.extras
+import pytest
+from confluent_kafka import Producer
+
+from delivery_semantics import load, reconcile, topics
+from delivery_semantics.endpoints import ledger_database
+from delivery_semantics.generator import Event
+from delivery_semantics.ledger import Ledger, Outcome
+
+
+def _db():
+    return psycopg2.connect(**ledger_database().psycopg2_kwargs())
+
+
+def _send(producer: Producer, topic: str, event_id: str | None, key: str, seq: int, header_value: bytes | None = None):
+    headers = [("seq", str(seq).encode()), ("publish_at", str(int(time.time() * 1000)).encode())]
+    if event_id is not None:
+        headers.append(("event_id", event_id.encode()))
+    elif header_value is not None:
+        headers.append(("event_id", header_value))
+    positions = []
+    producer.produce(topic, key=key, value=b"payload", headers=headers,
+                     on_delivery=lambda err, msg: positions.append((msg.partition(), msg.offset())))
+    producer.flush(30)
+    return positions[0]
+
+
+@pytest.fixture(scope="module")
+def planted(kafka_conf_module):
+    """A one-partition topic and a platform ledger with one of every anomaly."""
+    conf = kafka_conf_module
+    tag = uuid.uuid4().hex[:8]
+    run_id, topic = f"plant_{tag}", f"plant-{tag}"
+    topics.ensure_topic(conf, topic, partitions=1)
+    e = lambda i: f"{run_id}-e{i:02d}"   # noqa: E731
+    ledger_rows = (
+        [(e(i), "kA", i, "acked") for i in range(10)]
+        + [(e(10), "kB", 0, "acked"), (e(11), "kB", 1, "acked"), (e(12), "kB", 2, "acked"),
+           (e(13), "kB", 3, "failed"), (e(14), "kB", 4, "unknown"), (e(15), "kB", 5, "failed"),
+           (e(16), "kC", 0, "acked"), (e(17), "kC", 1, "acked"), (e(18), "kC", 2, "acked"),
+           (e(19), "kD", 0, None), (e(20), "kE", 0, None)])
+    p = Producer({**conf, "acks": "all", "enable.idempotence": False, "linger.ms": 0})
+    pos = {}
+    for i in range(10):
+        pos[e(i)] = _send(p, topic, e(i), "kA", i)
+    for _ in range(2):
+        _send(p, topic, e(10), "kB", 0)
+    for _ in range(3):
+        _send(p, topic, e(11), "kB", 1)
+    _send(p, topic, e(14), "kB", 4)
+    _send(p, topic, e(15), "kB", 5)
+    _send(p, topic, e(16), "kC", 0)
+    _send(p, topic, e(18), "kC", 2)
+    _send(p, topic, e(17), "kC", 1)        # seq 1 after seq 2: out of order
+    _send(p, topic, f"{run_id}-u1", "kX", 0)  # in the topic, not in the ledger
+    _send(p, topic, None, "kM", 0)            # no event id header
+    _send(p, topic, None, "kM", 1, b"   ")    # blank event id
+    _send(p, topic, e(20), "kE", 0)           # ledger has no outcome (pending), yet it landed
+
+    tp = Producer({**conf, "transactional.id": f"plant-{tag}"})
+    tp.init_transactions(30)
+    aborted_pos = []
+    tp.begin_transaction()
+    tp.produce(topic, key="kD", value=b"payload", headers=[("event_id", e(19).encode()), ("seq", b"0")],
+               on_delivery=lambda err, msg: aborted_pos.append((msg.partition(), msg.offset())))
+    tp.flush(30)
+    tp.abort_transaction(30)
+    committed_pos = []
+    tp.begin_transaction()
+    tp.produce(topic, key="kD", value=b"payload", headers=[("event_id", e(19).encode()), ("seq", b"0")],
+               on_delivery=lambda err, msg: committed_pos.append((msg.partition(), msg.offset())))
+    tp.commit_transaction(30)
+
+    lg = Ledger()
+    lg.migrate()
+    lg.create_run({"run_id": run_id, "mode": "transactional", "scenario": "none", "topic": topic, "partitions": 1,
+                   "messages": len(ledger_rows), "keys": 5, "payload_bytes": 7, "seed": 0, "producer_config": {},
+                   "status": "completed"})
+    now = int(time.time() * 1000)
+    lg.copy_events(run_id, [Event(n, eid, key, seq, now, b"") for n, (eid, key, seq, _) in enumerate(ledger_rows)])
+    outcomes = [Outcome(eid, st, *(pos.get(eid, (0, None)))) for eid, _, _, st in ledger_rows if st]
+    outcomes += [Outcome(e(19), "aborted", *aborted_pos[0], txn_no=1),
+                 Outcome(e(19), "acked", *committed_pos[0], txn_no=2)]
+    lg.copy_outcomes(run_id, 1, outcomes)
+    lg.close()
+    return {"run_id": run_id, "topic": topic, "e": e}
+
+
+@pytest.fixture(scope="module")
+def kafka_conf_module(stack_env):
+    from delivery_semantics.endpoints import kafka_config
+    return kafka_config()
+
+
+def _discrepancies(rid: str) -> dict[tuple[str, str], dict[str, int]]:
+    with _db() as c, c.cursor() as cur:
+        cur.execute("SELECT isolation, kind, event_id, copies FROM reconcile_discrepancies WHERE reconciliation_id = %s",
+                    (rid,))
+        out: dict = {}
+        for iso, kind, eid, copies in cur.fetchall():
+            out.setdefault((iso, kind), {})[eid] = copies
+        return out
+
+
+def _summary(rid: str) -> dict[str, dict]:
+    with _db() as c, c.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+        cur.execute("SELECT * FROM reconcile_summary WHERE reconciliation_id = %s", (rid,))
+        return {r["isolation"]: dict(r) for r in cur.fetchall()}
+
+
+def _snapshot(rid: str) -> dict[str, list]:
+    tables = {"reconcile_summary": "isolation", "reconcile_discrepancies": "isolation, kind, event_id",
+              "dedup_events": "event_id", "reconcile_offsets": '"partition"'}
+    with _db() as c, c.cursor() as cur:
+        out = {}
+        for t, order in tables.items():
+            cur.execute(f"SELECT * FROM {t} WHERE reconciliation_id = %s ORDER BY {order}", (rid,))
+            out[t] = [tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in cur.fetchall()]
+        return out
+
+
+
+def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
+    r = reconcile.run(run_id=planted["run_id"])
+    assert r.returncode == 0, r.error
+    e, rid = planted["e"], planted["run_id"]
+    d = _discrepancies(rid)
+    for iso in ("read_committed", "read_uncommitted"):
+        assert d[(iso, "lost_acked")] == {e(12): 0}
+        assert d[(iso, "lost_unacked")] == {e(13): 0}
+        assert d[(iso, "unknown_landed")] == {e(14): 1, e(15): 1, e(20): 1}
+        assert d[(iso, "unexpected")] == {f"{rid}-u1": 1}
+        assert d[(iso, "out_of_order")] == {e(17): 1}
+        assert set(d[(iso, "malformed")]) == {"partition 0 offset 21", "partition 0 offset 22"}
+    assert d[("read_committed", "duplicate")] == {e(10): 2, e(11): 3}
+    assert d[("read_uncommitted", "duplicate")] == {e(10): 2, e(11): 3, e(19): 2}
+    assert d[("read_uncommitted", "aborted_visible")] == {e(19): 1}
+    assert ("read_committed", "aborted_visible") not in d
+
+    s = _summary(rid)
+    rc, ru = s["read_committed"], s["read_uncommitted"]
+    assert (rc["records_read"], ru["records_read"]) == (25, 26)
+    assert (rc["delivered_once"], ru["delivered_once"]) == (17, 16)
+    assert (rc["duplicate_events"], rc["duplicate_copies"]) == (2, 3)
+    assert (ru["duplicate_events"], ru["duplicate_copies"]) == (3, 4)
+    assert (rc["lost_acked"], rc["lost_unacked"], rc["unknown_landed"], rc["unexpected"], rc["out_of_order"],
+            rc["malformed"], rc["aborted_visible"]) == (1, 1, 3, 1, 1, 2, 0)
+    assert ru["aborted_visible"] == 1
+    assert (rc["verdict"], rc["broken_by"]) == ("broken", "duplicate,lost_acked")
+    assert ru["verdict"] == "n/a", "transactional is judged on read_committed"
+    assert rc["ledger_events"] == 21 and rc["ledger_acked"] == 17   # e00-e12, e16-e18, e19 (committed)
+    # 26 records, an abort marker at 25 and a commit marker at 27: the end is offset 28, not a count.
+    assert rc["end_offsets"] == {"0": 28}
+
+
+def test_a_rerun_leaves_every_table_row_for_row_unchanged(planted):
+    rid = planted["run_id"]
+    if not _summary(rid):
+        assert reconcile.run(run_id=rid).returncode == 0
+    before = _snapshot(rid)
+    # New records after the first reconciliation must not be read: the offset range is fixed.
+    p = Producer(_kafka())
+    p.produce(planted["topic"], key="late", value=b"x", headers=[("event_id", b"late-1")])
+    p.flush(30)
+    r = reconcile.run(run_id=rid)
+    assert r.returncode == 0, r.error
+    after = _snapshot(rid)
+    assert after == before
+    assert all(len(v) for v in before.values())
+    with _db() as c, c.cursor() as cur:
+        cur.execute("SELECT count(*) FROM reconcile_jobs WHERE reconciliation_id = %s", (rid,))
+        assert cur.fetchone()[0] >= 2
+
+
+def _kafka():
+    from delivery_semantics.endpoints import kafka_config
+    return kafka_config()
+
+
+def test_dedup_table_keeps_the_first_copy_by_offset(planted):
+    rid, e = planted["run_id"], planted["e"]
+    with _db() as c, c.cursor() as cur:
+        cur.execute('SELECT event_id, "offset" FROM dedup_events WHERE reconciliation_id = %s', (rid,))
+        rows = dict(cur.fetchall())
+    assert (rows[e(10)], rows[e(11)], rows[e(19)]) == (10, 12, 26)   # first copies; e19's committed one
+    assert e(12) not in rows and e(13) not in rows and rows[f"{rid}-u1"] == 20
+    # read_committed, as the transactional mode's readers read: 20 distinct event ids
+    assert len(rows) == 20
+
+
+def test_a_clean_run_is_all_zeros_and_kept():
+    s = load.start(load.LoadSpec(mode="idempotent", messages=3000, seed=5))
+    r = reconcile.run(run_id=s.run_id)
+    assert r.returncode == 0, r.error
+    for iso, row in _summary(s.run_id).items():
+        assert row["records_read"] == 3000 and row["delivered_once"] == 3000
+        for k in ("duplicate_events", "lost_acked", "lost_unacked", "unknown_landed", "unexpected", "out_of_order",
+                  "aborted_visible", "malformed"):
+            assert row[k] == 0, (iso, k)
+        assert row["verdict"] == ("kept" if iso == "read_uncommitted" else "n/a")
+        assert row["meets_expectation"] is True
+    assert _discrepancies(s.run_id) == {}
+
+
+def test_unreachable_kafka_fails_with_a_clear_message(planted):
+    s = load.start(load.LoadSpec(mode="at_least_once", messages=50))
+    r = reconcile.run(run_id=s.run_id, env={"SEMANTICS_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, timeout=300)
+    assert r.returncode == 2
+    assert "reconcile: Kafka at 127.0.0.1:1 cannot be read" in r.error
+
+
+def test_unreachable_database_fails_with_a_clear_message():
+    r = reconcile.run(run_id="whatever", env={"SEMANTICS_JDBC_URL": "jdbc:postgresql://127.0.0.1:1/semantics"},
+                      timeout=300)
+    assert r.returncode == 2
+    assert "reconcile: the database at jdbc:postgresql://127.0.0.1:1/semantics cannot be reached" in r.error
+
+
+def test_unknown_run_is_refused():
+    r = reconcile.run(run_id="no_such_run")
+    assert r.returncode == 2 and "no run 'no_such_run' in the ledger" in r.error
+
+
+def test_a_mapped_external_topic_and_outbox_table(kafka_conf_module, tmp_path):
+    """A team's own topic (event id in a JSON field) against its own outbox table."""
+    tag = uuid.uuid4().hex[:8]
+    topic, table = f"orders-{tag}", f"test_outbox_{tag}"
+    topics.ensure_topic(kafka_conf_module, topic, partitions=2)
+    p = Producer({**kafka_conf_module, "acks": "all"})
+    sends = [("o1", 1), ("o2", 1), ("o3", 1), ("o5", 2), ("o9", 1)]   # o5 twice; o9 has no outbox row
+    for oid, times in sends:
+        for _ in range(times):
+            p.produce(topic, key=f"agg-{oid}", value=json.dumps({"id": f"{tag}-{oid}", "version": 1}).encode())
+    p.produce(topic, key="agg-x", value=b"not json at all")
+    p.flush(30)
+    with _db() as c, c.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table} (id text, aggregate_id text, version int, state text)")
+        for oid, state in [("o1", "SENT"), ("o2", "SENT"), ("o3", "SENT"), ("o4", "SENT"), ("o5", "SENT"),
+                           ("o6", "FAILED")]:
+            cur.execute(f"INSERT INTO {table} VALUES (%s, %s, 1, %s)", (f"{tag}-{oid}", f"agg-{oid}", state))
+    mapping = tmp_path / "orders.json"
+    rid = f"orders-{tag}"
+    mapping.write_text(json.dumps({
+        "reconciliation_id": rid, "topic": topic, "event_id": {"json": "$.id"}, "seq": {"json": "$.version"},
+        "ledger": {"table": table, "columns": {"event_id": "id", "key": "aggregate_id", "seq": "version",
+                                               "status": "state"}, "acked_values": ["SENT"]}}))
+    try:
+        r = reconcile.run(mapping=str(mapping))
+        assert r.returncode == 0, r.error
+        d = _discrepancies(rid)
+        iso = "read_uncommitted"
+        assert d[(iso, "duplicate")] == {f"{tag}-o5": 2}
+        assert d[(iso, "lost_acked")] == {f"{tag}-o4": 0}
+        assert d[(iso, "lost_unacked")] == {f"{tag}-o6": 0}
+        assert d[(iso, "unexpected")] == {f"{tag}-o9": 1}
+        assert len(d[(iso, "malformed")]) == 1
+        s = _summary(rid)[iso]
+        assert (s["records_read"], s["delivered_once"], s["ledger_events"], s["ledger_acked"]) == (7, 3, 6, 5)
+        assert s["verdict"] == "n/a" and s["mode"] is None
+    finally:
+        with _db() as c, c.cursor() as cur:
+            cur.execute(f"DROP TABLE {table}")

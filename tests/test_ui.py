@@ -1,0 +1,114 @@
+"""The results page in the Airflow UI: the real api-server, Debian's Chromium driven by
+Playwright, a refused request without Airflow auth, and a screenshot kept in artifacts/."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import ARTIFACTS, REPO
+from delivery_semantics import load, localstack, reconcile, report
+
+PORT = 18080
+BASE = f"http://127.0.0.1:{PORT}"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def api_server(stack_env):
+    if not report.matrix_rows():
+        s = load.start(load.LoadSpec(mode="idempotent", messages=500))
+        assert reconcile.run(run_id=s.run_id).returncode == 0
+    log = open(ARTIFACTS / "airflow-api-server.log", "w")
+    proc = subprocess.Popen([str(REPO / ".venv" / "bin" / "airflow"), "api-server", "--port", str(PORT)],
+                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, **localstack.environment()})
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{BASE}/api/v2/version", timeout=2)
+            break
+        except (urllib.error.URLError, ConnectionError):
+            assert proc.poll() is None, (ARTIFACTS / "airflow-api-server.log").read_text()[-3000:]
+            time.sleep(1)
+    else:
+        raise AssertionError("the api-server did not start within 180 s")
+    yield BASE
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(30)
+    log.close()
+
+
+def _token() -> str:
+    password = localstack._secrets()["AIRFLOW_ADMIN_PASSWORD"]
+    req = urllib.request.Request(f"{BASE}/auth/token", method="POST",
+                                 data=json.dumps({"username": "admin", "password": password}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())["access_token"]
+
+
+def test_the_page_is_refused_without_airflow_auth(api_server):
+    for path in ("/semantics/", "/semantics/runs/anything"):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{BASE}{path}", timeout=10)
+        assert e.value.code == 401, path
+    forged = urllib.request.Request(f"{BASE}/semantics/", headers={"Authorization": "Bearer not-a-jwt"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(forged, timeout=10)
+    assert e.value.code in (401, 403)
+
+
+def test_the_plugin_registers_its_view_in_the_nav(api_server):
+    req = urllib.request.Request(f"{BASE}/api/v2/plugins", headers={"Authorization": f"Bearer {_token()}"})
+    plugins = json.loads(urllib.request.urlopen(req, timeout=10).read())["plugins"]
+    ours = [p for p in plugins if p["name"] == "delivery_semantics"]
+    assert ours and ours[0]["external_views"][0]["href"] == "/semantics/"
+    assert ours[0]["fastapi_apps"][0]["url_prefix"] == "/semantics"
+
+
+def test_headless_chromium_shows_the_matrix_and_keeps_a_screenshot(api_server):
+    from playwright.sync_api import sync_playwright
+
+    token = _token()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            anonymous = browser.new_page()
+            resp = anonymous.goto(f"{BASE}/semantics/")
+            assert resp.status == 401 and "Not authenticated" in anonymous.content()
+
+            ctx = browser.new_context(viewport={"width": 1500, "height": 900})
+            ctx.add_cookies([{"name": "_token", "value": token, "url": BASE}])
+            page = ctx.new_page()
+            resp = page.goto(f"{BASE}/semantics/")
+            assert resp.status == 200
+            rows = page.locator("#matrix tr")
+            assert rows.count() >= 2, "a header and at least one mode x scenario row"
+            assert page.locator("h1").inner_text() == "Delivery-semantics matrix"
+            first_run = page.locator("#matrix a").first
+            run_id = first_run.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "ui-matrix.png"), full_page=True)
+            first_run.click()
+            page.wait_for_load_state()
+            assert run_id in page.locator("h1").inner_text()
+            page.screenshot(path=str(ARTIFACTS / "ui-run.png"), full_page=True)
+
+            # The same page inside the Airflow UI, through the plugin's nav entry.
+            page.goto(f"{BASE}/plugin/delivery-semantics")
+            page.wait_for_timeout(4000)
+            page.screenshot(path=str(ARTIFACTS / "ui-airflow-embedded.png"), full_page=True)
+            frame_urls = [f.url for f in page.frames]
+            assert any(u.rstrip("/").endswith("/semantics") for u in frame_urls), frame_urls
+        finally:
+            browser.close()
