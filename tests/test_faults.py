@@ -98,7 +98,8 @@ def test_producer_crash_duplicates_are_counted_for_idempotent(ledger, kafka_conf
 
 
 def test_producer_crash_exactly_once_for_transactional(ledger, kafka_conf):
-    s, seen, tl = run_pair("transactional", "producer_crash", ledger, kafka_conf)
+    s, seen, tl = run_pair("transactional", "producer_crash", ledger, kafka_conf, airflow_run_id="dag/run/task/-1")
+    assert ledger.get_run(s.run_id)["airflow_run_id"] == "dag/run/task/-1", "a retried task must find its run"
     assert "kill_producer" in actions(tl) and s.sessions == 2
     assert (seen.duplicates, seen.lost_acked, seen.acked) == (0, 0, MESSAGES)
     assert seen.records_in_topic == MESSAGES

@@ -145,6 +145,8 @@ class ProducerCrash(Scenario):
                    "--topic", _topic(spec), "--run-id", spec.run_id, "--no-progress"]
             for k, v in spec.overrides.items():
                 cmd += ["--set", f"{k}={v}"]
+            if spec.airflow_run_id:
+                cmd += ["--airflow-run-id", spec.airflow_run_id]
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
             try:
