@@ -163,13 +163,13 @@ def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
     assert rc["end_offsets"] == {"0": 28}
 
 
-def test_a_rerun_leaves_every_table_row_for_row_unchanged(planted):
+def test_a_rerun_leaves_every_table_row_for_row_unchanged(planted, kafka_conf_module):
     rid = planted["run_id"]
     if not _summary(rid):
         assert reconcile.run(run_id=rid).returncode == 0
     before = _snapshot(rid)
     # New records after the first reconciliation must not be read: the offset range is fixed.
-    p = Producer(_kafka())
+    p = Producer(kafka_conf_module)
     p.produce(planted["topic"], key="late", value=b"x", headers=[("event_id", b"late-1")])
     p.flush(30)
     r = reconcile.run(run_id=rid)
@@ -180,11 +180,6 @@ def test_a_rerun_leaves_every_table_row_for_row_unchanged(planted):
     with _db() as c, c.cursor() as cur:
         cur.execute("SELECT count(*) FROM reconcile_jobs WHERE reconciliation_id = %s", (rid,))
         assert cur.fetchone()[0] >= 2
-
-
-def _kafka():
-    from delivery_semantics.endpoints import kafka_config
-    return kafka_config()
 
 
 def test_dedup_table_keeps_the_first_copy_by_offset(planted):

@@ -205,6 +205,7 @@ class Nemesis:
     def kill(self, node_id: int) -> None:
         self.backend.kill(node_id)
         self._killed.add(node_id)
+        self._paused.discard(node_id)   # a killed process is no longer stopped
         self.timeline.record("kill", broker=node_id, signal="SIGKILL")
 
     def restart(self, node_id: int) -> None:

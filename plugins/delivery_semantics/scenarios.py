@@ -94,7 +94,6 @@ class LeaderKill(Scenario):
             nemesis.pause(leader)
             time.sleep(self.STALL)
             nemesis.kill(leader)
-            nemesis._paused.discard(leader)
             time.sleep(self.DOWN)
             nemesis.restart(leader)
         return _load_with_nemesis(spec, kafka_conf, db, self.topic_config(), timeline)
