@@ -1,6 +1,6 @@
-"""The delivery-semantics matrix: every valid mode x scenario pair, one after another (the
-faults share one cluster), each reconciled with Spark, then the matrix report: a table in the
-log and an HTML page with plots under var/reports/."""
+"""The delivery-semantics matrix: every valid mode x scenario pair, then every consumer strategy
+under consumer_crash, one after another (the faults share one cluster), each reconciled with
+Spark, then the matrix report: a table in the log and an HTML page with plots under var/reports/."""
 
 from __future__ import annotations
 
@@ -26,10 +26,7 @@ def semantics_matrix():
     def pairs(params=None) -> list[dict]:
         from delivery_semantics import orchestration
 
-        chosen = orchestration.matrix_pairs(params["modes"], params["scenarios"])
-        if not chosen:
-            raise ValueError("no valid mode x scenario pair in the chosen modes and scenarios")
-        return [{"mode": m, "scenario": s, "messages": params["messages"], "seed": params["seed"]} for m, s in chosen]
+        return orchestration.matrix_confs(dict(params))
 
     @task(pool=CLUSTER_POOL, max_active_tis_per_dagrun=1, map_index_template="{{ pair_label }}")
     def run_pair(conf: dict, ti=None) -> str:
@@ -37,7 +34,7 @@ def semantics_matrix():
 
         from delivery_semantics import orchestration
 
-        get_current_context()["pair_label"] = f"{conf['mode']} x {conf['scenario']}"
+        get_current_context()["pair_label"] = f"{conf.get('mode') or conf['strategy']} x {conf['scenario']}"
         return orchestration.run_pair(conf, task_key(ti))["run_id"]
 
     run_ids = run_pair.expand(conf=pairs())

@@ -1,9 +1,14 @@
-"""One mode x scenario run from the UI form: validate the whole request, run the load under the
-fault, reconcile with Spark (SparkSubmitOperator on `spark_default`), and write the report.
+"""One run from the UI form, reconciled with Spark (SparkSubmitOperator on `spark_default`) and
+reported:
+- `semantics_single_run`: a producer load in one mode under one fault scenario;
+- `semantics_consumer_run`: a consumer run, one consumer strategy, with or without crashes, over a
+  given producer run or a fresh fault-free one; checked on what it wrote (sink table or output
+  topic) against that producer run's ledger.
 
-Each field is checked against its JSON schema when the run is triggered. The pair as a whole is
+Each field is checked against its JSON schema when the run is triggered. The request as a whole is
 checked by `validate`, the first task, which has no side effects. Examples of what it refuses:
-txn_abort with a non-transactional mode, and lost_ack with acks=0."""
+txn_abort with a non-transactional mode, lost_ack with acks=0, a consumer input run that does not
+exist or did not complete."""
 
 from __future__ import annotations
 
@@ -11,45 +16,50 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics.airflow_tasks import CLUSTER_POOL, RUNS_ASSET, reconcile_operator, task_key
-from delivery_semantics.dag_params import single_run_params
+from delivery_semantics.dag_params import consumer_run_params, single_run_params
 
 
-@dag(
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["semantics", "single-run", "ui"],
-    doc_md=__doc__,
-    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
-    params=single_run_params(),
-)
-def semantics_single_run():
-    @task(retries=0)
-    def validate(params=None) -> dict:
-        from delivery_semantics import orchestration
+def one_run_dag(dag_id: str, params: dict, tags: list[str]):
+    @dag(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        tags=["semantics", "ui", *tags],
+        doc_md=__doc__,
+        default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
+        params=params,
+    )
+    def one_run():
+        @task(retries=0)
+        def validate(params=None) -> dict:
+            from delivery_semantics import orchestration
 
-        return orchestration.validate_conf(dict(params))
+            return orchestration.validate_conf(dict(params))
 
-    @task(outlets=[RUNS_ASSET], pool=CLUSTER_POOL)
-    def run_load(conf: dict, ti=None, outlet_events=None) -> str:
-        from delivery_semantics import orchestration
+        @task(outlets=[RUNS_ASSET], pool=CLUSTER_POOL)
+        def run_load(conf: dict, ti=None, outlet_events=None) -> str:
+            from delivery_semantics import orchestration
 
-        result = orchestration.run_pair(conf, task_key(ti))
-        outlet_events[RUNS_ASSET].extra = {"run_ids": [result["run_id"]]}
-        return result["run_id"]
+            result = orchestration.run_pair(conf, task_key(ti))
+            outlet_events[RUNS_ASSET].extra = {"run_ids": [result["run_id"]]}
+            return result["run_id"]
 
-    ledger_run = run_load(validate())
-    reconciled = reconcile_operator(application_args=["--run-id", ledger_run])
+        ledger_run = run_load(validate())
+        reconciled = reconcile_operator(application_args=["--run-id", ledger_run])
 
-    @task
-    def report(ledger_run: str) -> str:
-        from delivery_semantics import report as rep
+        @task
+        def report(ledger_run: str) -> str:
+            from delivery_semantics import report as rep
 
-        rows = rep.matrix_rows([ledger_run])
-        print(rep.matrix_text(rows))
-        return str(rep.html_report(rows, rep.reports_dir() / f"run-{ledger_run}.html", f"Run {ledger_run}"))
+            rows = rep.matrix_rows([ledger_run])
+            print(rep.matrix_text(rows))
+            return str(rep.html_report(rows, rep.reports_dir() / f"run-{ledger_run}.html", f"Run {ledger_run}"))
 
-    reconciled >> report(ledger_run)
+        reconciled >> report(ledger_run)
+
+    return one_run()
 
 
-semantics_single_run()
+one_run_dag("semantics_single_run", single_run_params(), ["single-run"])
+one_run_dag("semantics_consumer_run", consumer_run_params(), ["consumer"])

@@ -6,13 +6,17 @@
 Input is one of:
 - a run id of the platform's own (topic and ledger from the `runs`, `ledger_events` and
   `ledger_outcomes` tables);
+- a consumer run id of the platform's own (`consumer_runs`), checked against its input run's
+  ledger: what it wrote to the sink table (`sink_events`), or, for the transactional copier, its
+  output topic;
 - a mapping for an existing topic and ledger/outbox table (see docs/RECONCILE.md).
 
 The topic is read twice (read_committed and read_uncommitted) over an exact offset range. That
 range is fixed at the first reconciliation and recorded, so a rerun reads the same records. The
 ledger is read with partitioned JDBC reads. Every event id is classified as one of:
 delivered_once, duplicate, lost_acked, lost_unacked, unknown_landed, unexpected, out_of_order,
-aborted_visible or malformed (a record with no usable event id).
+aborted_visible or malformed (a record with no usable event id). A sink is also checked for
+stale overwrites: a record applied to its key's state after a newer version was.
 
 Three tables are written: a summary (one row per run and isolation level), the discrepancies
 (one row per affected event and kind) and an event-id-deduplicated copy of the data. Spark writes
@@ -61,6 +65,13 @@ class Source:
     publish_at: dict | None = None   # header/json holding epoch millis, or {"timestamp": true}
     kafka_options: dict = field(default_factory=dict)
     ledger: dict = field(default_factory=dict)
+    sink: dict | None = None         # a consumer run's sink table instead of the topic
+    judged_by_reader: bool = True    # False: the records are a derived copy (no dedup_events rows)
+
+    @property
+    def isolations(self) -> tuple[str, ...]:
+        # A sink holds what a read_committed consumer wrote: there is no other isolation to read.
+        return ("read_committed",) if self.sink else ISOLATIONS
 
 
 def platform_source(run: dict, bootstrap: str) -> Source:
@@ -69,6 +80,20 @@ def platform_source(run: dict, bootstrap: str) -> Source:
         scenario=run["scenario"], event_id={"header": "event_id"}, seq={"header": "seq"},
         publish_at={"header": "publish_at"},
         ledger={"kind": "platform", "run_id": run["run_id"], "messages": int(run["messages"])})
+
+
+def consumer_source(crun: dict, input_run: dict, bootstrap: str) -> Source:
+    if crun["status"] != "completed":
+        raise InputError(f"consumer run {crun['consumer_run_id']} is {crun['status']}: reconcile it once it completed")
+    copier = crun["output_topic"] is not None
+    src = platform_source(input_run, bootstrap)
+    src.reconciliation_id, src.mode, src.scenario = crun["consumer_run_id"], crun["strategy"], crun["scenario"]
+    src.topic = crun["output_topic"] if copier else crun["input_topic"]
+    src.judged_by_reader = False
+    if not copier:
+        src.sink = {"consumer_run_id": crun["consumer_run_id"],
+                    "end_offsets": {int(p): int(o) for p, o in json.loads(crun["input_end_offsets"]).items()}}
+    return src
 
 
 def mapping_source(path: str, bootstrap_default: str | None) -> Source:
@@ -249,6 +274,34 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
         F.col("partition"), F.col("offset"), F.col("value"))
 
 
+def read_sink(jdbc: Jdbc, src: Source) -> DataFrame:
+    """A consumer run's sink rows in the shape of topic records, in the order they were applied."""
+    cid = src.sink["consumer_run_id"]
+    lo, hi, n = jdbc.scalar_rows("SELECT coalesce(min(apply_no), 0), coalesce(max(apply_no), 0), count(*) "
+                                 "FROM sink_events WHERE consumer_run_id = ?", [cid])[0]
+    escaped = cid.replace("'", "''")
+    df = jdbc.read(f'SELECT apply_no, event_id, key, seq, publish_at, source_partition AS "partition", '
+                   f'source_offset AS "offset", state_applied FROM sink_events WHERE consumer_run_id = \'{escaped}\'',
+                   partitionColumn="apply_no", lowerBound=int(lo), upperBound=int(hi) + 1,
+                   numPartitions=max(1, min(64, int(n) // 250_000 + 1)))
+    return df.withColumn("value", F.lit(None).cast("binary"))
+
+
+def stale_overwrites(sink: DataFrame, isolation: str, rid: str) -> DataFrame:
+    """Records applied to their key's state after a newer version (publish_at, then seq) was."""
+    version = F.struct("publish_at", "seq")
+    w = Window.partitionBy("key").orderBy("apply_no").rowsBetween(Window.unboundedPreceding, -1)
+    return (sink.where(F.col("state_applied") & F.col("key").isNotNull())
+            .withColumn("newest_before", F.max(version).over(w))
+            .where(version < F.col("newest_before"))
+            .groupBy("event_id").agg(F.count(F.lit(1)).cast("int").alias("copies"),
+                                     F.array_sort(F.collect_set("partition")).alias("partitions"),
+                                     F.slice(F.array_sort(F.collect_list("offset")), 1, 100).alias("offsets"))
+            .select(F.lit(rid).alias("reconciliation_id"), F.lit(isolation).alias("isolation"), "event_id",
+                    F.lit("stale_overwrite").alias("kind"), "copies", F.col("partitions").cast("array<int>"),
+                    F.col("offsets").cast("array<bigint>")))
+
+
 def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
     """One row per ledger event: event_id, key, seq, publish_at, status (acked, sent, failed,
     unknown, pending, aborted, written)."""
@@ -375,7 +428,8 @@ def write_results(spark: SparkSession, jdbc: Jdbc, src: Source, summaries: list[
     stg_disc, stg_dedup = f"stg_discrepancies_{token}", f"stg_dedup_{token}"
     rid = src.reconciliation_id
     jdbc.write(disc, stg_disc)
-    jdbc.write(dedup, stg_dedup)
+    if dedup is not None:
+        jdbc.write(dedup, stg_dedup)
     try:
         stmts: list[tuple[str, list]] = []
         if not recorded_before:
@@ -394,14 +448,15 @@ def write_results(spark: SparkSession, jdbc: Jdbc, src: Source, summaries: list[
                           f"ON CONFLICT (reconciliation_id, isolation) DO UPDATE SET "
                           + ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in ("reconciliation_id", "isolation")),
                           [s[c] for c in cols]))
-        # First copy by offset wins; a later version of an event replaces it only if it is newer.
-        stmts.append((f"INSERT INTO dedup_events (event_id, reconciliation_id, key, seq, publish_at, \"partition\", "
-                      f"\"offset\", value) SELECT event_id, reconciliation_id, key, seq, publish_at, \"partition\", "
-                      f"\"offset\", value FROM {stg_dedup} ON CONFLICT (event_id) DO UPDATE SET "
-                      "reconciliation_id = EXCLUDED.reconciliation_id, key = EXCLUDED.key, seq = EXCLUDED.seq, "
-                      'publish_at = EXCLUDED.publish_at, "partition" = EXCLUDED."partition", '
-                      '"offset" = EXCLUDED."offset", value = EXCLUDED.value '
-                      "WHERE EXCLUDED.publish_at > dedup_events.publish_at", []))
+        if dedup is not None:
+            # First copy by offset wins; a later version of an event replaces it only if it is newer.
+            stmts.append((f"INSERT INTO dedup_events (event_id, reconciliation_id, key, seq, publish_at, "
+                          f"\"partition\", \"offset\", value) SELECT event_id, reconciliation_id, key, seq, "
+                          f"publish_at, \"partition\", \"offset\", value FROM {stg_dedup} ON CONFLICT (event_id) "
+                          "DO UPDATE SET reconciliation_id = EXCLUDED.reconciliation_id, key = EXCLUDED.key, "
+                          'seq = EXCLUDED.seq, publish_at = EXCLUDED.publish_at, "partition" = EXCLUDED."partition", '
+                          '"offset" = EXCLUDED."offset", value = EXCLUDED.value '
+                          "WHERE EXCLUDED.publish_at > dedup_events.publish_at", []))
         stmts.append(("INSERT INTO reconcile_jobs (reconciliation_id, staged_as) VALUES (?, ?)", [rid, token]))
         jdbc.execute_in_transaction(stmts)
     finally:
@@ -413,15 +468,21 @@ def write_results(spark: SparkSession, jdbc: Jdbc, src: Source, summaries: list[
 def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source) -> list[dict]:
     from delivery_semantics import promises
 
-    start, end, recorded_before = fixed_offsets(spark, jdbc, src)
     ledger = read_ledger(jdbc, src).cache()
-    reads = {iso: read_topic(spark, src, iso, start, end).cache() for iso in ISOLATIONS}
+    if src.sink:
+        start, end, recorded_before = {}, src.sink["end_offsets"], True
+        reads = {"read_committed": read_sink(jdbc, src).cache()}
+    else:
+        start, end, recorded_before = fixed_offsets(spark, jdbc, src)
+        reads = {iso: read_topic(spark, src, iso, start, end).cache() for iso in src.isolations}
     committed_copies = reads["read_committed"].where(F.col("event_id").isNotNull()).groupBy("event_id").agg(
         F.count(F.lit(1)).cast("int").alias("copies"))
     summaries, all_disc = [], None
-    for iso in ISOLATIONS:
+    for iso in src.isolations:
         disc, totals = classify(reads[iso], ledger, committed_copies if iso == "read_uncommitted" else None, iso,
                                 src.reconciliation_id)
+        if src.sink:
+            disc = disc.unionByName(stale_overwrites(reads[iso], iso, src.reconciliation_id))
         disc = disc.cache()
         kinds = {r["kind"]: (r["events"], r["copies"]) for r in
                  disc.groupBy("kind").agg(F.count(F.lit(1)).alias("events"), F.sum("copies").alias("copies")).collect()}
@@ -436,10 +497,11 @@ def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source) -> list[dict]:
             "out_of_order": kinds.get("out_of_order", (0, 0))[0],
             "aborted_visible": int(kinds.get("aborted_visible", (0, 0))[1] or 0),
             "malformed": kinds.get("malformed", (0, 0))[0],
+            "stale_overwrites": kinds.get("stale_overwrite", (0, 0))[0] if src.sink else None,
         }
         n = max(1, counts["ledger_events"])
         mode = src.mode or ""
-        verdict, broken = (promises.verdict(mode, src.scenario, iso, counts) if mode in promises.MODE_ISOLATION
+        verdict, broken = (promises.verdict(mode, src.scenario, iso, counts) if mode in promises.JUDGED_ISOLATION
                            else ("n/a", []))
         summaries.append({
             "reconciliation_id": src.reconciliation_id, "isolation": iso, "topic": src.topic, "mode": mode or None,
@@ -454,13 +516,34 @@ def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source) -> list[dict]:
         all_disc = disc if all_disc is None else all_disc.unionByName(disc)
 
     # The consumer-side remedy: one row per event id, the first copy by offset, read as the
-    # mode's readers read (read_committed for transactions).
-    iso = "read_committed" if (src.mode == "transactional" or src.mode is None) else "read_uncommitted"
-    dedup = (reads[iso].where(F.col("event_id").isNotNull()).groupBy("event_id")
-             .agg(F.min_by(F.struct("key", "seq", "publish_at", "partition", "offset", "value"), "offset").alias("f"))
-             .select("event_id", F.lit(src.reconciliation_id).alias("reconciliation_id"), "f.*"))
+    # mode's readers read (read_committed for transactions). A consumer run's records are copies
+    # of its input run's, which has these rows already.
+    dedup = None
+    if src.judged_by_reader:
+        iso = "read_committed" if (src.mode == "transactional" or src.mode is None) else "read_uncommitted"
+        dedup = (reads[iso].where(F.col("event_id").isNotNull()).groupBy("event_id")
+                 .agg(F.min_by(F.struct("key", "seq", "publish_at", "partition", "offset", "value"), "offset")
+                      .alias("f"))
+                 .select("event_id", F.lit(src.reconciliation_id).alias("reconciliation_id"), "f.*"))
     write_results(spark, jdbc, src, summaries, all_disc, dedup, start, end, recorded_before)
     return summaries
+
+
+def platform_run_source(jdbc: Jdbc, run_id: str, bootstrap: str) -> Source:
+    """A producer run, or a consumer run checked against its input run's ledger."""
+    run_cols = ("run_id", "topic", "mode", "scenario", "messages")
+    rows = jdbc.scalar_rows(f"SELECT {', '.join(run_cols)} FROM runs WHERE run_id = ?", [run_id])
+    if rows:
+        return platform_source(dict(zip(run_cols, rows[0])), bootstrap)
+    crun_cols = ("consumer_run_id", "source_run_id", "strategy", "scenario", "status", "input_topic",
+                 "input_end_offsets", "output_topic")
+    rows = jdbc.scalar_rows(f"SELECT {', '.join(crun_cols[:-2])}, input_end_offsets::text, output_topic "
+                            "FROM consumer_runs WHERE consumer_run_id = ?", [run_id])
+    if not rows:
+        raise InputError(f"no run {run_id!r} in the ledger (neither a producer nor a consumer run)")
+    crun = dict(zip(crun_cols, rows[0]))
+    input_run = jdbc.scalar_rows(f"SELECT {', '.join(run_cols)} FROM runs WHERE run_id = ?", [crun["source_run_id"]])
+    return consumer_source(crun, dict(zip(run_cols, input_run[0])), bootstrap)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -477,12 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.run_id:
             if not args.bootstrap_servers:
                 raise InputError("no bootstrap servers: pass --bootstrap-servers or set SEMANTICS_KAFKA_BOOTSTRAP_SERVERS")
-            rows = jdbc.scalar_rows("SELECT run_id, topic, mode, scenario, messages FROM runs WHERE run_id = ?",
-                                    [args.run_id])
-            if not rows:
-                raise InputError(f"no run {args.run_id!r} in the ledger")
-            run = dict(zip(("run_id", "topic", "mode", "scenario", "messages"), rows[0]))
-            src = platform_source(run, args.bootstrap_servers)
+            src = platform_run_source(jdbc, args.run_id, args.bootstrap_servers)
         else:
             src = mapping_source(args.mapping, args.bootstrap_servers)
         summaries = reconcile(spark, jdbc, src)
@@ -490,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
             print("RECONCILED " + json.dumps({k: s[k] for k in (
                 "reconciliation_id", "isolation", "records_read", "delivered_once", "duplicate_events", "lost_acked",
                 "lost_unacked", "unknown_landed", "unexpected", "out_of_order", "aborted_visible", "malformed",
-                "verdict", "broken_by")}), flush=True)
+                "stale_overwrites", "verdict", "broken_by")}), flush=True)
         return 0
     except InputError as e:
         print(f"reconcile: {e}", file=sys.stderr)

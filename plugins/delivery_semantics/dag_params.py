@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param
 
-from delivery_semantics import modes, scenarios
+from delivery_semantics import consumers, modes, promises, scenarios
 from delivery_semantics.orchestration import LIMITS
 
 
@@ -37,6 +37,24 @@ def single_run_params() -> dict[str, Param]:
     }
 
 
+def consumer_run_params() -> dict[str, Param]:
+    return {
+        "strategy": Param("process_then_commit_dedup", type="string", enum=list(consumers.STRATEGIES),
+                          description="how the consumer commits and writes: "
+                                      + "; ".join(f"{s.name}: {s.description}" for s in consumers.STRATEGIES.values())),
+        "scenario": Param("consumer_crash", type="string", enum=list(promises.CONSUMER_SCENARIOS),
+                          description="consumer_crash: the consumer process is killed (SIGKILL) at its strategy's "
+                                      "crash point and restarted in the same group"),
+        "crashes": _int(1, "crashes", "crashes under consumer_crash, spread evenly over the input"),
+        "batch_size": _int(500, "batch_size", "records per poll, sink transaction or Kafka transaction"),
+        "source_run_id": Param(None, type=["null", "string"],
+                               description="a completed producer run to consume; empty: a fresh fault-free "
+                                           "idempotent run of `messages` events"),
+        "messages": _int(20_000, "messages", "events of the fresh input run"),
+        "seed": _int(0, "seed", "seed of the fresh input run's generator"),
+    }
+
+
 def matrix_params(messages: int = 15_000) -> dict[str, Param]:
     return {
         "messages": _int(messages, "messages", "events per mode x scenario run"),
@@ -45,5 +63,9 @@ def matrix_params(messages: int = 15_000) -> dict[str, Param]:
         "scenarios": Param(list(scenarios.SCENARIOS), type="array",
                            items={"type": "string", "enum": list(scenarios.SCENARIOS)},
                            description="scenarios to include"),
+        "consumer_strategies": Param(list(consumers.STRATEGIES), type="array",
+                                     items={"type": "string", "enum": list(consumers.STRATEGIES)},
+                                     description="consumer strategies to run under consumer_crash, each over a "
+                                                 "fresh fault-free input run"),
         "seed": _int(0, "seed", "seed of the generator"),
     }

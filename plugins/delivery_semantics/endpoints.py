@@ -122,6 +122,22 @@ def ledger_database(conn_id: str = LEDGER_CONN_ID) -> Database:
     return Database(c.host, c.port or 5432, c.login, c.password, c.schema)
 
 
+def child_process_env(kafka_conf: dict, db: Database) -> dict[str, str]:
+    """The environment for a platform process this one starts (a producer or consumer it will
+    kill): the resolved endpoints as connection variables, so the child needs no Airflow context,
+    and this package on its path. Environment, never arguments: `ps` shows arguments."""
+    plugins_dir = str(Path(__file__).resolve().parents[1])
+    path = os.environ.get("PYTHONPATH", "")
+    return {
+        **os.environ,
+        f"AIRFLOW_CONN_{KAFKA_CONN_ID.upper()}": json.dumps({"conn_type": "kafka", "extra": kafka_conf}),
+        f"AIRFLOW_CONN_{LEDGER_CONN_ID.upper()}": json.dumps({
+            "conn_type": "postgres", "host": db.host, "port": db.port, "login": db.user, "password": db.password,
+            "schema": db.database}),
+        "PYTHONPATH": os.pathsep.join(p for p in (plugins_dir, path) if p),
+    }
+
+
 # --------------------------------------------------------------------------- Spark
 
 # Local mode has 2 cores; the default 200 shuffle partitions would be 200 tiny tasks.

@@ -36,9 +36,10 @@ class Event:
         return datetime.fromtimestamp(self.publish_at_ms / 1000, tz=timezone.utc)
 
 
-def new_run_id() -> str:
-    """Sortable and safe as part of an SQL identifier and a topic name."""
-    return time.strftime("r%Y%m%dt%H%M%S", time.gmtime()) + "_" + secrets.token_hex(3)
+def new_run_id(prefix: str = "r") -> str:
+    """Sortable and safe as part of an SQL identifier and a topic name; producer runs start with
+    r, consumer runs with c."""
+    return prefix + time.strftime("%Y%m%dt%H%M%S", time.gmtime()) + "_" + secrets.token_hex(3)
 
 
 def event_id(run_id: str, n: int) -> str:

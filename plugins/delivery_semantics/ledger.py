@@ -98,16 +98,46 @@ class Ledger:
                             (row["run_id"],))
 
     def get_run(self, run_id: str) -> dict | None:
+        return self._get("runs", "run_id", run_id)
+
+    def update_run(self, run_id: str, **fields) -> None:
+        self._update("runs", "run_id", run_id, fields)
+
+    def _get(self, table: str, id_column: str, run_id: str) -> dict | None:
         with self.conn, self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-            cur.execute("SELECT * FROM runs WHERE run_id = %s", (run_id,))
+            cur.execute(f"SELECT * FROM {table} WHERE {id_column} = %s", (run_id,))
             r = cur.fetchone()
         return dict(r) if r else None
 
-    def update_run(self, run_id: str, **fields) -> None:
+    def _update(self, table: str, id_column: str, run_id: str, fields: dict) -> None:
         sets = ", ".join(f"{k} = %s" for k in fields)
         with self.conn, self.conn.cursor() as cur:
-            cur.execute(f"UPDATE runs SET {sets} WHERE run_id = %s",
-                        [json.dumps(v) if isinstance(v, dict) else v for v in fields.values()] + [run_id])
+            cur.execute(f"UPDATE {table} SET {sets} WHERE {id_column} = %s",
+                        [json.dumps(v) if isinstance(v, (dict, list)) else v for v in fields.values()] + [run_id])
+
+    # ------------------------------------------------------------------ consumer runs
+
+    def create_consumer_run(self, row: dict) -> None:
+        """Inserts the consumer run and creates its sink partition, in one transaction."""
+        cols = list(row)
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO consumer_runs ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})",
+                [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()])
+            cur.execute(f"CREATE TABLE sink_events_{_partition_suffix(row['consumer_run_id'])} "
+                        "PARTITION OF sink_events FOR VALUES IN (%s)", (row["consumer_run_id"],))
+
+    def get_consumer_run(self, consumer_run_id: str) -> dict | None:
+        return self._get("consumer_runs", "consumer_run_id", consumer_run_id)
+
+    def update_consumer_run(self, consumer_run_id: str, **fields) -> None:
+        self._update("consumer_runs", "consumer_run_id", consumer_run_id, fields)
+
+    def drop_consumer_run(self, consumer_run_id: str) -> None:
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS sink_events_{_partition_suffix(consumer_run_id)}")
+            cur.execute("DELETE FROM sink_state WHERE consumer_run_id = %s", (consumer_run_id,))
+            cur.execute("DELETE FROM consumer_runs WHERE consumer_run_id = %s", (consumer_run_id,))
 
     def claim_run(self, run_id: str) -> None:
         """Holds a session-level advisory lock for the run on a connection of its own, so a second

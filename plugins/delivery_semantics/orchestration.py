@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from delivery_semantics import load, modes, scenarios
+from delivery_semantics import consumer_workload, load, modes, scenarios
 from delivery_semantics.ledger import Ledger
 
 # The Param limits of the single-run form, shared with validation so the two cannot drift.
@@ -22,16 +22,35 @@ LIMITS = {
     "payload_bytes": (0, 1_000_000),
     "txn_size": (1, 100_000),
     "seed": (0, 2**31 - 1),
+    "crashes": (1, consumer_workload.MAX_CRASHES),
+    "batch_size": (1, consumer_workload.MAX_BATCH),
 }
+# A consumer run without a given input reads a fresh run of this mode: no producer-side fault, so
+# whatever the checker finds in what the consumer wrote is the consumer's doing.
+CONSUMER_INPUT_MODE = "idempotent"
 
 
 class ConfError(ValueError):
     pass
 
 
+def _checked_ints(conf: dict[str, Any], names) -> dict[str, int]:
+    out = {}
+    for name in names:
+        lo, hi = LIMITS[name]
+        if name in conf and conf[name] is not None:
+            v = conf[name]
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                raise ConfError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
+            out[name] = v
+    return out
+
+
 def validate_conf(conf: dict[str, Any]) -> dict[str, Any]:
     """A run's parameters, checked as a whole (the mode x scenario pair included) before any side
-    effect. Returns the normalised parameters."""
+    effect. Returns the normalised parameters. A conf naming a consumer strategy is a consumer run."""
+    if "strategy" in conf:
+        return validate_consumer_conf(conf)
     try:
         mode, scenario = conf["mode"], conf.get("scenario", "none")
     except KeyError:
@@ -40,13 +59,8 @@ def validate_conf(conf: dict[str, Any]) -> dict[str, Any]:
         scenarios.check_pair(mode, scenario)
     except (modes.ModeError, scenarios.ScenarioError) as e:
         raise ConfError(str(e)) from None
-    out = {"mode": mode, "scenario": scenario}
-    for name, (lo, hi) in LIMITS.items():
-        if name in conf and conf[name] is not None:
-            v = conf[name]
-            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-                raise ConfError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
-            out[name] = v
+    out = {"mode": mode, "scenario": scenario,
+           **_checked_ints(conf, ("messages", "partitions", "keys", "payload_bytes", "txn_size", "seed"))}
     ratio = conf.get("abort_ratio", 0.0) or 0.0
     if not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
         raise ConfError(f"abort_ratio must be in [0, 1), got {ratio!r}")
@@ -59,14 +73,42 @@ def validate_conf(conf: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def validate_consumer_conf(conf: dict[str, Any]) -> dict[str, Any]:
+    """A consumer run's parameters: strategy, scenario, crashes and batch size, and either an input
+    run (source_run_id) or the messages and seed of a fresh one."""
+    out = {"strategy": conf["strategy"], "scenario": conf.get("scenario") or "consumer_crash",
+           "source_run_id": conf.get("source_run_id") or None,
+           **_checked_ints(conf, ("messages", "seed", "crashes", "batch_size"))}
+    try:
+        consumer_workload.validate(_consumer_spec(out, out["source_run_id"] or "a fresh input run"))
+        if out["source_run_id"]:
+            lg = Ledger()
+            try:
+                consumer_workload.input_run(lg, out["source_run_id"])
+            finally:
+                lg.close()
+    except consumer_workload.WorkloadError as e:
+        raise ConfError(str(e)) from None
+    return out
+
+
+def _consumer_spec(params: dict, source_run_id: str, airflow_run_id: str | None = None) -> consumer_workload.ConsumerSpec:
+    return consumer_workload.ConsumerSpec(
+        strategy=params["strategy"], source_run_id=source_run_id, scenario=params["scenario"],
+        crashes=params.get("crashes", 1), batch_size=params.get("batch_size", 500), airflow_run_id=airflow_run_id)
+
+
 def _spec(params: dict) -> load.LoadSpec:
     fields = {f.name for f in dataclasses.fields(load.LoadSpec)}
     return load.LoadSpec(**{k: v for k, v in params.items() if k in fields and k != "scenario"})
 
 
 def run_pair(params: dict[str, Any], task_key: str) -> dict:
-    """Runs (or, on a retry, resumes) one mode x scenario load; returns the run's summary."""
+    """Runs (or, on a retry, resumes) one mode x scenario load, or one consumer run; returns the
+    run's summary, with its id as run_id."""
     params = validate_conf(params)
+    if "strategy" in params:
+        return run_consumer(params, task_key)
     existing = _run_for_task(task_key)
     if existing is not None:
         if existing["status"] == "completed":
@@ -79,13 +121,30 @@ def run_pair(params: dict[str, Any], task_key: str) -> dict:
     return {**dataclasses.asdict(summary), "scenario": params["scenario"]}
 
 
-def _run_for_task(task_key: str) -> dict | None:
+def run_consumer(params: dict[str, Any], task_key: str) -> dict:
+    """A consumer run, resumed on a retry. Without a given input run it first makes one (keyed by
+    this task too, so a retry reuses it): a fault-free run of CONSUMER_INPUT_MODE."""
+    existing = _run_for_task(task_key, table="consumer_runs", id_column="consumer_run_id")
+    if existing is not None:
+        summary = consumer_workload.resume(existing["run_id"])
+    else:
+        source_run_id = params["source_run_id"]
+        if source_run_id is None:
+            # Not under this task's key: a matrix report lists the task's consumer run, not its input.
+            source_run_id = run_pair({"mode": CONSUMER_INPUT_MODE, "scenario": "none",
+                                      **{k: params[k] for k in ("messages", "seed") if k in params}},
+                                     f"input-of:{task_key}")["run_id"]
+        summary = consumer_workload.start(_consumer_spec(params, source_run_id, airflow_run_id=task_key))
+    return {**dataclasses.asdict(summary), "run_id": summary.consumer_run_id}
+
+
+def _run_for_task(task_key: str, table: str = "runs", id_column: str = "run_id") -> dict | None:
     lg = Ledger()
     try:
         lg.migrate()
         with lg.conn, lg.conn.cursor() as cur:
-            cur.execute("SELECT run_id, status FROM runs WHERE airflow_run_id = %s ORDER BY created_at DESC LIMIT 1",
-                        (task_key,))
+            cur.execute(f"SELECT {id_column}, status FROM {table} WHERE airflow_run_id = %s "
+                        "ORDER BY created_at DESC LIMIT 1", (task_key,))
             row = cur.fetchone()
         return {"run_id": row[0], "status": row[1]} if row else None
     finally:
@@ -103,3 +162,14 @@ def _summary(run_id: str) -> load.RunSummary:
 def matrix_pairs(modes_filter: list[str] | None = None, scenarios_filter: list[str] | None = None) -> list[list[str]]:
     return [[m, s] for m, s in scenarios.valid_pairs()
             if (not modes_filter or m in modes_filter) and (not scenarios_filter or s in scenarios_filter)]
+
+
+def matrix_confs(params: dict[str, Any]) -> list[dict]:
+    """The matrix DAG's runs: every chosen mode x scenario pair, then every chosen consumer
+    strategy under consumer_crash."""
+    common = {"messages": params["messages"], "seed": params["seed"]}
+    confs = [{"mode": m, "scenario": s, **common} for m, s in matrix_pairs(params["modes"], params["scenarios"])]
+    confs += [{"strategy": st, "scenario": "consumer_crash", **common} for st in params.get("consumer_strategies") or []]
+    if not confs:
+        raise ConfError("no valid mode x scenario pair and no consumer strategy chosen")
+    return confs

@@ -19,12 +19,27 @@ MODE_ISOLATION = {
     "transactional": "read_committed",
 }
 
+# The consumer side: a consumer strategy is judged on what it wrote (a sink table, or an output
+# topic read as its readers would), having read its input read_committed.
+STRATEGY_ISOLATION = {
+    "commit_before_process": "read_committed", "process_then_commit": "read_committed",
+    "process_then_commit_dedup": "read_committed", "transactional_copy": "read_committed",
+}
+CONSUMER_SCENARIOS = ("none", "consumer_crash")
+
+# What every judged run (producer mode or consumer strategy) is judged on.
+JUDGED_ISOLATION = {**MODE_ISOLATION, **STRATEGY_ISOLATION}
+
 PROMISE_TEXT = {
     "at_most_once": "never a duplicate; loss allowed",
     "at_least_once": "no loss of acked events while the leader survives; duplicates allowed",
     "at_least_once_all": "no loss of acked events with min.insync.replicas=2 and one broker down; duplicates allowed",
     "idempotent": "no duplicates from retries within one producer session; no acked loss",
     "transactional": "exactly once for read_committed readers, across restarts; aborted batches never visible",
+    "commit_before_process": "never a duplicate in the sink; loss allowed (offsets are committed before the write)",
+    "process_then_commit": "no loss in the sink; redeliveries duplicate and overwrite with stale versions",
+    "process_then_commit_dedup": "no loss, no duplicate and no stale overwrite in the sink, across restarts",
+    "transactional_copy": "output topic exactly once for read_committed readers, across restarts",
 }
 
 LEADER_LOST = {"leader_kill", "isolated_leader"}
@@ -35,13 +50,20 @@ class Guarantees:
     no_duplicates: bool
     no_acked_loss: bool
     no_aborted_visible: bool
+    no_stale_overwrite: bool = False
 
     def names(self) -> list[str]:
-        return [n for n in ("no_duplicates", "no_acked_loss", "no_aborted_visible") if getattr(self, n)]
+        return [n for n in ("no_duplicates", "no_acked_loss", "no_aborted_visible", "no_stale_overwrite")
+                if getattr(self, n)]
 
 
 def guarantees(mode: str, scenario: str = "none") -> Guarantees:
-    """The guarantees in force for the mode's own isolation level under the scenario."""
+    """The guarantees in force for the mode's (or consumer strategy's) own isolation level under
+    the scenario."""
+    if mode in STRATEGY_ISOLATION:
+        return Guarantees(no_duplicates=mode != "process_then_commit", no_acked_loss=mode != "commit_before_process",
+                          no_aborted_visible=mode == "transactional_copy",
+                          no_stale_overwrite=mode == "process_then_commit_dedup")
     if mode not in MODE_ISOLATION:
         raise ValueError(f"unknown mode {mode!r}")
     no_dup = mode in ("at_most_once", "idempotent", "transactional")
@@ -74,6 +96,11 @@ EXPECTATIONS: dict[tuple[str, str], dict[str, str]] = {
     ("idempotent", "producer_crash"): {"lost_acked": "=0"},
     ("transactional", "producer_crash"): {"lost_acked": "=0", "duplicate_events": "=0"},
     ("transactional", "txn_abort"): {"lost_acked": "=0", "duplicate_events": "=0", "aborted_visible": "=0"},
+    **{(s, "none"): {"lost": "=0", "duplicate_events": "=0"} for s in STRATEGY_ISOLATION},
+    ("commit_before_process", "consumer_crash"): {"lost": ">0", "duplicate_events": "=0"},
+    ("process_then_commit", "consumer_crash"): {"duplicate_events": ">0", "lost": "=0"},
+    ("process_then_commit_dedup", "consumer_crash"): {"duplicate_events": "=0", "lost": "=0", "stale_overwrites": "=0"},
+    ("transactional_copy", "consumer_crash"): {"duplicate_events": "=0", "lost": "=0", "aborted_visible": "=0"},
 }
 
 
@@ -88,7 +115,7 @@ def expectation_text(mode: str, scenario: str) -> str:
 def _observed(counts: dict, name: str) -> int:
     if name == "lost":
         return int(counts.get("lost_acked", 0)) + int(counts.get("lost_unacked", 0))
-    return int(counts.get(name, 0))
+    return int(counts.get(name) or 0)
 
 
 def meets_expectation(mode: str, scenario: str, counts: dict) -> bool | None:
@@ -100,7 +127,7 @@ def meets_expectation(mode: str, scenario: str, counts: dict) -> bool | None:
 
 def verdict(mode: str, scenario: str, isolation: str, counts: dict) -> tuple[str, list[str]]:
     """('kept' | 'broken' | 'n/a', kinds that broke it). Judged on the mode's own isolation level."""
-    if MODE_ISOLATION.get(mode) != isolation:
+    if JUDGED_ISOLATION.get(mode) != isolation:
         return "n/a", []
     g = guarantees(mode, scenario)
     broken = []
@@ -110,4 +137,6 @@ def verdict(mode: str, scenario: str, isolation: str, counts: dict) -> tuple[str
         broken.append("lost_acked")
     if g.no_aborted_visible and int(counts.get("aborted_visible", 0)) > 0:
         broken.append("aborted_visible")
+    if g.no_stale_overwrite and int(counts.get("stale_overwrites") or 0) > 0:
+        broken.append("stale_overwrite")
     return ("broken" if broken else "kept"), broken

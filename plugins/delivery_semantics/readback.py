@@ -52,6 +52,19 @@ def read_topic(kafka_conf: dict, topic: str, isolation: str = "read_uncommitted"
         consumer.close()
 
 
+def end_offsets(kafka_conf: dict, topic: str, timeout: float = 15.0) -> dict[int, int]:
+    """The log end (high watermark) of each partition of the topic."""
+    consumer = Consumer({**kafka_conf, "group.id": f"end-offsets-{uuid.uuid4().hex}", "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if md is None or md.error is not None:
+            raise RuntimeError(f"topic {topic}: {md.error if md else 'not found'}")
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+                for p in sorted(md.partitions)}
+    finally:
+        consumer.close()
+
+
 def committed_positions(kafka_conf: dict, topic: str, positions: set[tuple[int, int]],
                         timeout: float = 60.0) -> set[tuple[int, int]]:
     """Which of the (partition, offset) positions a read_committed reader sees. Run it after the

@@ -17,11 +17,11 @@ from pathlib import Path
 import psycopg2
 import psycopg2.extras
 
-from delivery_semantics import modes, scenarios
+from delivery_semantics import consumers, modes, promises, scenarios
 from delivery_semantics.endpoints import ledger_database
 
 MATRIX_COLUMNS = ("mode", "scenario", "run_id", "messages", "lost_acked", "lost_unacked", "duplicate_events",
-                  "aborted_visible", "verdict", "broken_by", "expectation", "meets_expectation", "records_per_sec")
+                  "aborted_visible", "stale_overwrites", "verdict", "broken_by", "expectation", "meets_expectation", "records_per_sec")
 
 
 def query(sql: str, params=()) -> list[dict]:
@@ -31,19 +31,32 @@ def query(sql: str, params=()) -> list[dict]:
         return [dict(r) for r in cur.fetchall()]
 
 
+# Rows in this order: producer modes, then consumer strategies; scenarios likewise.
+ROW_ORDER = [*modes.MODES, *consumers.STRATEGIES]
+SCENARIO_ORDER = [*scenarios.SCENARIOS, *(s for s in promises.CONSUMER_SCENARIOS if s not in scenarios.SCENARIOS)]
+
+
+def _ordered(rows: list[dict]) -> list[dict]:
+    rank = {m: i for i, m in enumerate(ROW_ORDER)}
+    srank = {s: i for i, s in enumerate(SCENARIO_ORDER)}
+    return sorted(rows, key=lambda r: (rank.get(r["mode"], len(rank)), srank.get(r["scenario"], len(srank)),
+                                       r["mode"], r["scenario"]))
+
+
 def matrix_rows(run_ids: list[str] | None = None) -> list[dict]:
     """The given runs (a matrix DAG run's), or else the latest run of every pair."""
     cols = ", ".join(MATRIX_COLUMNS)
     if run_ids:
-        return query(f"SELECT {cols} FROM v_run_results WHERE run_id = ANY(%s) ORDER BY mode, scenario", (run_ids,))
-    return query(f"SELECT {cols} FROM v_latest_matrix ORDER BY mode, scenario")
+        return _ordered(query(f"SELECT {cols} FROM v_run_results WHERE run_id = ANY(%s)", (run_ids,)))
+    return _ordered(query(f"SELECT {cols} FROM v_latest_matrix"))
 
 
 def matrix_text(rows: list[dict]) -> str:
-    header = ["mode", "scenario", "lost acked", "lost unacked", "dup events", "aborted vis", "verdict", "expected",
-              "as expected"]
+    header = ["mode / strategy", "scenario", "lost acked", "lost unacked", "dup events", "aborted vis", "stale",
+              "verdict", "expected", "as expected"]
     body = [[r["mode"], r["scenario"], str(r["lost_acked"]), str(r["lost_unacked"]), str(r["duplicate_events"]),
-             str(r["aborted_visible"]), r["verdict"] + (f" ({r['broken_by']})" if r["broken_by"] else ""),
+             str(r["aborted_visible"]), "-" if r["stale_overwrites"] is None else str(r["stale_overwrites"]),
+             r["verdict"] + (f" ({r['broken_by']})" if r["broken_by"] else ""),
              r["expectation"] or "-", {True: "yes", False: "NO", None: "-"}[r["meets_expectation"]]] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(header, *body)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()   # noqa: E731
@@ -71,8 +84,8 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mode_names = [m for m in modes.MODES if any(r["mode"] == m for r in rows)]
-    scen_names = [s for s in scenarios.SCENARIOS if any(r["scenario"] == s for r in rows)]
+    mode_names = [m for m in ROW_ORDER if any(r["mode"] == m for r in rows)]
+    scen_names = [s for s in SCENARIO_ORDER if any(r["scenario"] == s for r in rows)]
     by_pair = {(r["mode"], r["scenario"]): r for r in rows}
     images = []
     if rows:
@@ -150,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     run_ids = args.runs.split(",") if args.runs else None
     if args.matrix_run:
-        run_ids = [r["run_id"] for r in query("SELECT run_id FROM runs WHERE airflow_run_id LIKE %s",
-                                                 (f"semantics_matrix/{args.matrix_run}/%",))]
+        run_ids = [r["run_id"] for r in query(
+            "SELECT run_id FROM runs WHERE airflow_run_id LIKE %(p)s "
+            "UNION ALL SELECT consumer_run_id FROM consumer_runs WHERE airflow_run_id LIKE %(p)s",
+            {"p": f"semantics_matrix/{args.matrix_run}/%"})]
         if not run_ids:
             print(f"no runs for matrix run {args.matrix_run!r}", file=sys.stderr)
             return 2

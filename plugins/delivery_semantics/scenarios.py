@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from delivery_semantics import load, modes
-from delivery_semantics.endpoints import Database, kafka_config, ledger_database
+from delivery_semantics.endpoints import Database, child_process_env, kafka_config, ledger_database
 from delivery_semantics.generator import new_run_id
 from delivery_semantics.ledger import Ledger
 from delivery_semantics.nemesis import Nemesis, NemesisError, wait_healthy
@@ -146,8 +146,8 @@ class ProducerCrash(Scenario):
                 cmd += ["--set", f"{k}={v}"]
             if spec.airflow_run_id:
                 cmd += ["--airflow-run-id", spec.airflow_run_id]
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env=child_process_env(kafka_conf, db))
             try:
                 target = int(spec.messages * self.FRACTION)
                 deadline = time.monotonic() + LOAD_SECONDS * 4

@@ -1,0 +1,235 @@
+"""The consumer-side clients (DESIGN.md §3, consumer side): one consumer process of a consumer run.
+
+    python -m delivery_semantics.consumers --consumer-run-id C --session N [--crash-after K]
+
+It reads the run's input topic in the run's consumer group (read_committed, manual commits,
+static membership so that a restarted process takes over at once) to the end of every
+partition, and writes what it reads with the run's strategy:
+- commit_before_process: commits the batch's offsets, then writes it to the sink (at-most-once);
+- process_then_commit: writes the batch to the sink in one database transaction, then commits
+  synchronously (at-least-once);
+- process_then_commit_dedup: the same, into a sink that skips event ids it holds and applies an
+  update only when it is newer (seed 000's remedy);
+- transactional_copy: produces each record, transformed, to the output topic inside a
+  transaction that also carries the input offsets (send_offsets_to_transaction).
+
+With --crash-after K the process kills itself with SIGKILL at its strategy's weakest point,
+in the first batch that takes the session past K records: after the commit and before the sink
+write (commit_before_process), after the sink write and before the commit (both
+process_then_commit strategies), or halfway through producing a transaction's records, flushed
+to the brokers and never committed (transactional_copy). Before dying it prints one CRASH line;
+a session that reaches the end prints one DONE line. The workload (consumer_workload) starts
+these processes and restarts them after a crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from delivery_semantics.endpoints import Database, kafka_config, ledger_database
+from delivery_semantics.generator import H_EVENT_ID, H_PUBLISH_AT, H_SEQ
+from delivery_semantics.ledger import Ledger
+from delivery_semantics.sink import Sink, SinkRecord
+
+H_COPIED_FROM = "copied_from"
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    description: str
+    crash_point: str
+    commit_first: bool = False
+    dedup: bool = False
+    transactional: bool = False
+
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("commit_before_process", "offsets committed before the sink write (auto-commit's worst case)",
+             "after the commit, before the sink write", commit_first=True),
+    Strategy("process_then_commit", "sink write in one database transaction, then a synchronous commit",
+             "after the sink write, before the commit"),
+    Strategy("process_then_commit_dedup", "as process_then_commit, into a sink with event-id insert-skip and "
+             "newer-only updates", "after the sink write, before the commit", dedup=True),
+    Strategy("transactional_copy", "consume-transform-produce in one transaction with the input offsets",
+             "mid-transaction: half the batch produced and flushed, never committed", transactional=True),
+)}
+
+
+class SessionError(RuntimeError):
+    pass
+
+
+def consumer_config(kafka_conf: dict, run: dict) -> dict:
+    return {
+        **kafka_conf,
+        "group.id": run["group_id"],
+        # Static membership: a restarted process with the same instance id takes over the killed
+        # one's partitions at once, instead of waiting out its session.
+        "group.instance.id": f"{run['group_id']}.0",
+        "session.timeout.ms": 6000,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+    }
+
+
+class _Input:
+    """The run's input topic, consumed in batches until every partition reaches its end."""
+
+    def __init__(self, kafka_conf: dict, run: dict, timeout: float):
+        self.topic, self.batch_size = run["input_topic"], int(run["batch_size"])
+        self.open_parts = {int(p) for p in run["input_end_offsets"]}
+        self.deadline = time.monotonic() + timeout
+        self.consumer = Consumer(consumer_config(kafka_conf, run))
+        self.consumer.subscribe([self.topic])
+
+    def batches(self):
+        while self.open_parts:
+            if time.monotonic() > self.deadline:
+                raise SessionError(f"partitions {sorted(self.open_parts)} of {self.topic} not at their end in time")
+            data = []
+            for m in self.consumer.consume(self.batch_size, 1.0):
+                err = m.error()
+                if err is None:
+                    data.append(m)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    self.open_parts.discard(m.partition())
+                else:
+                    raise KafkaException(err)
+            if data:
+                yield data
+
+    def next_offsets(self, batch) -> list[TopicPartition]:
+        last: dict[int, int] = {}
+        for m in batch:
+            last[m.partition()] = max(last.get(m.partition(), -1), m.offset())
+        return [TopicPartition(self.topic, p, o + 1) for p, o in sorted(last.items())]
+
+    def commit(self, batch) -> None:
+        self.consumer.commit(offsets=self.next_offsets(batch), asynchronous=False)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _crash(session: int, processed: int, batch: int, point: str, **extra) -> None:
+    print("CRASH " + json.dumps({"session": session, "processed_before": processed, "batch": batch, "point": point,
+                                 **extra}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sink_record(m) -> SinkRecord:
+    h = dict(m.headers() or [])
+    eid, seq, at = h.get(H_EVENT_ID), h.get(H_SEQ), h.get(H_PUBLISH_AT)
+    return SinkRecord(eid.decode() if eid else f"partition {m.partition()} offset {m.offset()}",
+                      m.key().decode() if m.key() is not None else None, int(seq) if seq else None,
+                      int(at) if at else None, m.partition(), m.offset())
+
+
+def run_sink_session(run: dict, strategy: Strategy, kafka_conf: dict, db: Database, session: int,
+                     crash_after: int | None, timeout: float) -> dict:
+    sink = Sink(db, run["consumer_run_id"], dedup=strategy.dedup)
+    source = _Input(kafka_conf, run, timeout)
+    processed = written = 0
+    try:
+        for batch in source.batches():
+            records = [sink_record(m) for m in batch]
+            crash = crash_after is not None and processed + len(batch) >= crash_after
+            if strategy.commit_first:
+                source.commit(batch)
+                if crash:
+                    _crash(session, processed, len(batch), strategy.crash_point)
+                written += sink.apply(records, session)
+            else:
+                written += sink.apply(records, session)
+                if crash:
+                    _crash(session, processed, len(batch), strategy.crash_point)
+                source.commit(batch)
+            processed += len(batch)
+    finally:
+        source.close()
+        sink.close()
+    return {"processed": processed, "written": written}
+
+
+def transform(value: bytes | None) -> bytes | None:
+    return value.upper() if value is not None else None
+
+
+def run_copier_session(run: dict, kafka_conf: dict, session: int, crash_after: int | None, timeout: float) -> dict:
+    producer = Producer({**kafka_conf, "transactional.id": run["transactional_id"], "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5, "transaction.timeout.ms": 60000})
+    # Fences the killed process's producer and aborts its open transaction; only then are the
+    # input offsets read back, so none is pending.
+    producer.init_transactions(60)
+    source = _Input(kafka_conf, run, timeout)
+    processed = 0
+    try:
+        for batch in source.batches():
+            crash = crash_after is not None and processed + len(batch) >= crash_after
+            producer.begin_transaction()
+            for i, m in enumerate(batch):
+                headers = [*(m.headers() or []), (H_COPIED_FROM, f"{m.topic()}/{m.partition()}/{m.offset()}".encode())]
+                producer.produce(run["output_topic"], key=m.key(), value=transform(m.value()), headers=headers,
+                                 partition=m.partition())
+                if crash and i == len(batch) // 2:
+                    producer.flush(30)
+                    _crash(session, processed, len(batch), STRATEGIES["transactional_copy"].crash_point,
+                           produced_in_open_transaction=i + 1)
+            producer.send_offsets_to_transaction(source.next_offsets(batch), source.consumer.consumer_group_metadata(),
+                                                 30)
+            producer.commit_transaction(60)
+            processed += len(batch)
+    finally:
+        source.close()
+        producer.flush(10)
+    return {"processed": processed, "written": processed}
+
+
+def run_session(consumer_run_id: str, session: int, crash_after: int | None, timeout: float = 900) -> dict:
+    db = ledger_database()
+    kafka_conf = kafka_config()
+    ledger = Ledger(db)
+    try:
+        run = ledger.get_consumer_run(consumer_run_id)
+    finally:
+        ledger.close()
+    if run is None:
+        raise SessionError(f"no consumer run {consumer_run_id!r}")
+    strategy = STRATEGIES[run["strategy"]]
+    started = time.monotonic()
+    if strategy.transactional:
+        result = run_copier_session(run, kafka_conf, session, crash_after, timeout)
+    else:
+        result = run_sink_session(run, strategy, kafka_conf, db, session, crash_after, timeout)
+    return {"session": session, **result, "seconds": round(time.monotonic() - started, 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="semantics consumers", description=__doc__.splitlines()[0])
+    ap.add_argument("--consumer-run-id", required=True)
+    ap.add_argument("--session", type=int, required=True)
+    ap.add_argument("--crash-after", type=int)
+    ap.add_argument("--timeout", type=float, default=900)
+    args = ap.parse_args(argv)
+    try:
+        result = run_session(args.consumer_run_id, args.session, args.crash_after, args.timeout)
+    except (SessionError, KafkaException) as e:
+        print(f"consumers: {e}", file=sys.stderr)
+        return 1
+    print("DONE " + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
