@@ -10,7 +10,7 @@ import psycopg2.extras
 import pytest
 
 from conftest import REPO, run
-from delivery_semantics import modes, promises
+from delivery_semantics import consumers, modes, promises
 from delivery_semantics.endpoints import ledger_database
 
 
@@ -32,7 +32,7 @@ def test_dagbag_has_no_import_errors_and_every_dag_has_tags_retries_and_docs():
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    expected = {"smoke", "semantics_single_run", "semantics_matrix", "semantics_reconcile",
+    expected = {"smoke", "semantics_single_run", "semantics_consumer_run", "semantics_matrix", "semantics_reconcile",
                 *(f"semantics_load_{m}" for m in modes.MODES)}
     assert expected <= set(bag.dags)
     for dag_id, dag in bag.dags.items():
@@ -43,6 +43,11 @@ def test_dagbag_has_no_import_errors_and_every_dag_has_tags_retries_and_docs():
     assert form.get_param("mode").schema["enum"] == list(modes.MODES)
     assert form.get_param("messages").schema["minimum"] == 1
     assert all(form.get_param(p).description for p in form.keys())
+    consumer_form = bag.dags["semantics_consumer_run"].params
+    assert consumer_form.get_param("strategy").schema["enum"] == list(consumers.STRATEGIES)
+    assert consumer_form.get_param("crashes").schema["minimum"] == 1
+    assert bag.dags["semantics_matrix"].params.get_param("consumer_strategies").schema["items"]["enum"] == \
+        list(consumers.STRATEGIES)
 
 
 @pytest.mark.parametrize("mode", list(modes.MODES))
@@ -58,8 +63,23 @@ def test_single_run_dag_without_fault_keeps_every_promise(mode):
     assert r["isolation"] == promises.MODE_ISOLATION[mode]
 
 
+def test_consumer_run_dag_makes_its_input_run_crashes_the_consumer_and_reports_it():
+    res, out = dags_test("semantics_consumer_run", {"strategy": "process_then_commit_dedup", "messages": 3000,
+                                                    "crashes": 2}, "consumer-dedup")
+    assert res.returncode == 0 and "state=success" in out, out[-3000:]
+    r = _rows("""SELECT v.*, c.crashes, c.sessions AS consumer_sessions FROM v_run_results v
+                 JOIN consumer_runs c ON c.consumer_run_id = v.run_id
+                 WHERE c.airflow_run_id LIKE 'semantics_consumer_run/%%' ORDER BY v.created_at DESC LIMIT 1""")[0]
+    assert (r["mode"], r["scenario"], r["side"], r["messages"], r["crashes"], r["consumer_sessions"]) == \
+        ("process_then_commit_dedup", "consumer_crash", "consumer", 3000, 2, 3)
+    assert (r["records_read"], r["lost"], r["duplicate_events"], r["stale_overwrites"]) == (3000, 0, 0, 0)
+    assert (r["verdict"], r["meets_expectation"]) == ("kept", True)
+    assert "process_then_commit_dedup" in out and "as expected" in out
+
+
 def test_matrix_dag_with_a_small_n_matches_design_expectations():
-    conf = {"messages": 3000, "modes": ["at_least_once", "idempotent"], "scenarios": ["none", "lost_ack"]}
+    conf = {"messages": 3000, "modes": ["at_least_once", "idempotent"], "scenarios": ["none", "lost_ack"],
+            "consumer_strategies": ["process_then_commit"]}
     res, out = dags_test("semantics_matrix", conf, "matrix-small")
     assert res.returncode == 0 and "state=success" in out, out[-3000:]
     runs = _rows("""SELECT r.run_id, r.mode, r.scenario FROM runs r
@@ -73,19 +93,28 @@ def test_matrix_dag_with_a_small_n_matches_design_expectations():
     assert all(r["meets_expectation"] for r in results.values()), {k: v["expectation"] for k, v in results.items()}
     assert results[("at_least_once", "lost_ack")]["duplicate_events"] > 0
     assert results[("idempotent", "lost_ack")]["duplicate_events"] == 0
+    consumer = _rows("""SELECT v.* FROM v_run_results v JOIN consumer_runs c ON c.consumer_run_id = v.run_id
+                        WHERE c.airflow_run_id LIKE 'semantics_matrix/%%' ORDER BY v.created_at DESC LIMIT 1""")[0]
+    assert (consumer["mode"], consumer["scenario"], consumer["meets_expectation"]) == \
+        ("process_then_commit", "consumer_crash", True)
+    assert consumer["duplicate_events"] > 0 and consumer["lost"] == 0
     assert "mode" in out and "as expected" in out, "the matrix table is printed in the report task's log"
+    assert "process_then_commit  consumer_crash" in out
 
 
-@pytest.mark.parametrize("conf, message", [
-    ({"mode": "exactly_once", "scenario": "none"}, "Invalid input for param mode"),
-    ({"mode": "idempotent", "messages": -5}, "Invalid input for param messages"),
-    ({"mode": "at_least_once", "scenario": "txn_abort"}, "txn_abort needs the transactional mode"),
-    ({"mode": "at_most_once", "scenario": "lost_ack"}, "never waits for one"),
+@pytest.mark.parametrize("dag_id, conf, message", [
+    ("semantics_single_run", {"mode": "exactly_once", "scenario": "none"}, "Invalid input for param mode"),
+    ("semantics_single_run", {"mode": "idempotent", "messages": -5}, "Invalid input for param messages"),
+    ("semantics_single_run", {"mode": "at_least_once", "scenario": "txn_abort"}, "txn_abort needs the transactional mode"),
+    ("semantics_single_run", {"mode": "at_most_once", "scenario": "lost_ack"}, "never waits for one"),
+    ("semantics_consumer_run", {"strategy": "process_then_commit", "source_run_id": "r20990101t000000_000000"},
+     "no producer run"),
 ])
-def test_invalid_conf_is_refused_before_any_load(conf, message):
-    before = _rows("SELECT count(*) AS n FROM runs")[0]["n"]
-    res, out = dags_test("semantics_single_run", conf, "invalid")
+def test_invalid_conf_is_refused_before_any_load(dag_id, conf, message):
+    count = "SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM consumer_runs) AS n"
+    before = _rows(count)[0]["n"]
+    res, out = dags_test(dag_id, conf, "invalid")
     assert res.returncode != 0 or "state=failed" in out
     assert message in out
     assert "starting task_id=run_load" not in out
-    assert _rows("SELECT count(*) AS n FROM runs")[0]["n"] == before, "no run may be started"
+    assert _rows(count)[0]["n"] == before, "no run may be started"

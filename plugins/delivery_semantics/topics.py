@@ -33,7 +33,8 @@ def admin_client(kafka_conf: dict) -> AdminClient:
 def check_reachable(kafka_conf: dict, timeout: float = 10.0) -> int:
     """Number of brokers in the metadata; raises within `timeout` when none answers."""
     try:
-        md = admin_client(kafka_conf).list_topics(timeout=timeout)
+        # Quiet: an unreachable cluster is reported once, in the error below, not per connect retry.
+        md = admin_client({"log_level": 2, **kafka_conf}).list_topics(timeout=timeout)
     except KafkaException as e:
         raise ConnectionError(
             f"Kafka at {kafka_conf.get('bootstrap.servers')} did not answer within {timeout:.0f}s: "
