@@ -8,7 +8,10 @@ For each size it also samples the driver's peak resident memory. In local mode t
 inside the driver JVM, so this is the whole Spark process. Flat across sizes means nothing is
 collected to the driver.
 
-    bench/run reconcile [--sizes 1000000,3000000] [--mode idempotent]
+    bench/run reconcile [--sizes 1000000,3000000] [--mode idempotent] [--event-log var/spark-events]
+    bench/run reconcile --runs RUN1,RUN2       # reuse runs loaded before (their topics must be intact)
+
+With --event-log the checker writes Spark's event log there; bench/run spark_profile reads it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from datetime import date
 
 from delivery_semantics import load, localstack, reconcile
 from delivery_semantics.endpoints import kafka_config, spark_application_env
+from delivery_semantics.ledger import Ledger
 
 
 def _tree_rss_peak(root_pid: int, stop: threading.Event, peaks: dict) -> None:
@@ -58,8 +62,12 @@ def _tree_rss_peak(root_pid: int, stop: threading.Event, peaks: dict) -> None:
         time.sleep(0.25)
 
 
-def timed_reconcile(run_id: str) -> dict:
-    cmd = reconcile.command(["--run-id", run_id])
+def timed_reconcile(run_id: str, event_log: str | None = None) -> dict:
+    conf = {}
+    if event_log:
+        os.makedirs(event_log, exist_ok=True)
+        conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": os.path.abspath(event_log)}
+    cmd = reconcile.command(["--run-id", run_id], conf=conf)
     env = {**os.environ, **spark_application_env()}
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -91,12 +99,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000,3000000")
     ap.add_argument("--mode", default="idempotent")
+    ap.add_argument("--runs", help="comma-separated completed runs to reconcile instead of loading new ones")
+    ap.add_argument("--event-log", help="directory for Spark's event log (for bench/run spark_profile)")
     args = ap.parse_args()
     rows = []
-    for n in [int(x) for x in args.sizes.split(",")]:
-        s = load.start(load.LoadSpec(mode=args.mode, messages=n, seed=1))
-        floor = consumer_performance(s.topic, n)
-        r = timed_reconcile(s.run_id)
+    lg = Ledger()
+    if args.runs:
+        runs = [(lg.get_run(r)["messages"], lg.get_run(r)["topic"], r) for r in args.runs.split(",")]
+    else:
+        runs = []
+        for n in [int(x) for x in args.sizes.split(",")]:
+            s = load.start(load.LoadSpec(mode=args.mode, messages=n, seed=1))
+            runs.append((n, s.topic, s.run_id))
+    lg.close()
+    for n, topic, run_id in runs:
+        floor = consumer_performance(topic, n)
+        r = timed_reconcile(run_id, args.event_log)
         rows.append((n, floor, r))
         print(f"{n}: floor {floor:.1f}s, reconcile {r['seconds']:.1f}s, driver JVM peak {r.get('jvm_mb')} MB, "
               f"python {r.get('python_mb')} MB; {r['summary']}", file=sys.stderr, flush=True)

@@ -66,6 +66,9 @@ class Source:
     kafka_options: dict = field(default_factory=dict)
     ledger: dict = field(default_factory=dict)
     sink: dict | None = None         # a consumer run's sink table instead of the topic
+    # False: no transactional producer wrote the topic, so both isolation levels see the same
+    # records and one read serves both. None: unknown, read both.
+    transactional: bool | None = None
     judged_by_reader: bool = True    # False: the records are a derived copy (no dedup_events rows)
 
     @property
@@ -78,7 +81,7 @@ def platform_source(run: dict, bootstrap: str) -> Source:
     return Source(
         reconciliation_id=run["run_id"], bootstrap_servers=bootstrap, topic=run["topic"], mode=run["mode"],
         scenario=run["scenario"], event_id={"header": "event_id"}, seq={"header": "seq"},
-        publish_at={"header": "publish_at"},
+        publish_at={"header": "publish_at"}, transactional=run["mode"] == "transactional",
         ledger={"kind": "platform", "run_id": run["run_id"], "messages": int(run["messages"])})
 
 
@@ -89,7 +92,7 @@ def consumer_source(crun: dict, input_run: dict, bootstrap: str) -> Source:
     src = platform_source(input_run, bootstrap)
     src.reconciliation_id, src.mode, src.scenario = crun["consumer_run_id"], crun["strategy"], crun["scenario"]
     src.topic = crun["output_topic"] if copier else crun["input_topic"]
-    src.judged_by_reader = False
+    src.judged_by_reader, src.transactional = False, copier
     if not copier:
         src.sink = {"consumer_run_id": crun["consumer_run_id"],
                     "end_offsets": {int(p): int(o) for p, o in json.loads(crun["input_end_offsets"]).items()}}
@@ -113,7 +116,7 @@ def mapping_source(path: str, bootstrap_default: str | None) -> Source:
         raise InputError("no bootstrap servers: set bootstrap_servers in the mapping or SEMANTICS_KAFKA_BOOTSTRAP_SERVERS")
     return Source(m["reconciliation_id"], bootstrap, m["topic"], m.get("mode"), m.get("scenario", "external"),
                   m["event_id"], m.get("key", {"record_key": True}), m.get("seq"), m.get("publish_at"),
-                  m.get("kafka_options", {}), {"kind": "mapped", **m["ledger"]})
+                  m.get("kafka_options", {}), {"kind": "mapped", **m["ledger"]}, transactional=m.get("transactional"))
 
 
 # --------------------------------------------------------------------------- database
@@ -127,7 +130,9 @@ class Jdbc:
         except KeyError as e:
             raise InputError(f"{e.args[0]} is not set") from None
         self.spark = spark
-        self.props = {"user": self.user, "password": self.password, "driver": "org.postgresql.Driver"}
+        # reWriteBatchedInserts: the driver sends a batch as multi-row INSERTs, not one per row.
+        self.props = {"user": self.user, "password": self.password, "driver": "org.postgresql.Driver",
+                      "reWriteBatchedInserts": "true"}
 
     def read(self, query: str, **partitioning) -> DataFrame:
         reader = (self.spark.read.format("jdbc").option("url", self.url).option("query", query)
@@ -362,7 +367,8 @@ def classify(records: DataFrame, ledger: DataFrame, committed_copies: DataFrame 
         F.count(F.lit(1)).cast("int").alias("copies"),
         F.array_sort(F.collect_set("partition")).alias("partitions"),
         F.slice(F.array_sort(F.collect_list("offset")), 1, 100).alias("offsets"))
-    joined = copies.join(ledger.select("event_id", "status", "aborted_positions"), "event_id", "full_outer")
+    # Every kind and the totals below read this join: computed once.
+    joined = copies.join(ledger.select("event_id", "status", "aborted_positions"), "event_id", "full_outer").cache()
     in_topic, in_ledger = F.col("copies").isNotNull(), F.col("status").isNotNull()
     kind_rows = [
         (in_topic & (F.col("copies") > 1), "duplicate"),
@@ -465,40 +471,56 @@ def write_results(spark: SparkSession, jdbc: Jdbc, src: Source, summaries: list[
 
 # --------------------------------------------------------------------------- main
 
+def _counts(disc: DataFrame, totals: DataFrame, sink: bool) -> dict:
+    kinds = {r["kind"]: (r["events"], r["copies"]) for r in
+             disc.groupBy("kind").agg(F.count(F.lit(1)).alias("events"), F.sum("copies").alias("copies")).collect()}
+    t = totals.collect()[0].asDict()
+    malformed = kinds.get("malformed", (0, 0))[0]
+    return {
+        "records_read": int(t["records_with_id"]) + malformed, "ledger_events": t["ledger_events"],
+        "ledger_acked": t["ledger_acked"], "distinct_events": t["distinct_events"],
+        "delivered_once": t["delivered_once"],
+        "duplicate_events": kinds.get("duplicate", (0, 0))[0], "duplicate_copies": int(t["duplicate_copies"]),
+        "lost_acked": kinds.get("lost_acked", (0, 0))[0], "lost_unacked": kinds.get("lost_unacked", (0, 0))[0],
+        "unknown_landed": kinds.get("unknown_landed", (0, 0))[0], "unexpected": kinds.get("unexpected", (0, 0))[0],
+        "out_of_order": kinds.get("out_of_order", (0, 0))[0],
+        "aborted_visible": int(kinds.get("aborted_visible", (0, 0))[1] or 0),
+        "malformed": malformed,
+        "stale_overwrites": kinds.get("stale_overwrite", (0, 0))[0] if sink else None,
+    }
+
+
 def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source) -> list[dict]:
     from delivery_semantics import promises
 
+    single_read = src.transactional is False and not src.sink
     ledger = read_ledger(jdbc, src).cache()
     if src.sink:
         start, end, recorded_before = {}, src.sink["end_offsets"], True
         reads = {"read_committed": read_sink(jdbc, src).cache()}
+    elif single_read:
+        start, end, recorded_before = fixed_offsets(spark, jdbc, src)
+        reads = {"read_uncommitted": read_topic(spark, src, "read_uncommitted", start, end).cache()}
+        reads["read_committed"] = reads["read_uncommitted"]
     else:
         start, end, recorded_before = fixed_offsets(spark, jdbc, src)
         reads = {iso: read_topic(spark, src, iso, start, end).cache() for iso in src.isolations}
     committed_copies = reads["read_committed"].where(F.col("event_id").isNotNull()).groupBy("event_id").agg(
         F.count(F.lit(1)).cast("int").alias("copies"))
-    summaries, all_disc = [], None
-    for iso in src.isolations:
-        disc, totals = classify(reads[iso], ledger, committed_copies if iso == "read_uncommitted" else None, iso,
-                                src.reconciliation_id)
-        if src.sink:
-            disc = disc.unionByName(stale_overwrites(reads[iso], iso, src.reconciliation_id))
-        disc = disc.cache()
-        kinds = {r["kind"]: (r["events"], r["copies"]) for r in
-                 disc.groupBy("kind").agg(F.count(F.lit(1)).alias("events"), F.sum("copies").alias("copies")).collect()}
-        t = totals.collect()[0].asDict()
-        records = reads[iso].count()
-        counts = {
-            "records_read": records, "ledger_events": t["ledger_events"], "ledger_acked": t["ledger_acked"],
-            "distinct_events": t["distinct_events"], "delivered_once": t["delivered_once"],
-            "duplicate_events": kinds.get("duplicate", (0, 0))[0], "duplicate_copies": int(t["duplicate_copies"]),
-            "lost_acked": kinds.get("lost_acked", (0, 0))[0], "lost_unacked": kinds.get("lost_unacked", (0, 0))[0],
-            "unknown_landed": kinds.get("unknown_landed", (0, 0))[0], "unexpected": kinds.get("unexpected", (0, 0))[0],
-            "out_of_order": kinds.get("out_of_order", (0, 0))[0],
-            "aborted_visible": int(kinds.get("aborted_visible", (0, 0))[1] or 0),
-            "malformed": kinds.get("malformed", (0, 0))[0],
-            "stale_overwrites": kinds.get("stale_overwrite", (0, 0))[0] if src.sink else None,
-        }
+    summaries, all_disc, classified = [], None, {}
+    for iso in sorted(src.isolations, reverse=True):   # read_uncommitted first
+        if single_read and iso == "read_committed":
+            # No transaction in the topic: the same records and the same classification.
+            disc_u, counts = classified["read_uncommitted"]
+            disc = disc_u.withColumn("isolation", F.lit(iso))
+        else:
+            disc, totals = classify(reads[iso], ledger, committed_copies if iso == "read_uncommitted" else None, iso,
+                                    src.reconciliation_id)
+            if src.sink:
+                disc = disc.unionByName(stale_overwrites(reads[iso], iso, src.reconciliation_id))
+            disc = disc.cache()
+            counts = _counts(disc, totals, bool(src.sink))
+            classified[iso] = (disc, counts)
         n = max(1, counts["ledger_events"])
         mode = src.mode or ""
         verdict, broken = (promises.verdict(mode, src.scenario, iso, counts) if mode in promises.JUDGED_ISOLATION

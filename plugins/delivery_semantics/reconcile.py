@@ -28,9 +28,13 @@ class Reconciled:
     def error(self) -> str:
         # PySpark's runner merges the Python driver's stderr into stdout, and the JVM's log lines
         # can share a line with the application's message.
-        lines = [ln[ln.index("reconcile: "):] for ln in (self.stdout + "\n" + self.stderr).splitlines()
-                 if "reconcile: " in ln]
-        return lines[-1] if lines else self.stderr[-2000:]
+        text = self.stdout + "\n" + self.stderr
+        lines = [ln[ln.index("reconcile: "):] for ln in text.splitlines() if "reconcile: " in ln]
+        if lines:
+            return lines[-1]
+        if "Traceback (most recent call last)" in text:   # a bug in the application: show where
+            return text[text.rindex("Traceback (most recent call last)"):][:3000]
+        return self.stderr[-2000:]
 
 
 def command(app_args: list[str], master: str = "local[2]", conf: dict | None = None) -> list[str]:

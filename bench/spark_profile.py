@@ -1,0 +1,83 @@
+"""Where a Spark application's time went, from its event log: wall time per job (the action that
+ran it, with its call site in the application), and per stage within the slowest jobs.
+
+    bench/run spark_profile var/spark-events/<app-id>        # or the newest log: bench/run spark_profile
+
+Produce the log by running the application with spark.eventLog.enabled=true and
+spark.eventLog.dir (bench/reconcile.py --event-log DIR does it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "var" / "spark-events"
+
+
+def load_events(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def profile(events: list[dict]) -> dict:
+    app_start = app_end = None
+    jobs: dict[int, dict] = {}
+    stages: dict[int, dict] = {}
+    for e in events:
+        kind = e["Event"]
+        if kind == "SparkListenerApplicationStart":
+            app_start = e["Timestamp"]
+        elif kind == "SparkListenerApplicationEnd":
+            app_end = e["Timestamp"]
+        elif kind == "SparkListenerJobStart":
+            first = min(e["Stage Infos"], key=lambda s: s["Stage ID"]) if e["Stage Infos"] else {}
+            last = max(e["Stage Infos"], key=lambda s: s["Stage ID"]) if e["Stage Infos"] else {}
+            jobs[e["Job ID"]] = {"start": e["Submission Time"], "stages": e["Stage IDs"],
+                                 "name": last.get("Stage Name") or first.get("Stage Name", "?"),
+                                 "description": (e.get("Properties") or {}).get("spark.job.description")}
+        elif kind == "SparkListenerJobEnd":
+            jobs[e["Job ID"]]["end"] = e["Completion Time"]
+        elif kind == "SparkListenerStageCompleted":
+            info = e["Stage Info"]
+            if "Submission Time" in info and "Completion Time" in info:
+                metrics = {a["Name"]: a.get("Value") for a in info.get("Accumulables", [])}
+                stages[info["Stage ID"]] = {
+                    "name": info["Stage Name"], "seconds": (info["Completion Time"] - info["Submission Time"]) / 1000,
+                    "tasks": info["Number of Tasks"],
+                    "input_records": metrics.get("internal.metrics.input.recordsRead"),
+                    "shuffle_write_mb": round((metrics.get("internal.metrics.shuffle.write.bytesWritten") or 0)
+                                              / 2**20, 1),
+                    "spill_mb": round((metrics.get("internal.metrics.diskBytesSpilled") or 0) / 2**20, 1)}
+    total = (app_end - app_start) / 1000 if app_start and app_end else None
+    job_rows = sorted(({"job": j, "seconds": (v.get("end", v["start"]) - v["start"]) / 1000, **v}
+                       for j, v in jobs.items()), key=lambda r: -r["seconds"])
+    return {"total": total, "jobs": job_rows, "stages": stages}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("log", nargs="?", help="an event log file (default: the newest in var/spark-events)")
+    ap.add_argument("--top", type=int, default=12)
+    args = ap.parse_args(argv)
+    path = Path(args.log) if args.log else max(DEFAULT_DIR.glob("*"), key=lambda p: p.stat().st_mtime)
+    p = profile(load_events(path))
+    in_jobs = sum(r["seconds"] for r in p["jobs"])
+    print(f"{path.name}: application {p['total']:.1f} s, of which {in_jobs:.1f} s in {len(p['jobs'])} jobs "
+          f"(the rest: JVM start, planning, driver-side JDBC)")
+    print("\n| job | seconds | share | action (call site) | stages: seconds, tasks, input records, shuffle write MB, spill MB |")
+    print("|---|---|---|---|---|")
+    for r in p["jobs"][:args.top]:
+        st = "; ".join(f"{s}: {p['stages'][s]['seconds']:.1f}s/{p['stages'][s]['tasks']}t"
+                       f"/{p['stages'][s]['input_records'] or 0}r/{p['stages'][s]['shuffle_write_mb']}MB"
+                       f"/{p['stages'][s]['spill_mb']}MB"
+                       for s in r["stages"] if s in p["stages"])
+        share = f"{100 * r['seconds'] / p['total']:.0f}%" if p["total"] else "-"
+        print(f"| {r['job']} | {r['seconds']:.1f} | {share} | {r['name']} | {st} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
