@@ -11,6 +11,8 @@ collected to the driver.
     bench/run reconcile [--sizes 1000000,3000000] [--mode idempotent] [--event-log var/spark-events]
     bench/run reconcile --runs RUN1,RUN2       # reuse runs loaded before (their topics must be intact)
 
+A reused run's earlier results are deleted first, so every measurement writes as much as the first.
+
 With --event-log the checker writes Spark's event log there; bench/run spark_profile reads it.
 """
 
@@ -62,11 +64,17 @@ def _tree_rss_peak(root_pid: int, stop: threading.Event, peaks: dict) -> None:
         time.sleep(0.25)
 
 
+def event_log_conf(directory: str) -> dict:
+    """Spark's event log as plain JSON lines, one file per application (spark_profile reads it)."""
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": os.path.abspath(directory),
+            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+
+
 def timed_reconcile(run_id: str, event_log: str | None = None) -> dict:
     conf = {}
     if event_log:
         os.makedirs(event_log, exist_ok=True)
-        conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": os.path.abspath(event_log)}
+        conf = event_log_conf(event_log)
     cmd = reconcile.command(["--run-id", run_id], conf=conf)
     env = {**os.environ, **spark_application_env()}
     t0 = time.monotonic()
@@ -95,6 +103,16 @@ def consumer_performance(topic: str, messages: int) -> float:
     return elapsed
 
 
+def forget_results(run_id: str) -> None:
+    lg = Ledger()
+    try:
+        with lg.conn, lg.conn.cursor() as cur:
+            for table in ("dedup_events", "reconcile_discrepancies", "reconcile_summary"):
+                cur.execute(f"DELETE FROM {table} WHERE reconciliation_id = %s", (run_id,))
+    finally:
+        lg.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000,3000000")
@@ -113,6 +131,8 @@ def main() -> int:
             runs.append((n, s.topic, s.run_id))
     lg.close()
     for n, topic, run_id in runs:
+        if args.runs:
+            forget_results(run_id)
         floor = consumer_performance(topic, n)
         r = timed_reconcile(run_id, args.event_log)
         rows.append((n, floor, r))

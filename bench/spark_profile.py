@@ -18,8 +18,14 @@ DEFAULT_DIR = Path(__file__).resolve().parents[1] / "var" / "spark-events"
 
 
 def load_events(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """A log file, or a rolling log's directory (eventlog_v2_*: events_<n>_<app> files in order)."""
+    files = (sorted((p for p in path.iterdir() if p.name.startswith("events_")),
+                    key=lambda p: int(p.name.split("_")[1])) if path.is_dir() else [path])
+    events = []
+    for f in files:
+        with open(f) as fh:
+            events.extend(json.loads(line) for line in fh if line.strip())
+    return events
 
 
 def profile(events: list[dict]) -> dict:

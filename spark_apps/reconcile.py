@@ -518,7 +518,9 @@ def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source) -> list[dict]:
                                     src.reconciliation_id)
             if src.sink:
                 disc = disc.unionByName(stale_overwrites(reads[iso], iso, src.reconciliation_id))
-            disc = disc.cache()
+            # The union of the kinds has a partition per branch and shuffle partition (59 here, most
+            # of them empty): one JDBC connection each on write. A few suffice for what is left.
+            disc = disc.coalesce(spark.sparkContext.defaultParallelism).cache()
             counts = _counts(disc, totals, bool(src.sink))
             classified[iso] = (disc, counts)
         n = max(1, counts["ledger_events"])

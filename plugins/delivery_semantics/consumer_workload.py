@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
-from delivery_semantics import promises, readback, topics
+from delivery_semantics import load, promises, readback, topics
 from delivery_semantics.consumers import STRATEGIES
 from delivery_semantics.endpoints import Database, child_process_env, kafka_config, ledger_database
 from delivery_semantics.generator import new_run_id
@@ -88,19 +88,6 @@ def validate(spec: ConsumerSpec) -> int:
     return spec.crashes if spec.scenario == "consumer_crash" else 0
 
 
-def _open(kafka_conf: dict, db: Database) -> Ledger:
-    try:
-        ledger = Ledger(db)
-    except ConnectionError as e:
-        raise WorkloadError(str(e)) from None
-    try:
-        topics.check_reachable(kafka_conf, timeout=10)
-    except ConnectionError as e:
-        ledger.close()
-        raise WorkloadError(str(e)) from None
-    return ledger
-
-
 def input_run(ledger: Ledger, source_run_id: str) -> dict:
     """The producer run a consumer run reads: it must exist and be completed."""
     source = ledger.get_run(source_run_id)
@@ -116,7 +103,7 @@ def start(spec: ConsumerSpec, *, kafka_conf: dict | None = None, db: Database | 
     crashes = validate(spec)
     kafka_conf = kafka_conf or kafka_config()
     db = db or ledger_database()
-    ledger = _open(kafka_conf, db)
+    ledger = load.open_endpoints(kafka_conf, db, WorkloadError)
     try:
         ledger.migrate()
         source = input_run(ledger, spec.source_run_id)
@@ -145,7 +132,7 @@ def resume(consumer_run_id: str, *, kafka_conf: dict | None = None, db: Database
     """Goes on with a run whose driver died: new sessions in the same group, the crashes not yet
     made still planned."""
     kafka_conf = kafka_conf or kafka_config()
-    ledger = _open(kafka_conf, db or ledger_database())
+    ledger = load.open_endpoints(kafka_conf, db or ledger_database(), WorkloadError)
     try:
         run = ledger.get_consumer_run(consumer_run_id)
         if run is None:

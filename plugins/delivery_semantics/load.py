@@ -125,16 +125,19 @@ def validate(spec: LoadSpec) -> tuple[modes.DeliveryMode, dict]:
     return mode, conf
 
 
-def _check_endpoints(kafka_conf: dict, db: Database) -> Ledger:
+def open_endpoints(kafka_conf: dict, db: Database, error: type[Exception] | None = None) -> Ledger:
+    """The ledger, opened once Kafka answers too; an endpoint that does not is `error` (LoadError
+    by default) naming it, before anything is written."""
+    error = error or LoadError
     try:
         ledger = Ledger(db)
     except ConnectionError as e:
-        raise LoadError(str(e)) from None
+        raise error(str(e)) from None
     try:
         topics.check_reachable(kafka_conf, timeout=10)
     except ConnectionError as e:
         ledger.close()
-        raise LoadError(str(e)) from None
+        raise error(str(e)) from None
     return ledger
 
 
@@ -149,7 +152,7 @@ def start(spec: LoadSpec, *, kafka_conf: dict | None = None, db: Database | None
     mode, producer_conf = validate(spec)
     kafka_conf = kafka_conf or kafka_config()
     db = db or ledger_database()
-    ledger = _check_endpoints(kafka_conf, db)
+    ledger = open_endpoints(kafka_conf, db)
     try:
         ledger.migrate()
         run_id = spec.run_id or new_run_id()
@@ -174,7 +177,7 @@ def resume(run_id: str, *, kafka_conf: dict | None = None, db: Database | None =
     """A new producer session for a run: sends every event the ledger does not show as acked,
     then the events never written, and completes the run."""
     kafka_conf = kafka_conf or kafka_config()
-    ledger = _check_endpoints(kafka_conf, db or ledger_database())
+    ledger = open_endpoints(kafka_conf, db or ledger_database())
     try:
         if ledger.get_run(run_id) is None:
             raise LoadError(f"no run {run_id!r} in the ledger")
