@@ -1,5 +1,6 @@
-"""Where a Spark application's time went, from its event log: wall time per job (the action that
-ran it, with its call site in the application), and per stage within the slowest jobs.
+"""Where a Spark application's time went, from its event log: wall time per driver action (SQL
+execution, named by its call site in the application; the driver runs them one after another, so
+they add up to the wall time), with the stages that ran inside each.
 
     bench/run spark_profile var/spark-events/<app-id>        # or the newest log: bench/run spark_profile
 
@@ -32,8 +33,14 @@ def profile(events: list[dict]) -> dict:
     app_start = app_end = None
     jobs: dict[int, dict] = {}
     stages: dict[int, dict] = {}
+    executions: dict[int, dict] = {}
     for e in events:
         kind = e["Event"]
+        if kind.endswith("SparkListenerSQLExecutionStart"):
+            executions[e["executionId"]] = {"start": e["time"], "description": e.get("description", "?"),
+                                            "stages": []}
+        elif kind.endswith("SparkListenerSQLExecutionEnd") and e["executionId"] in executions:
+            executions[e["executionId"]]["end"] = e["time"]
         if kind == "SparkListenerApplicationStart":
             app_start = e["Timestamp"]
         elif kind == "SparkListenerApplicationEnd":
@@ -41,6 +48,9 @@ def profile(events: list[dict]) -> dict:
         elif kind == "SparkListenerJobStart":
             first = min(e["Stage Infos"], key=lambda s: s["Stage ID"]) if e["Stage Infos"] else {}
             last = max(e["Stage Infos"], key=lambda s: s["Stage ID"]) if e["Stage Infos"] else {}
+            exec_id = (e.get("Properties") or {}).get("spark.sql.execution.id")
+            if exec_id is not None and int(exec_id) in executions:
+                executions[int(exec_id)]["stages"].extend(e["Stage IDs"])
             jobs[e["Job ID"]] = {"start": e["Submission Time"], "stages": e["Stage IDs"],
                                  "name": last.get("Stage Name") or first.get("Stage Name", "?"),
                                  "description": (e.get("Properties") or {}).get("spark.job.description")}
@@ -60,7 +70,9 @@ def profile(events: list[dict]) -> dict:
     total = (app_end - app_start) / 1000 if app_start and app_end else None
     job_rows = sorted(({"job": j, "seconds": (v.get("end", v["start"]) - v["start"]) / 1000, **v}
                        for j, v in jobs.items()), key=lambda r: -r["seconds"])
-    return {"total": total, "jobs": job_rows, "stages": stages}
+    exec_rows = sorted(({"execution": x, "seconds": (v.get("end", v["start"]) - v["start"]) / 1000, **v}
+                        for x, v in executions.items()), key=lambda r: -r["seconds"])
+    return {"total": total, "jobs": job_rows, "stages": stages, "executions": exec_rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,18 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     path = Path(args.log) if args.log else max(DEFAULT_DIR.glob("*"), key=lambda p: p.stat().st_mtime)
     p = profile(load_events(path))
-    in_jobs = sum(r["seconds"] for r in p["jobs"])
-    print(f"{path.name}: application {p['total']:.1f} s, of which {in_jobs:.1f} s in {len(p['jobs'])} jobs "
-          f"(the rest: JVM start, planning, driver-side JDBC)")
-    print("\n| job | seconds | share | action (call site) | stages: seconds, tasks, input records, shuffle write MB, spill MB |")
-    print("|---|---|---|---|---|")
-    for r in p["jobs"][:args.top]:
-        st = "; ".join(f"{s}: {p['stages'][s]['seconds']:.1f}s/{p['stages'][s]['tasks']}t"
-                       f"/{p['stages'][s]['input_records'] or 0}r/{p['stages'][s]['shuffle_write_mb']}MB"
-                       f"/{p['stages'][s]['spill_mb']}MB"
-                       for s in r["stages"] if s in p["stages"])
+    in_actions = sum(r["seconds"] for r in p["executions"])
+    print(f"{path.name}: application {p['total']:.1f} s, of which {in_actions:.1f} s in {len(p['executions'])} "
+          "driver actions (the rest: JVM and session start, driver-side JDBC, planning)")
+    print("\n| action (call site) | seconds | share | its slowest stages: seconds/tasks/input records/shuffle write MB |")
+    print("|---|---|---|---|")
+    for r in p["executions"][:args.top]:
+        slow = sorted((st for st in r["stages"] if st in p["stages"]), key=lambda st: -p["stages"][st]["seconds"])[:3]
+        detail = "; ".join(f"{p['stages'][st]['name'].split(' at ')[0]} {p['stages'][st]['seconds']:.1f}s"
+                           f"/{p['stages'][st]['tasks']}t/{p['stages'][st]['input_records'] or 0}r"
+                           f"/{p['stages'][st]['shuffle_write_mb']}MB" for st in slow)
         share = f"{100 * r['seconds'] / p['total']:.0f}%" if p["total"] else "-"
-        print(f"| {r['job']} | {r['seconds']:.1f} | {share} | {r['name']} | {st} |")
+        print(f"| {r['description'][:70]} | {r['seconds']:.1f} | {share} | {detail} |")
     return 0
 
 
