@@ -35,6 +35,7 @@ def run_pair(mode: str, scenario: str, ledger: Ledger, kafka_conf: dict, **spec)
     run = ledger.get_run(s.run_id)
     timeline = run["timeline"]
     assert timeline["scenario"] == scenario and timeline["events"][-1]["action"] == "healthy"
+    assert run["scenario"] == scenario, "the run is recorded under its scenario, even when a forked load made it"
     seen = observe(kafka_conf, ledger, s.run_id, modes.MODES[mode].isolation)
     print(f"\n{mode} + {scenario}: {seen}\n timeline: {json.dumps(timeline['events'])}")
     return s, seen, timeline

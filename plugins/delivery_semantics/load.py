@@ -406,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--topic")
     run.add_argument("--run-id")
     run.add_argument("--airflow-run-id", help=argparse.SUPPRESS)   # set by a scenario that forks the load
+    # Set by a scenario that forks the load: the run is recorded under it, and not run again.
+    run.add_argument("--recorded-scenario", help=argparse.SUPPRESS)
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="librdkafka producer setting over the mode's preset (repeatable)")
     res = sub.add_parser("resume", help="finish a crashed or incomplete run")
@@ -419,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             spec = LoadSpec(mode=args.mode, messages=args.messages, partitions=args.partitions, keys=args.keys,
                             payload_bytes=args.payload_bytes, rate=args.rate, txn_size=args.txn_size,
                             abort_ratio=args.abort_ratio, seed=args.seed, topic=args.topic, run_id=args.run_id,
-                            overrides=_overrides(args.overrides), airflow_run_id=args.airflow_run_id)
+                            overrides=_overrides(args.overrides), airflow_run_id=args.airflow_run_id,
+                            scenario=args.recorded_scenario or "none")
             if args.scenario == "none":
                 result = start(spec, progress=not args.no_progress)
             else:

@@ -141,7 +141,7 @@ class ProducerCrash(Scenario):
                    "--messages", str(spec.messages), "--partitions", str(spec.partitions), "--keys", str(spec.keys),
                    "--payload-bytes", str(spec.payload_bytes), "--rate", str(spec.rate), "--txn-size",
                    str(spec.txn_size), "--abort-ratio", str(spec.abort_ratio), "--seed", str(spec.seed),
-                   "--topic", _topic(spec), "--run-id", spec.run_id, "--no-progress"]
+                   "--topic", _topic(spec), "--run-id", spec.run_id, "--recorded-scenario", self.name, "--no-progress"]
             for k, v in spec.overrides.items():
                 cmd += ["--set", f"{k}={v}"]
             if spec.airflow_run_id:
