@@ -17,15 +17,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# (label, a frame name that marks it); a sample counts under the first label whose frame it holds.
-PARTS = [
-    ("ledger: COPY events (writer thread)", "copy_events"),
-    ("ledger: COPY outcomes (writer thread)", "copy_outcomes"),
-    ("producer: waiting for the ledger before sending", "result"),
-    ("producer: produce() and delivery reports", "send"),
-    ("generator: building events", "batches"),
-    ("flush and drain", "_finish_outcomes"),
-]
+def our_frame(frames: list[str]) -> str:
+    """The innermost frame of this package, or what the thread was doing outside it."""
+    ours = [f for f in frames if "delivery_semantics/" in f]
+    if ours:
+        return ours[-1]
+    if any("concurrent/futures/thread.py" in f for f in frames):
+        return "idle: waiting for work"
+    return frames[-1] if frames else "?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,25 +37,26 @@ def main(argv: list[str] | None = None) -> int:
     cmd = ["py-spy", "record", "--format", "raw", "--idle", "--threads", "--rate", "200", "-o", str(out), "--",
            sys.executable, "-m", "delivery_semantics.load", "run", "--mode", args.mode, "--messages",
            str(args.messages), "--no-progress"]
-    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ})
-    if res.returncode != 0:
-        print(res.stderr[-2000:], file=sys.stderr)
+    # py-spy attaches by pid: launching the load itself fails in some containers (ECHILD).
+    load_proc = subprocess.Popen(cmd[cmd.index("--") + 1:], stdout=subprocess.PIPE, text=True)
+    spy = subprocess.run(["py-spy", *[a for a in cmd[1:cmd.index("--")]], "--pid", str(load_proc.pid)],
+                         capture_output=True, text=True)
+    out_text, _ = load_proc.communicate()
+    if load_proc.returncode != 0 or spy.returncode != 0:
+        print(spy.stderr[-2000:], file=sys.stderr)
         return 1
-    print(res.stdout.strip().splitlines()[-1])
+    print(out_text.strip().splitlines()[-1])
     per_thread: dict[str, Counter] = {}
     for line in out.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
         frames = stack.split(";")
-        thread = frames[0]
-        label = next((lbl for lbl, marker in PARTS if any(f.startswith(marker + " ") for f in frames)), "other")
-        if any(f.startswith(("select ", "wait ", "_wait_for_tstate_lock ", "poll ")) for f in frames[-2:]):
-            label += " (idle)"
-        per_thread.setdefault(thread, Counter())[label] += int(n)
+        thread = frames[0].split(": ", 1)[-1]
+        per_thread.setdefault(thread, Counter())[our_frame(frames[1:])] += int(n)
     for thread, counts in per_thread.items():
         total = sum(counts.values())
         if total < 50:
             continue
-        print(f"\n{thread}: {total} samples")
+        print(f"\n{thread}: {total} samples at 200 Hz")
         for label, n in counts.most_common(8):
             print(f"  {100 * n / total:5.1f}%  {label}")
     print(f"\ncollapsed stacks: {out.relative_to(REPO)}")
