@@ -123,7 +123,7 @@ def main() -> int:
     rows = []
     lg = Ledger()
     if args.runs:
-        runs = [(lg.get_run(r)["messages"], lg.get_run(r)["topic"], r) for r in args.runs.split(",")]
+        runs = [(run["messages"], run["topic"], run["run_id"]) for run in map(lg.get_run, args.runs.split(","))]
     else:
         runs = []
         for n in [int(x) for x in args.sizes.split(",")]:

@@ -498,13 +498,11 @@ def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source) -> list[dict]:
     if src.sink:
         start, end, recorded_before = {}, src.sink["end_offsets"], True
         reads = {"read_committed": read_sink(jdbc, src).cache()}
-    elif single_read:
-        start, end, recorded_before = fixed_offsets(spark, jdbc, src)
-        reads = {"read_uncommitted": read_topic(spark, src, "read_uncommitted", start, end).cache()}
-        reads["read_committed"] = reads["read_uncommitted"]
     else:
         start, end, recorded_before = fixed_offsets(spark, jdbc, src)
-        reads = {iso: read_topic(spark, src, iso, start, end).cache() for iso in src.isolations}
+        reads = {iso: read_topic(spark, src, iso, start, end).cache()
+                 for iso in (("read_uncommitted",) if single_read else src.isolations)}
+        reads.setdefault("read_committed", reads["read_uncommitted"])
     committed_copies = reads["read_committed"].where(F.col("event_id").isNotNull()).groupBy("event_id").agg(
         F.count(F.lit(1)).cast("int").alias("copies"))
     summaries, all_disc, classified = [], None, {}

@@ -126,16 +126,21 @@ def child_process_env(kafka_conf: dict, db: Database) -> dict[str, str]:
     """The environment for a platform process this one starts (a producer or consumer it will
     kill): the resolved endpoints as connection variables, so the child needs no Airflow context,
     and this package on its path. Environment, never arguments: `ps` shows arguments."""
-    plugins_dir = str(Path(__file__).resolve().parents[1])
-    path = os.environ.get("PYTHONPATH", "")
     return {
         **os.environ,
         f"AIRFLOW_CONN_{KAFKA_CONN_ID.upper()}": json.dumps({"conn_type": "kafka", "extra": kafka_conf}),
         f"AIRFLOW_CONN_{LEDGER_CONN_ID.upper()}": json.dumps({
             "conn_type": "postgres", "host": db.host, "port": db.port, "login": db.user, "password": db.password,
             "schema": db.database}),
-        "PYTHONPATH": os.pathsep.join(p for p in (plugins_dir, path) if p),
+        "PYTHONPATH": _pythonpath_with_package(),
     }
+
+
+def _pythonpath_with_package() -> str:
+    """PYTHONPATH with this package's parent directory first (once)."""
+    plugins_dir = str(Path(__file__).resolve().parents[1])
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != plugins_dir]
+    return os.pathsep.join([plugins_dir, *rest])
 
 
 # --------------------------------------------------------------------------- Spark
@@ -164,13 +169,10 @@ def spark_jars() -> str:
 def spark_application_env(ledger_conn_id: str = LEDGER_CONN_ID, kafka_conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
     """What a platform Spark application reads from its environment: the ledger database, Kafka,
     and this package on the driver's path (the checker's verdict rules live here)."""
-    plugins_dir = str(Path(__file__).resolve().parents[1])
-    path = os.environ.get("PYTHONPATH", "")
     return {
         **ledger_database(ledger_conn_id).spark_env(),
         "SEMANTICS_KAFKA_BOOTSTRAP_SERVERS": kafka_config(kafka_conn_id)["bootstrap.servers"],
-        "PYTHONPATH": plugins_dir if not path else (path if plugins_dir in path.split(os.pathsep)
-                                                     else f"{plugins_dir}{os.pathsep}{path}"),
+        "PYTHONPATH": _pythonpath_with_package(),
     }
 
 

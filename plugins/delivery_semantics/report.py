@@ -21,7 +21,8 @@ from delivery_semantics import consumers, modes, promises, scenarios
 from delivery_semantics.endpoints import ledger_database
 
 MATRIX_COLUMNS = ("mode", "scenario", "run_id", "messages", "lost_acked", "lost_unacked", "duplicate_events",
-                  "aborted_visible", "stale_overwrites", "verdict", "broken_by", "expectation", "meets_expectation", "records_per_sec")
+                  "aborted_visible", "stale_overwrites", "verdict", "broken_by", "expectation", "meets_expectation",
+                  "records_per_sec")
 
 
 def query(sql: str, params=()) -> list[dict]:
