@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO
 from delivery_semantics import load, modes, readback
 from delivery_semantics.endpoints import Database, ledger_database
+from delivery_semantics.generator import new_run_id
 from delivery_semantics.ledger import Ledger
 
 
@@ -62,6 +63,37 @@ def test_run_row_holds_the_effective_config_and_summary(ledger):
     assert run["status"] == "completed" and run["acked"] == 500 and run["sessions"] == 1
     assert run["records_per_sec"] > 0 and 0 < run["ack_p50_ms"] <= run["ack_p99_ms"]
     assert run["started_at"] <= run["ended_at"]
+    assert _sealed(ledger, s.run_id), "a completed run is sealed"
+    with ledger.conn, ledger.conn.cursor() as cur:
+        cur.execute("SELECT status, attempts, count(*) FROM ledger_event_status WHERE run_id = %s "
+                    "GROUP BY status, attempts", (s.run_id,))
+        assert cur.fetchall() == [("acked", 1, 500)]
+
+
+def _sealed(ledger: Ledger, run_id: str) -> bool:
+    """Whether the run's events partition has its index on n."""
+    with ledger.conn, ledger.conn.cursor() as cur:
+        cur.execute("""SELECT EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = part.oid)
+                       FROM pg_inherits i JOIN pg_class part ON part.oid = i.inhrelid
+                       WHERE i.inhparent = 'ledger_events'::regclass
+                         AND pg_get_expr(part.relpartbound, part.oid) = format('FOR VALUES IN (%%L)', %s::text)""",
+                    (run_id,))
+        return cur.fetchone()[0]
+
+
+def test_sealing_a_run_rejects_a_duplicate_event(ledger):
+    run_id = "rtestseal_" + os.urandom(3).hex()
+    ledger.create_run({"run_id": run_id, "mode": "idempotent", "topic": "unused", "partitions": 1, "messages": 2,
+                       "keys": 1, "payload_bytes": 0, "seed": 0, "producer_config": {}})
+    try:
+        ledger.record_event_range(run_id, 0, 2, keys=1, publish_at_ms=0)
+        ledger.record_event_range(run_id, 1, 2, keys=1, publish_at_ms=0)   # n = 1 again
+        assert not _sealed(ledger, run_id)
+        with pytest.raises(psycopg2.errors.UniqueViolation):
+            ledger.seal(run_id)
+    finally:
+        ledger.conn.rollback()
+        ledger.drop_run(run_id)
 
 
 def test_transactional_aborts_are_invisible_to_read_committed_and_visible_to_read_uncommitted(kafka_conf, ledger):
@@ -84,15 +116,17 @@ def test_transactional_aborts_are_invisible_to_read_committed_and_visible_to_rea
 @pytest.mark.parametrize("mode", ["at_least_once", "transactional"])
 def test_kill9_mid_run_loses_no_ledger_row_and_resume_completes(mode, kafka_conf, ledger):
     messages = 150_000
+    run_id = new_run_id()
     proc = subprocess.Popen(
         [sys.executable, "-m", "delivery_semantics.load", "run", "--mode", mode, "--messages", str(messages),
-         "--rate", "15000", "--txn-size", "200", "--no-progress", "--json"],
+         "--rate", "15000", "--txn-size", "200", "--run-id", run_id, "--no-progress", "--json"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    run_id = _wait_for_run_with_events(ledger, proc, min_events=30_000)
+    _wait_for_outcomes(ledger, proc, run_id, min_outcomes=30_000)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     run = ledger.get_run(run_id)
     assert run["status"] == "running", "a killed producer cannot have marked its run"
+    assert not _sealed(ledger, run_id), "killed before its seal"
 
     records = readback.read_topic(kafka_conf, run["topic"], "read_uncommitted")
     with ledger.conn.cursor() as cur:
@@ -112,20 +146,19 @@ def test_kill9_mid_run_loses_no_ledger_row_and_resume_completes(mode, kafka_conf
     isolation = modes.MODES[mode].isolation
     copies = readback.copies_by_event(readback.read_topic(kafka_conf, run["topic"], isolation))
     assert len(copies) == messages
+    assert _sealed(ledger, run_id), "the resume sealed it"
     if mode == "transactional":
         assert set(copies.values()) == {1}, "same transactional.id: the restart fences the old producer"
 
 
-def _wait_for_run_with_events(ledger: Ledger, proc, min_events: int, timeout: float = 120) -> str:
+def _wait_for_outcomes(ledger: Ledger, proc, run_id: str, min_outcomes: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"the load process ended early: {proc.stderr.read()[-2000:]}"
         with ledger.conn, ledger.conn.cursor() as cur:
-            cur.execute("""SELECT r.run_id, (SELECT count(*) FROM ledger_outcomes o WHERE o.run_id = r.run_id)
-                           FROM runs r WHERE r.status = 'running' ORDER BY r.created_at DESC LIMIT 1""")
-            row = cur.fetchone()
-        if row and row[1] >= min_events:
-            return row[0]
+            cur.execute("SELECT count(*) FROM ledger_outcomes WHERE run_id = %s", (run_id,))
+            if cur.fetchone()[0] >= min_outcomes:
+                return
         time.sleep(0.5)
     raise AssertionError("the load never reached the kill point")
 

@@ -1,7 +1,8 @@
 """The history: runs, events (written before they are produced) and outcomes, in PostgreSQL.
 
 Writes are COPY in batches, never row by row. Each run gets its own partitions of the events
-and outcomes tables, so retiring a run is a DROP, not a DELETE of millions of rows.
+and outcomes tables, so retiring a run is a DROP, not a DELETE of millions of rows. A producer
+writes them unindexed; `seal` indexes them when its session ends (sql/V009 says why).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import threading
 import zlib
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Iterable, Iterator
 
 import psycopg2
@@ -18,7 +20,7 @@ import psycopg2.extras
 
 from delivery_semantics import schema
 from delivery_semantics.endpoints import Database, ledger_database
-from delivery_semantics.generator import Event
+from delivery_semantics.generator import EVENT_ROWS_SQL, Event
 
 OUTCOME_STATUSES = ("acked", "sent", "failed", "unknown", "aborted", "written")
 
@@ -159,7 +161,17 @@ class Ledger:
 
     # ------------------------------------------------------------------ COPY writers
 
+    def record_event_range(self, run_id: str, start: int, stop: int, keys: int, publish_at_ms: int) -> int:
+        """The events n in [start, stop) of a generated run, all published at one time: PostgreSQL
+        derives their rows the way Generator.event does."""
+        with self._write_lock, self.conn, self.conn.cursor() as cur:
+            cur.execute("INSERT INTO ledger_events (run_id, n, event_id, key, seq, publish_at)" + EVENT_ROWS_SQL,
+                        {"run_id": run_id, "start": start, "stop": stop, "keys": keys,
+                         "publish_at": datetime.fromtimestamp(publish_at_ms / 1000, tz=timezone.utc)})
+        return stop - start
+
     def copy_events(self, run_id: str, events: Iterable[Event]) -> int:
+        """Any events, such as a hand-made ledger's; a generated run's go by record_event_range."""
         buf = io.StringIO()
         n = 0
         stamp_ms, stamp = None, ""
@@ -194,6 +206,13 @@ class Ledger:
         buf.seek(0)
         with self._write_lock, self.conn, self.conn.cursor() as cur:
             cur.copy_expert(f"COPY {target} FROM STDIN", buf)
+
+    def seal(self, run_id: str) -> None:
+        """Indexes the run's events by n (unique), unless already done: a duplicate event in the
+        run fails here. A session that fails leaves this to the resume."""
+        part = f"ledger_events_{_partition_suffix(run_id)}"
+        with self._write_lock, self.conn, self.conn.cursor() as cur:
+            cur.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {part}_n ON {part} (n)")
 
     # ------------------------------------------------------------------ reads
 

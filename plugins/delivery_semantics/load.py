@@ -212,6 +212,8 @@ def _drive(ledger: Ledger, run_id: str, kafka_conf: dict, progress: bool,
             for _ in range(RESEND_ROUNDS):
                 if not session_runner.resend_unacked():
                     break
+        session_runner.close()
+        ledger.seal(run_id)   # inside the timed session: the index build is part of the load's cost
         status, error = "completed", None
     except BaseException as e:
         status, error = "failed", f"{type(e).__name__}: {e}"
@@ -271,21 +273,26 @@ class _Session:
         # first session, the resend round needs no anti-join over the whole run.
         self.not_acked: set[str] = set()
         self.ledger_has_older_unacked = session > 1
+        self._closed = False
 
     def send_new(self, start: int, stop: int) -> None:
         pending: Future | None = None
         batches = self.gen.batches(start, stop, self.batch_size)
         batch = next(batches, None)
         if batch is not None:
-            pending = self.writer.submit(self.ledger.copy_events, self.run_id, batch)
+            pending = self._record_events(batch)
         while batch is not None:
             pending.result()                      # this batch is in the ledger: now it may be sent
             nxt = next(batches, None)
             if nxt is not None:
-                pending = self.writer.submit(self.ledger.copy_events, self.run_id, nxt)
+                pending = self._record_events(nxt)
             self._send(batch)
             batch = nxt
         self._finish_outcomes()
+
+    def _record_events(self, batch) -> Future:
+        return self.writer.submit(self.ledger.record_event_range, self.run_id, batch[0].n, batch[-1].n + 1,
+                                  self.gen.keys, batch[0].publish_at_ms)
 
     def resolve_in_doubt(self, kafka_conf: dict) -> None:
         """Settles the transaction a killed producer was committing. The new producer has already
@@ -370,6 +377,9 @@ class _Session:
             raise RuntimeError(f"{remaining} messages still undelivered after flush")
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._record(self.client.drain()).result()
         finally:
