@@ -19,7 +19,7 @@ import time
 from datetime import date
 
 from delivery_semantics.generator import Generator, new_run_id
-from delivery_semantics.ledger import Ledger, Outcome, _partition_suffix
+from delivery_semantics.ledger import Ledger, Outcome, partition_name
 
 BEFORE, NOW = "before V009", "now"
 
@@ -29,15 +29,14 @@ def one(ledger: Ledger, events: int, batch: int, layout: str) -> dict:
     ledger.create_run({"run_id": run_id, "mode": "at_least_once", "topic": "unused", "partitions": 3,
                        "messages": events, "keys": 16, "payload_bytes": 0, "seed": 0, "producer_config": {}})
     gen = Generator(run_id, 16, 0, 0)
-    suffix = _partition_suffix(run_id)
     try:
         if layout == BEFORE:
             with ledger.conn, ledger.conn.cursor() as cur:
-                cur.execute(f"ALTER TABLE ledger_events_{suffix} ADD PRIMARY KEY (run_id, event_id)")
-                cur.execute(f"CREATE INDEX ON ledger_outcomes_{suffix} (run_id, event_id)")
+                cur.execute(f"ALTER TABLE {partition_name('ledger_events', run_id)} ADD PRIMARY KEY (run_id, event_id)")
+                cur.execute(f"CREATE INDEX ON {partition_name('ledger_outcomes', run_id)} (run_id, event_id)")
         events_s = outcomes_s = 0.0
         for lo in range(0, events, batch):
-            evs = list(gen.batches(lo, min(lo + batch, events), batch))[0]
+            evs = next(gen.batches(lo, min(lo + batch, events), batch))
             outs = [Outcome(e.event_id, "acked", e.n % 3, e.n // 3, 1000 + e.n % 700) for e in evs]
             t = time.perf_counter()
             if layout == BEFORE:

@@ -1,8 +1,9 @@
 """The history: runs, events (written before they are produced) and outcomes, in PostgreSQL.
 
-Writes are COPY in batches, never row by row. Each run gets its own partitions of the events
-and outcomes tables, so retiring a run is a DROP, not a DELETE of millions of rows. A producer
-writes them unindexed; `seal` indexes them when its session ends (sql/V009 says why).
+Writes are per batch, never row by row: a batch's events are derived by PostgreSQL from their
+range of n, its outcomes are COPYed. Each run gets its own partitions of the events and outcomes
+tables, so retiring a run is a DROP, not a DELETE of millions of rows. A producer writes them
+unindexed; `seal` indexes them when its session ends (sql/V009 says why).
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ def connect(db: Database) -> "psycopg2.extensions.connection":
                                 f"{first}") from None
 
 
-def _partition_suffix(run_id: str) -> str:
+def partition_name(table: str, run_id: str) -> str:
+    """The run's partition of a per-run partitioned table (ledger_events, ledger_outcomes, sink_events)."""
     safe = "".join(c if c.isalnum() or c == "_" else "_" for c in run_id.lower())[:40]
-    return f"{safe}_{zlib.crc32(run_id.encode()):08x}"
+    return f"{table}_{safe}_{zlib.crc32(run_id.encode()):08x}"
 
 
 def _copy_text(value) -> str:
@@ -89,14 +91,14 @@ class Ledger:
 
     def create_run(self, row: dict) -> None:
         """Inserts the run and creates its partitions, in one transaction."""
-        suffix = _partition_suffix(row["run_id"])
         cols = list(row)
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
                 f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})",
                 [json.dumps(v) if isinstance(v, dict) else v for v in row.values()])
             for table in ("ledger_events", "ledger_outcomes"):
-                cur.execute(f"CREATE TABLE {table}_{suffix} PARTITION OF {table} FOR VALUES IN (%s)",
+                cur.execute(f"CREATE TABLE {partition_name(table, row['run_id'])} PARTITION OF {table} "
+                            "FOR VALUES IN (%s)",
                             (row["run_id"],))
 
     def get_run(self, run_id: str) -> dict | None:
@@ -126,7 +128,7 @@ class Ledger:
             cur.execute(
                 f"INSERT INTO consumer_runs ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})",
                 [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()])
-            cur.execute(f"CREATE TABLE sink_events_{_partition_suffix(row['consumer_run_id'])} "
+            cur.execute(f"CREATE TABLE {partition_name('sink_events', row['consumer_run_id'])} "
                         "PARTITION OF sink_events FOR VALUES IN (%s)", (row["consumer_run_id"],))
 
     def get_consumer_run(self, consumer_run_id: str) -> dict | None:
@@ -137,7 +139,7 @@ class Ledger:
 
     def drop_consumer_run(self, consumer_run_id: str) -> None:
         with self.conn, self.conn.cursor() as cur:
-            cur.execute(f"DROP TABLE IF EXISTS sink_events_{_partition_suffix(consumer_run_id)}")
+            cur.execute(f"DROP TABLE IF EXISTS {partition_name('sink_events', consumer_run_id)}")
             cur.execute("DELETE FROM sink_state WHERE consumer_run_id = %s", (consumer_run_id,))
             cur.execute("DELETE FROM consumer_runs WHERE consumer_run_id = %s", (consumer_run_id,))
 
@@ -153,13 +155,12 @@ class Ledger:
                 raise RunBusy(f"run {run_id} is held by a live producer; wait for it or stop it first")
 
     def drop_run(self, run_id: str) -> None:
-        suffix = _partition_suffix(run_id)
         with self.conn, self.conn.cursor() as cur:
             for table in ("ledger_events", "ledger_outcomes"):
-                cur.execute(f"DROP TABLE IF EXISTS {table}_{suffix}")
+                cur.execute(f"DROP TABLE IF EXISTS {partition_name(table, run_id)}")
             cur.execute("DELETE FROM runs WHERE run_id = %s", (run_id,))
 
-    # ------------------------------------------------------------------ COPY writers
+    # ------------------------------------------------------------------ writers
 
     def record_event_range(self, run_id: str, start: int, stop: int, keys: int, publish_at_ms: int) -> int:
         """The events n in [start, stop) of a generated run, all published at one time: PostgreSQL
@@ -210,7 +211,7 @@ class Ledger:
     def seal(self, run_id: str) -> None:
         """Indexes the run's events by n (unique), unless already done: a duplicate event in the
         run fails here. A session that fails leaves this to the resume."""
-        part = f"ledger_events_{_partition_suffix(run_id)}"
+        part = partition_name("ledger_events", run_id)
         with self._write_lock, self.conn, self.conn.cursor() as cur:
             cur.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {part}_n ON {part} (n)")
 
@@ -219,9 +220,9 @@ class Ledger:
     def analyze(self, run_id: str) -> None:
         """Fresh statistics for the run's partitions: without them the planner picks a nested loop
         over millions of rows for the anti-joins below (seen: 13 s for 20k events)."""
-        suffix = _partition_suffix(run_id)
         with self._write_lock, self.conn, self.conn.cursor() as cur:
-            cur.execute(f"ANALYZE ledger_events_{suffix}, ledger_outcomes_{suffix}")
+            cur.execute(f"ANALYZE {partition_name('ledger_events', run_id)}, "
+                        f"{partition_name('ledger_outcomes', run_id)}")
 
     def unacked(self, run_id: str) -> Iterator[tuple[int, int]]:
         """(n, publish_at in ms) of every event of the run with no ack (nor, for acks=0, a send),
