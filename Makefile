@@ -1,5 +1,5 @@
 # The two commands of the README:  make demo  |  make test
-.PHONY: setup start stop status reset demo test test-slow lint
+.PHONY: setup start stop status reset demo unit integration test test-slow lint
 
 setup:
 	bash local/setup
@@ -19,9 +19,19 @@ reset:
 demo: start
 	bash local/demo
 
-test: start
+# No service needed: the catalog, the checker's anomaly functions in local Spark, DAG parsing, input validation.
+unit: setup
+	.venv/bin/python -m pytest tests/unit
+
+integration: start
 	bash local/setup --with-browser
-	bash local/pytest -m "not slow"
+	bash local/pytest tests/integration -m "not slow"
+
+test: unit integration
 
 test-slow: start
-	bash local/pytest -m slow
+	bash local/pytest tests/integration -m slow
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .

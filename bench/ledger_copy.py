@@ -26,8 +26,19 @@ BEFORE, NOW = "before V009", "now"
 
 def one(ledger: Ledger, events: int, batch: int, layout: str) -> dict:
     run_id = new_run_id("rbench")
-    ledger.create_run({"run_id": run_id, "mode": "at_least_once", "topic": "unused", "partitions": 3,
-                       "messages": events, "keys": 16, "payload_bytes": 0, "seed": 0, "producer_config": {}})
+    ledger.create_run(
+        {
+            "run_id": run_id,
+            "mode": "at_least_once",
+            "topic": "unused",
+            "partitions": 3,
+            "messages": events,
+            "keys": 16,
+            "payload_bytes": 0,
+            "seed": 0,
+            "producer_config": {},
+        }
+    )
     gen = Generator(run_id, 16, 0, 0)
     try:
         if layout == BEFORE:
@@ -54,8 +65,13 @@ def one(ledger: Ledger, events: int, batch: int, layout: str) -> dict:
         seal_s = time.perf_counter() - t
     finally:
         ledger.drop_run(run_id)
-    return {"events_s": events_s, "outcomes_s": outcomes_s, "write_s": write_s, "seal_s": seal_s,
-            "total_s": write_s + seal_s}
+    return {
+        "events_s": events_s,
+        "outcomes_s": outcomes_s,
+        "write_s": write_s,
+        "seal_s": seal_s,
+        "total_s": write_s + seal_s,
+    }
 
 
 def main() -> int:
@@ -71,22 +87,30 @@ def main() -> int:
     ledger.migrate()
     results = {BEFORE: [], NOW: []}
     try:
-        for _ in range(args.repeats):   # interleaved, so drift on a shared machine hits both alike
+        for _ in range(args.repeats):  # interleaved, so drift on a shared machine hits both alike
             for layout in results:
                 results[layout].append(one(ledger, args.events, args.batch, layout))
     finally:
         ledger.close()
-    med = {k: {f: statistics.median(r[f] for r in v) for f in ("events_s", "outcomes_s", "write_s", "seal_s", "total_s")}
-           for k, v in results.items()}
+    med = {
+        k: {f: statistics.median(r[f] for r in v) for f in ("events_s", "outcomes_s", "write_s", "seal_s", "total_s")}
+        for k, v in results.items()
+    }
     base = med[BEFORE]
-    print(f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, {args.events:,} events + "
-          f"{args.events:,} outcomes in COPY batches of {args.batch:,}, median of {args.repeats}")
-    print("| layout | events s | outcomes s | write s (during the load) | seal s (end of session) | total s "
-          "| events/s during the load | total vs before |")
+    print(
+        f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, {args.events:,} events + "
+        f"{args.events:,} outcomes in COPY batches of {args.batch:,}, median of {args.repeats}"
+    )
+    print(
+        "| layout | events s | outcomes s | write s (during the load) | seal s (end of session) | total s "
+        "| events/s during the load | total vs before |"
+    )
     print("|" + "---|" * 8)
     for name, m in med.items():
-        print(f"| {name} | {m['events_s']:.2f} | {m['outcomes_s']:.2f} | {m['write_s']:.2f} | {m['seal_s']:.2f} | {m['total_s']:.2f} | "
-              f"{args.events / m['write_s']:,.0f} | {m['total_s'] / base['total_s']:.2f}x |")
+        print(
+            f"| {name} | {m['events_s']:.2f} | {m['outcomes_s']:.2f} | {m['write_s']:.2f} | {m['seal_s']:.2f} | {m['total_s']:.2f} | "
+            f"{args.events / m['write_s']:,.0f} | {m['total_s'] / base['total_s']:.2f}x |"
+        )
     return 0
 
 

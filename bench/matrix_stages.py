@@ -29,24 +29,38 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     engine = sa.create_engine(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
     with engine.connect() as c:
-        run = c.execute(sa.text(
-            "SELECT run_id, start_date, end_date, state FROM dag_run WHERE dag_id = 'semantics_matrix' "
-            + ("AND run_id = :r " if args.dag_run else "") + "ORDER BY start_date DESC LIMIT 1"),
-            {"r": args.dag_run}).one()
-        tis = c.execute(sa.text(
-            "SELECT task_id, map_index, rendered_map_index, start_date, end_date FROM task_instance "
-            "WHERE dag_id = 'semantics_matrix' AND run_id = :r"), {"r": run.run_id}).all()
+        run = c.execute(
+            sa.text(
+                "SELECT run_id, start_date, end_date, state FROM dag_run WHERE dag_id = 'semantics_matrix' "
+                + ("AND run_id = :r " if args.dag_run else "")
+                + "ORDER BY start_date DESC LIMIT 1"
+            ),
+            {"r": args.dag_run},
+        ).one()
+        tis = c.execute(
+            sa.text(
+                "SELECT task_id, map_index, rendered_map_index, start_date, end_date FROM task_instance "
+                "WHERE dag_id = 'semantics_matrix' AND run_id = :r"
+            ),
+            {"r": run.run_id},
+        ).all()
     wall = (run.end_date - run.start_date).total_seconds()
     per_task = defaultdict(float)
     for t in tis:
         if t.start_date and t.end_date:
             per_task[t.task_id] += (t.end_date - t.start_date).total_seconds()
     pattern = f"semantics_matrix/{run.run_id}/%"
-    producer = report.query("SELECT count(*) AS runs, coalesce(sum(messages), 0) AS events, "
-                            "coalesce(sum(active_seconds), 0) AS active FROM runs WHERE airflow_run_id LIKE %s "
-                            "OR airflow_run_id LIKE %s", (pattern, f"input-of:{pattern}"))[0]
-    consumer = report.query("SELECT count(*) AS runs, coalesce(sum(active_seconds), 0) AS active FROM consumer_runs "
-                            "WHERE airflow_run_id LIKE %s", (pattern,))[0]
+    producer = report.query(
+        "SELECT count(*) AS runs, coalesce(sum(messages), 0) AS events, "
+        "coalesce(sum(active_seconds), 0) AS active FROM runs WHERE airflow_run_id LIKE %s "
+        "OR airflow_run_id LIKE %s",
+        (pattern, f"input-of:{pattern}"),
+    )[0]
+    consumer = report.query(
+        "SELECT count(*) AS runs, coalesce(sum(active_seconds), 0) AS active FROM consumer_runs "
+        "WHERE airflow_run_id LIKE %s",
+        (pattern,),
+    )[0]
     load_s = per_task["run_pair"]
     active = float(producer["active"]) + float(consumer["active"])
     rows = [
@@ -57,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         ("pairs (expansion)", per_task["pairs"]),
         ("Airflow between tasks", wall - sum(per_task.values())),
     ]
-    print(f"semantics_matrix run {run.run_id} ({run.state}): {wall / 60:.1f} min wall, "
-          f"{producer['runs']} producer runs ({producer['events']:,} events), {consumer['runs']} consumer runs")
+    print(
+        f"semantics_matrix run {run.run_id} ({run.state}): {wall / 60:.1f} min wall, "
+        f"{producer['runs']} producer runs ({producer['events']:,} events), {consumer['runs']} consumer runs"
+    )
     print("\n| stage | seconds | share of wall time |\n|---|---|---|")
     for name, secs in rows:
         print(f"| {name} | {secs:,.0f} | {100 * secs / wall:.0f}% |")

@@ -22,17 +22,18 @@ import sys
 import time
 from datetime import date
 
-from delivery_semantics import load, localstack, modes, topics
-from delivery_semantics.client import ProducerClient
+import devstack
+from delivery_semantics import catalog, load, topics
+from delivery_semantics.client import ProducerClient, producer_config
 from delivery_semantics.endpoints import kafka_config
 from delivery_semantics.generator import Generator, new_run_id
 
 
-def ledger_off(mode: modes.DeliveryMode, messages: int, payload: int, txn_size: int, conf: dict) -> dict:
+def ledger_off(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size: int, conf: dict) -> dict:
     run_id = new_run_id()
     topic = f"bench.off.{mode.name}.{run_id}"
     topics.ensure_topic(conf, topic, partitions=3)
-    pconf = {**conf, **modes.effective_producer_config(mode)}
+    pconf = {**conf, **producer_config(mode)}
     if mode.transactional:
         pconf["transactional.id"] = f"bench-{run_id}"
     client = ProducerClient(pconf, topic, run_id, transactional=mode.transactional)
@@ -42,7 +43,7 @@ def ledger_off(mode: modes.DeliveryMode, messages: int, payload: int, txn_size: 
     for batch in gen.batches(0, messages, 10_000):
         if mode.transactional:
             for i in range(0, len(batch), txn_size):
-                client.send_transaction(batch[i:i + txn_size], i, abort=False, before_commit=lambda _o: None)
+                client.send_transaction(batch[i : i + txn_size], i, abort=False, before_commit=lambda _o: None)
         else:
             client.send(batch)
         latencies.extend(o.latency_us for o in client.drain() if o.latency_us is not None)
@@ -55,27 +56,41 @@ def ledger_off(mode: modes.DeliveryMode, messages: int, payload: int, txn_size: 
     return {"rps": messages / elapsed, "p99_ms": p99}
 
 
-def ledger_on(mode: modes.DeliveryMode, messages: int, payload: int, txn_size: int) -> dict:
+def ledger_on(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size: int) -> dict:
     s = load.start(load.LoadSpec(mode=mode.name, messages=messages, payload_bytes=payload, txn_size=txn_size))
     assert s.acked + s.sent_unacked == messages, s.line()
     return {"rps": s.records_per_sec, "p99_ms": s.ack_p99_ms, "run_id": s.run_id}
 
 
-def producer_performance(mode: modes.DeliveryMode, messages: int, payload: int, txn_size: int,
-                         conf: dict) -> dict:
+def producer_performance(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size: int, conf: dict) -> dict:
     topic = f"bench.pp.{mode.name}.{new_run_id()}"
     topics.ensure_topic(conf, topic, partitions=3)
-    p = modes.effective_producer_config(mode)
-    props = {"bootstrap.servers": conf["bootstrap.servers"], "acks": p["acks"],
-             "enable.idempotence": p["enable.idempotence"], "linger.ms": p["linger.ms"],
-             "max.in.flight.requests.per.connection": p["max.in.flight.requests.per.connection"],
-             "retries": p["retries"], "compression.type": p["compression.type"],
-             # librdkafka's default batch.size; the Java client's 16 KiB would hold ~60 of these records
-             "batch.size": "1000000"}
-    cmd = localstack._java_cmd("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-                               "--num-records", str(messages), "--record-size", str(payload),
-                               "--throughput", "-1", "--producer-props",
-                               *[f"{k}={v}" for k, v in props.items()], heap="1g")
+    p = producer_config(mode)
+    props = {
+        "bootstrap.servers": conf["bootstrap.servers"],
+        "acks": p["acks"],
+        "enable.idempotence": p["enable.idempotence"],
+        "linger.ms": p["linger.ms"],
+        "max.in.flight.requests.per.connection": p["max.in.flight.requests.per.connection"],
+        "retries": p["retries"],
+        "compression.type": p["compression.type"],
+        # librdkafka's default batch.size; the Java client's 16 KiB would hold ~60 of these records
+        "batch.size": "1000000",
+    }
+    cmd = devstack.kafka_tool_command(
+        "org.apache.kafka.tools.ProducerPerformance",
+        "--topic",
+        topic,
+        "--num-records",
+        str(messages),
+        "--record-size",
+        str(payload),
+        "--throughput",
+        "-1",
+        "--producer-props",
+        *[f"{k}={v}" for k, v in props.items()],
+        heap="1g",
+    )
     if mode.transactional:
         # ProducerPerformance commits by time; this duration gives about txn_size records a transaction
         # at the rate measured for the idempotent mode.
@@ -103,9 +118,13 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--payload-bytes", type=int, default=200)
     ap.add_argument("--txn-size", type=int, default=10_000)
-    ap.add_argument("--modes", default=",".join(modes.MODES))
-    ap.add_argument("--repeats", type=int, default=1,
-                    help="rounds over all modes, interleaved; the table gives each figure's median")
+    ap.add_argument("--modes", default=",".join(catalog.MODES))
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="rounds over all modes, interleaved; the table gives each figure's median",
+    )
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     if args.messages <= 0 or args.repeats <= 0:
@@ -113,28 +132,37 @@ def main() -> int:
         return 2
     conf = kafka_config()
     samples: dict[str, list] = {}
-    for _ in range(args.repeats):   # round-robin, so a slow spell of the shared machine hits every mode
+    for _ in range(args.repeats):  # round-robin, so a slow spell of the shared machine hits every mode
         for name in args.modes.split(","):
-            mode = modes.get_mode(name)
+            mode = catalog.get_mode(name)
             pp = producer_performance(mode, args.messages, args.payload_bytes, args.txn_size, conf)
             off = ledger_off(mode, args.messages, args.payload_bytes, args.txn_size, conf)
             on = ledger_on(mode, args.messages, args.payload_bytes, args.txn_size)
             samples.setdefault(name, []).append((pp, off, on))
-            print(json.dumps({"mode": name, "producer_performance": pp, "ledger_off": off, "ledger_on": on}),
-                  file=sys.stderr, flush=True)
+            print(
+                json.dumps({"mode": name, "producer_performance": pp, "ledger_off": off, "ledger_on": on}),
+                file=sys.stderr,
+                flush=True,
+            )
     rows = [(name, *(_median([s[i] for s in runs]) for i in range(3))) for name, runs in samples.items()]
-    header = ("| mode | ProducerPerformance rec/s | ledger off rec/s | ledger on rec/s | on / PP | "
-              "ledger overhead | p99 ms PP / off / on |")
-    print(f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, {args.messages:,} records of "
-          f"{args.payload_bytes} B, 3 partitions RF 3, transactions of {args.txn_size}, "
-          f"median of {args.repeats}")
+    header = (
+        "| mode | ProducerPerformance rec/s | ledger off rec/s | ledger on rec/s | on / PP | "
+        "ledger overhead | p99 ms PP / off / on |"
+    )
+    print(
+        f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, {args.messages:,} records of "
+        f"{args.payload_bytes} B, 3 partitions RF 3, transactions of {args.txn_size}, "
+        f"median of {args.repeats}"
+    )
     print(header)
     print("|" + "---|" * 7)
     for name, pp, off, on in rows:
         overhead = 1 - on["rps"] / off["rps"]
         p99 = " / ".join(f"{x['p99_ms']:.0f}" if x["p99_ms"] is not None else "-" for x in (pp, off, on))
-        print(f"| {name} | {pp['rps']:,.0f} | {off['rps']:,.0f} | {on['rps']:,.0f} | {on['rps'] / pp['rps']:.2f}x | "
-              f"{overhead:.0%} | {p99} |")
+        print(
+            f"| {name} | {pp['rps']:,.0f} | {off['rps']:,.0f} | {on['rps']:,.0f} | {on['rps'] / pp['rps']:.2f}x | "
+            f"{overhead:.0%} | {p99} |"
+        )
     return 0
 
 

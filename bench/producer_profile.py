@@ -9,13 +9,13 @@ The collapsed stacks are kept in artifacts/ (open them with any flame-graph view
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
 
 def our_frame(frames: list[str]) -> str:
     """The innermost frame of this package, or what the thread was doing outside it."""
@@ -34,13 +34,34 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = REPO / "artifacts" / f"py-spy-load-{args.mode}.txt"
     out.parent.mkdir(exist_ok=True)
-    cmd = ["py-spy", "record", "--format", "raw", "--idle", "--threads", "--rate", "200", "-o", str(out), "--",
-           sys.executable, "-m", "delivery_semantics.load", "run", "--mode", args.mode, "--messages",
-           str(args.messages), "--no-progress"]
+    cmd = [
+        "py-spy",
+        "record",
+        "--format",
+        "raw",
+        "--idle",
+        "--threads",
+        "--rate",
+        "200",
+        "-o",
+        str(out),
+        "--",
+        sys.executable,
+        "-m",
+        "delivery_semantics.cli",
+        "load",
+        "run",
+        "--mode",
+        args.mode,
+        "--messages",
+        str(args.messages),
+        "--no-progress",
+    ]
     # py-spy attaches by pid: launching the load itself fails in some containers (ECHILD).
-    load_proc = subprocess.Popen(cmd[cmd.index("--") + 1:], stdout=subprocess.PIPE, text=True)
-    spy = subprocess.run(["py-spy", *[a for a in cmd[1:cmd.index("--")]], "--pid", str(load_proc.pid)],
-                         capture_output=True, text=True)
+    load_proc = subprocess.Popen(cmd[cmd.index("--") + 1 :], stdout=subprocess.PIPE, text=True)
+    spy = subprocess.run(
+        ["py-spy", *[a for a in cmd[1 : cmd.index("--")]], "--pid", str(load_proc.pid)], capture_output=True, text=True
+    )
     out_text, _ = load_proc.communicate()
     if load_proc.returncode != 0 or spy.returncode != 0:
         print(spy.stderr[-2000:], file=sys.stderr)

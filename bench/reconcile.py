@@ -28,7 +28,8 @@ import threading
 import time
 from datetime import date
 
-from delivery_semantics import load, localstack, reconcile
+import devstack
+from delivery_semantics import load, reconcile
 from delivery_semantics.endpoints import kafka_config, spark_application_env
 from delivery_semantics.ledger import Ledger
 
@@ -45,7 +46,7 @@ def _tree_rss_peak(root_pid: int, stop: threading.Event, peaks: dict) -> None:
                     fields = f.read().rsplit(")", 1)[1].split()
                 ppid = int(fields[1])
                 with open(f"/proc/{pid}/status") as f:
-                    rss = next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+                    rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
                 with open(f"/proc/{pid}/comm") as f:
                     comm = f.read().strip()
                 children[int(pid)] = (ppid, rss, comm)
@@ -66,8 +67,12 @@ def _tree_rss_peak(root_pid: int, stop: threading.Event, peaks: dict) -> None:
 
 def event_log_conf(directory: str) -> dict:
     """Spark's event log as plain JSON lines, one file per application (spark_profile reads it)."""
-    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": os.path.abspath(directory),
-            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": os.path.abspath(directory),
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+    }
 
 
 def timed_reconcile(run_id: str, event_log: str | None = None) -> dict:
@@ -92,9 +97,18 @@ def timed_reconcile(run_id: str, event_log: str | None = None) -> dict:
 
 
 def consumer_performance(topic: str, messages: int) -> float:
-    cmd = localstack._java_cmd("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
-                               kafka_config()["bootstrap.servers"], "--topic", topic, "--messages", str(messages),
-                               "--timeout", "60000", heap="1g")
+    cmd = devstack.kafka_tool_command(
+        "org.apache.kafka.tools.ConsumerPerformance",
+        "--bootstrap-server",
+        kafka_config()["bootstrap.servers"],
+        "--topic",
+        topic,
+        "--messages",
+        str(messages),
+        "--timeout",
+        "60000",
+        heap="1g",
+    )
     t0 = time.monotonic()
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     elapsed = time.monotonic() - t0
@@ -136,16 +150,26 @@ def main() -> int:
         floor = consumer_performance(topic, n)
         r = timed_reconcile(run_id, args.event_log)
         rows.append((n, floor, r))
-        print(f"{n}: floor {floor:.1f}s, reconcile {r['seconds']:.1f}s, driver JVM peak {r.get('jvm_mb')} MB, "
-              f"python {r.get('python_mb')} MB; {r['summary']}", file=sys.stderr, flush=True)
-    print(f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, mode {args.mode}, 200 B records, "
-          "3 partitions, spark local[2], driver memory 2g")
-    print("| events | ConsumerPerformance s (floor) | reconcile s | reconcile / floor | driver JVM peak RSS MB | "
-          "Python driver peak MB |")
+        print(
+            f"{n}: floor {floor:.1f}s, reconcile {r['seconds']:.1f}s, driver JVM peak {r.get('jvm_mb')} MB, "
+            f"python {r.get('python_mb')} MB; {r['summary']}",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(
+        f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, mode {args.mode}, 200 B records, "
+        "3 partitions, spark local[2], driver memory 2g"
+    )
+    print(
+        "| events | ConsumerPerformance s (floor) | reconcile s | reconcile / floor | driver JVM peak RSS MB | "
+        "Python driver peak MB |"
+    )
     print("|---|---|---|---|---|---|")
     for n, floor, r in rows:
-        print(f"| {n:,} | {floor:.1f} | {r['seconds']:.1f} | {r['seconds'] / floor:.1f}x | {r.get('jvm_mb')} | "
-              f"{r.get('python_mb')} |")
+        print(
+            f"| {n:,} | {floor:.1f} | {r['seconds']:.1f} | {r['seconds'] / floor:.1f}x | {r.get('jvm_mb')} | "
+            f"{r.get('python_mb')} |"
+        )
     if len(rows) >= 2:
         (n1, _, r1), (n2, _, r2) = rows[0], rows[-1]
         print(f"\nt({n2:,}) / t({n1:,}) = {r2['seconds'] / r1['seconds']:.2f} for {n2 / n1:.0f}x the events")

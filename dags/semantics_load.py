@@ -4,16 +4,13 @@ another). Each run's id is emitted on the `semantics_runs` Asset; `semantics_rec
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag, task
+from airflow.sdk import dag, task
 
-from delivery_semantics import modes, scenarios
-from delivery_semantics.airflow_tasks import CLUSTER_POOL, RUNS_ASSET, task_key
-from delivery_semantics.dag_params import load_params
+from delivery_semantics import catalog
+from semantics_common import CLUSTER_POOL, RUNS_ASSET, params
 
 
 def load_dag(mode: str):
-    compatible = [s for s, sc in scenarios.SCENARIOS.items() if not sc.incompatible(modes.MODES[mode])]
-
     @dag(
         dag_id=f"semantics_load_{mode}",
         schedule="@daily",
@@ -21,17 +18,16 @@ def load_dag(mode: str):
         catchup=False,
         max_active_runs=1,
         tags=["semantics", "load", mode],
-        doc_md=f"Producer load in mode **{mode}**: {modes.MODES[mode].description}.\n\n{__doc__}",
+        doc_md=f"Producer load in mode **{mode}**: {catalog.MODES[mode].description}.\n\n{__doc__}",
         default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
-        params={"scenario": Param("none", type="string", enum=compatible, description="fault during the load"),
-                **load_params()},
+        params=params(catalog.scheduled_load_form(mode)),
     )
     def semantics_load():
         @task(outlets=[RUNS_ASSET], pool=CLUSTER_POOL)
         def run_load(params=None, ti=None, outlet_events=None) -> dict:
             from delivery_semantics import orchestration
 
-            result = orchestration.run_pair({**params, "mode": mode}, task_key(ti))
+            result = orchestration.run_pair({**params, "mode": mode}, orchestration.task_key(ti))
             outlet_events[RUNS_ASSET].extra = {"run_ids": [result["run_id"]]}
             return result
 
@@ -40,5 +36,5 @@ def load_dag(mode: str):
     return semantics_load()
 
 
-for _mode in modes.MODES:
+for _mode in catalog.MODES:
     load_dag(_mode)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-from delivery_semantics.airflow_tasks import CLUSTER_POOL, reconcile_operator_partial, task_key
-from delivery_semantics.dag_params import matrix_params
+from delivery_semantics import catalog
+from semantics_common import CLUSTER_POOL, PlatformSparkSubmitOperator, params
 
 
 @dag(
@@ -19,7 +19,7 @@ from delivery_semantics.dag_params import matrix_params
     tags=["semantics", "matrix"],
     doc_md=__doc__,
     default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
-    params=matrix_params(),
+    params=params(catalog.matrix_form()),
 )
 def semantics_matrix():
     @task(retries=0)
@@ -35,11 +35,12 @@ def semantics_matrix():
         from delivery_semantics import orchestration
 
         get_current_context()["pair_label"] = f"{conf.get('mode') or conf['strategy']} x {conf['scenario']}"
-        return orchestration.run_pair(conf, task_key(ti))["run_id"]
+        return orchestration.run_pair(conf, orchestration.task_key(ti))["run_id"]
 
     run_ids = run_pair.expand(conf=pairs())
-    reconciled = reconcile_operator_partial(max_active_tis_per_dagrun=1).expand(
-        application_args=run_ids.map(lambda rid: ["--run-id", rid]))
+    reconciled = PlatformSparkSubmitOperator.partial(
+        task_id="reconcile", app="reconcile.py", max_active_tis_per_dagrun=1
+    ).expand(application_args=run_ids.map(lambda rid: ["--run-id", rid]))
 
     @task
     def report(run_ids: list[str], run_id=None) -> str:

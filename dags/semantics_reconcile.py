@@ -6,7 +6,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-from delivery_semantics.airflow_tasks import RUNS_ASSET, reconcile_operator_partial
+from semantics_common import RUNS_ASSET, PlatformSparkSubmitOperator
 
 
 @dag(
@@ -26,8 +26,9 @@ def semantics_reconcile():
         return sorted(set(ids))
 
     run_ids = announced_runs()
-    reconciled = reconcile_operator_partial(max_active_tis_per_dagrun=1).expand(
-        application_args=run_ids.map(lambda rid: ["--run-id", rid]))
+    reconciled = PlatformSparkSubmitOperator.partial(
+        task_id="reconcile", app="reconcile.py", max_active_tis_per_dagrun=1
+    ).expand(application_args=run_ids.map(lambda rid: ["--run-id", rid]))
 
     @task
     def report(run_ids: list[str]) -> str:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-from delivery_semantics.airflow_tasks import CLUSTER_POOL, RUNS_ASSET, reconcile_operator, task_key
-from delivery_semantics.dag_params import consumer_run_params, single_run_params
+from delivery_semantics import catalog
+from semantics_common import CLUSTER_POOL, RUNS_ASSET, PlatformSparkSubmitOperator, params
 
 
-def one_run_dag(dag_id: str, params: dict, tags: list[str]):
+def one_run_dag(dag_id: str, form: dict, tags: list[str]):
     @dag(
         dag_id=dag_id,
         schedule=None,
@@ -28,7 +28,7 @@ def one_run_dag(dag_id: str, params: dict, tags: list[str]):
         tags=["semantics", "ui", *tags],
         doc_md=__doc__,
         default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
-        params=params,
+        params=params(form),
     )
     def one_run():
         @task(retries=0)
@@ -41,12 +41,14 @@ def one_run_dag(dag_id: str, params: dict, tags: list[str]):
         def run_load(conf: dict, ti=None, outlet_events=None) -> str:
             from delivery_semantics import orchestration
 
-            result = orchestration.run_pair(conf, task_key(ti))
+            result = orchestration.run_pair(conf, orchestration.task_key(ti))
             outlet_events[RUNS_ASSET].extra = {"run_ids": [result["run_id"]]}
             return result["run_id"]
 
         ledger_run = run_load(validate())
-        reconciled = reconcile_operator(application_args=["--run-id", ledger_run])
+        reconciled = PlatformSparkSubmitOperator(
+            task_id="reconcile", app="reconcile.py", application_args=["--run-id", ledger_run]
+        )
 
         @task
         def report(ledger_run: str) -> str:
@@ -61,5 +63,5 @@ def one_run_dag(dag_id: str, params: dict, tags: list[str]):
     return one_run()
 
 
-one_run_dag("semantics_single_run", single_run_params(), ["single-run"])
-one_run_dag("semantics_consumer_run", consumer_run_params(), ["consumer"])
+one_run_dag("semantics_single_run", catalog.single_run_form(), ["single-run"])
+one_run_dag("semantics_consumer_run", catalog.consumer_run_form(), ["consumer"])

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag, task
 
-from delivery_semantics.spark_submit import PlatformSparkSubmitOperator
-from delivery_semantics.endpoints import spark_apps_dir
+from semantics_common import PlatformSparkSubmitOperator
 
 
 @dag(
@@ -17,8 +16,7 @@ from delivery_semantics.endpoints import spark_apps_dir
     tags=["smoke", "stack"],
     doc_md=__doc__,
     default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=10)},
-    params={"messages": Param(1000, type="integer", minimum=1, maximum=1_000_000,
-                              description="records to produce")},
+    params={"messages": Param(1000, type="integer", minimum=1, maximum=1_000_000, description="records to produce")},
 )
 def smoke():
     @task
@@ -30,8 +28,7 @@ def smoke():
     produced = produce()
     count = PlatformSparkSubmitOperator(
         task_id="count_with_spark",
-        application=str(spark_apps_dir() / "smoke_count.py"),
-        name="smoke-count",
+        app="smoke_count.py",
         application_args=["--topic", "{{ ti.xcom_pull(task_ids='produce')['topic'] }}"],
     )
 

@@ -18,10 +18,12 @@ PREFIX = "/semantics"
 class DeliverySemanticsPlugin(AirflowPlugin):
     name = "delivery_semantics"
     fastapi_apps = [{"app": app, "url_prefix": PREFIX, "name": "Delivery semantics"}]
-    external_views = [{
-        "name": "Delivery semantics",
-        "href": f"{PREFIX}/",
-        "url_route": "delivery-semantics",
-        "destination": "nav",
-        "category": "browse",
-    }]
+    external_views = [
+        {
+            "name": "Delivery semantics",
+            "href": f"{PREFIX}/",
+            "url_route": "delivery-semantics",
+            "destination": "nav",
+            "category": "browse",
+        }
+    ]

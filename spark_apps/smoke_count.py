@@ -10,7 +10,8 @@ import argparse
 import os
 import sys
 
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 
 def main() -> int:
@@ -25,17 +26,26 @@ def main() -> int:
         return 2
 
     spark = SparkSession.builder.appName(f"smoke-count-{args.topic}").getOrCreate()
-    records = (spark.read.format("kafka")
-               .option("kafka.bootstrap.servers", args.bootstrap_servers)
-               .option("subscribe", args.topic)
-               .option("startingOffsets", "earliest")
-               .option("endingOffsets", "latest")
-               .load())
+    records = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap_servers)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load()
+    )
     counted = records.agg(F.count(F.lit(1)).alias("counted")).withColumn("topic", F.lit(args.topic))
-    (counted.select("topic", "counted").write.format("jdbc")
-     .option("url", jdbc["url"]).option("user", jdbc["user"]).option("password", jdbc["password"])
-     .option("driver", "org.postgresql.Driver").option("dbtable", "smoke_counts")
-     .mode("append").save())
+    (
+        counted.select("topic", "counted")
+        .write.format("jdbc")
+        .option("url", jdbc["url"])
+        .option("user", jdbc["user"])
+        .option("password", jdbc["password"])
+        .option("driver", "org.postgresql.Driver")
+        .option("dbtable", "smoke_counts")
+        .mode("append")
+        .save()
+    )
     spark.stop()
     return 0
 

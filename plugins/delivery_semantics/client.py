@@ -10,24 +10,116 @@ a ledger outcome, getting the subtleties of DESIGN.md §2 right:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from delivery_semantics import catalog
+from delivery_semantics.catalog import ModeError
 from delivery_semantics.generator import Event
 from delivery_semantics.ledger import Outcome
 
 # Errors after which the record certainly is not in the log. Anything else (timeouts, lost
 # connections, NOT_ENOUGH_REPLICAS_AFTER_APPEND, purged in flight) may have been written.
-_NOT_WRITTEN = {getattr(KafkaError, name) for name in (
-    "_PURGE_QUEUE", "MSG_SIZE_TOO_LARGE", "INVALID_RECORD", "RECORD_LIST_TOO_LARGE",
-    "TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "_UNKNOWN_TOPIC", "UNKNOWN_TOPIC_OR_PART",
-    "NOT_ENOUGH_REPLICAS", "INVALID_REQUIRED_ACKS", "_INVALID_ARG", "CORRUPT_MESSAGE", "INVALID_TXN_STATE",
-    "_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_NOT_IMPLEMENTED",
-) if hasattr(KafkaError, name)}
+_NOT_WRITTEN = {
+    getattr(KafkaError, name)
+    for name in (
+        "_PURGE_QUEUE",
+        "MSG_SIZE_TOO_LARGE",
+        "INVALID_RECORD",
+        "RECORD_LIST_TOO_LARGE",
+        "TOPIC_AUTHORIZATION_FAILED",
+        "CLUSTER_AUTHORIZATION_FAILED",
+        "_UNKNOWN_TOPIC",
+        "UNKNOWN_TOPIC_OR_PART",
+        "NOT_ENOUGH_REPLICAS",
+        "INVALID_REQUIRED_ACKS",
+        "_INVALID_ARG",
+        "CORRUPT_MESSAGE",
+        "INVALID_TXN_STATE",
+        "_FENCED",
+        "PRODUCER_FENCED",
+        "INVALID_PRODUCER_EPOCH",
+        "_NOT_IMPLEMENTED",
+    )
+    if hasattr(KafkaError, name)
+}
 
 POLL_EVERY = 1000
+
+
+# librdkafka aliases, so an override under either name is checked against the same rules.
+_ALIASES = {
+    "request.required.acks": "acks",
+    "message.send.max.retries": "retries",
+    "max.in.flight": "max.in.flight.requests.per.connection",
+    "delivery.timeout.ms": "message.timeout.ms",
+    "queue.buffering.max.ms": "linger.ms",
+    "compression.codec": "compression.type",
+}
+# Set by the runner or the connection, never by a mode override.
+_RESERVED = {"bootstrap.servers", "transactional.id", "on_delivery", "error_cb", "stats_cb"}
+
+
+def _norm_acks(v: str) -> str:
+    return {"-1": "all", "all": "all"}.get(str(v).strip().lower(), str(v).strip())
+
+
+def _bool(key: str, v) -> bool:
+    s = str(v).strip().lower()
+    if s in ("true", "1"):
+        return True
+    if s in ("false", "0"):
+        return False
+    raise ModeError(f"{key}={v!r} is not a boolean (true/false)")
+
+
+def _int(key: str, v) -> int:
+    try:
+        return int(str(v).strip())
+    except ValueError:
+        raise ModeError(f"{key}={v!r} is not an integer") from None
+
+
+def producer_config(mode: catalog.DeliveryMode | str, overrides: dict | None = None) -> dict[str, str]:
+    """The mode's preset merged with overrides (librdkafka key names), normalised and checked for
+    contradictions before anything is sent."""
+    mode = catalog.get_mode(mode) if isinstance(mode, str) else mode
+    conf = dict(mode.producer)
+    for key, value in (overrides or {}).items():
+        key = _ALIASES.get(key, key)
+        if key in _RESERVED:
+            raise ModeError(f"{key} cannot be overridden: the runner sets it from the connection and run")
+        conf[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    conf["acks"] = _norm_acks(conf["acks"])
+    if conf["acks"] not in ("0", "1", "all"):
+        raise ModeError(f"acks={conf['acks']!r} must be 0, 1 or all")
+    idempotent = _bool("enable.idempotence", conf["enable.idempotence"])
+    retries = _int("retries", conf["retries"])
+    in_flight = _int("max.in.flight.requests.per.connection", conf["max.in.flight.requests.per.connection"])
+    for key in ("message.timeout.ms", "request.timeout.ms", "linger.ms"):
+        if _int(key, conf[key]) < 0:
+            raise ModeError(f"{key} must be >= 0")
+    if retries < 0 or in_flight < 1:
+        raise ModeError("retries must be >= 0 and max.in.flight.requests.per.connection >= 1")
+    if idempotent:
+        if conf["acks"] != "all":
+            raise ModeError(
+                f"enable.idempotence=true needs acks=all, got acks={conf['acks']}: "
+                "the broker can only de-duplicate what all in-sync replicas acknowledged"
+            )
+        if in_flight > 5:
+            raise ModeError(
+                f"enable.idempotence=true needs max.in.flight.requests.per.connection <= 5, got {in_flight}"
+            )
+        if retries == 0:
+            raise ModeError("enable.idempotence=true needs retries > 0: idempotence exists to make retries safe")
+    if mode.transactional and not idempotent:
+        raise ModeError("the transactional mode needs enable.idempotence=true (transactions are built on it)")
+    if mode.name == "at_most_once" and (retries > 0 or conf["acks"] != "0"):
+        raise ModeError("at_most_once means acks=0 and retries=0; a retrying or acking producer is at_least_once")
+    return conf
 
 
 class ProducerFenced(RuntimeError):
@@ -75,8 +167,14 @@ class ProducerClient:
     def _produce(self, e: Event) -> None:
         while True:
             try:
-                self.producer.produce(self.topic, value=e.payload, key=e.key, headers=e.headers(self.run_id),
-                                      timestamp=e.publish_at_ms, on_delivery=partial(self._on_delivery, e.event_id))
+                self.producer.produce(
+                    self.topic,
+                    value=e.payload,
+                    key=e.key,
+                    headers=e.headers(self.run_id),
+                    timestamp=e.publish_at_ms,
+                    on_delivery=partial(self._on_delivery, e.event_id),
+                )
                 break
             except BufferError:
                 self.producer.poll(0.05)
@@ -93,8 +191,9 @@ class ProducerClient:
     def flush(self, timeout: float) -> int:
         return self.producer.flush(timeout)
 
-    def send_transaction(self, events: list[Event], txn_no: int, abort: bool,
-                         before_commit: Callable[[list[Outcome]], None]) -> bool:
+    def send_transaction(
+        self, events: list[Event], txn_no: int, abort: bool, before_commit: Callable[[list[Outcome]], None]
+    ) -> bool:
         """One transaction. Returns True when it committed; False when it was aborted (by choice or
         because the broker required it), in which case every event got an `aborted` outcome.
         `before_commit` receives the `written` outcomes and must make them durable: if this process
@@ -108,8 +207,9 @@ class ProducerClient:
         if abort or failed:
             self._abort(events, txn_no)
             return False
-        before_commit([Outcome(o.event_id, "written", o.partition, o.offset, o.latency_us, txn_no)
-                       for o in self._txn_reports])
+        before_commit(
+            [Outcome(o.event_id, "written", o.partition, o.offset, o.latency_us, txn_no) for o in self._txn_reports]
+        )
         try:
             self._call_with_retry(self.producer.commit_transaction, 60)
         except KafkaException as ex:
@@ -117,8 +217,9 @@ class ProducerClient:
                 self._abort(events, txn_no)
                 return False
             raise
-        self.outcomes.extend(Outcome(o.event_id, "acked", o.partition, o.offset, o.latency_us, txn_no)
-                             for o in self._txn_reports)
+        self.outcomes.extend(
+            Outcome(o.event_id, "acked", o.partition, o.offset, o.latency_us, txn_no) for o in self._txn_reports
+        )
         return True
 
     def _abort(self, events: list[Event], txn_no: int) -> None:
@@ -126,9 +227,17 @@ class ProducerClient:
         written = {o.event_id: o for o in self._txn_reports}
         for e in events:
             o = written.get(e.event_id)
-            self.outcomes.append(Outcome(e.event_id, "aborted", o.partition if o else None,
-                                         o.offset if o and o.status == "acked" else None,
-                                         o.latency_us if o else None, txn_no, o.error if o else None))
+            self.outcomes.append(
+                Outcome(
+                    e.event_id,
+                    "aborted",
+                    o.partition if o else None,
+                    o.offset if o and o.status == "acked" else None,
+                    o.latency_us if o else None,
+                    txn_no,
+                    o.error if o else None,
+                )
+            )
 
     def _call_with_retry(self, fn, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -2,11 +2,11 @@
 strategy (see consumers.py), is killed at the strategy's crash point and restarted in the same
 group until it reaches the end, and is then reconciled against that producer run's ledger.
 
-    python -m delivery_semantics.consumer_workload run --strategy process_then_commit \\
+    local/semantics consumer_workload run --strategy process_then_commit \\
         --source-run r20261122t171000_3f9a2c --scenario consumer_crash [--crashes 2]
-    python -m delivery_semantics.consumer_workload resume --consumer-run-id c20261122t171500_9e01aa
+    local/semantics consumer_workload resume --consumer-run-id c20261122t171500_9e01aa
 
-Each consumer session is its own process (python -m delivery_semantics.consumers); a crash is a
+Each consumer session is its own process (`cli consumer_session`, consumers.py); a crash is a
 real SIGKILL of that process at the crash point, and the next session is a new process. With n
 crashes, session k is armed to crash after (input events) / (n + 1) records. The sessions, the
 crashes and where they fell are stored with the run (consumer_runs.timeline).
@@ -18,23 +18,18 @@ cannot be reached.
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from delivery_semantics import load, promises, readback, topics
-from delivery_semantics.consumers import STRATEGIES
+from delivery_semantics import catalog, load, readback, topics
 from delivery_semantics.endpoints import Database, child_process_env, kafka_config, ledger_database
 from delivery_semantics.generator import new_run_id
 from delivery_semantics.ledger import Ledger
-
-MAX_CRASHES = 5
-MAX_BATCH = 10_000
 
 
 class WorkloadError(ValueError):
@@ -46,7 +41,7 @@ class ConsumerSpec:
     strategy: str
     source_run_id: str
     scenario: str = "none"
-    crashes: int = 1              # with consumer_crash; none has no crash
+    crashes: int = 1  # with consumer_crash; none has no crash
     batch_size: int = 500
     consumer_run_id: str | None = None
     airflow_run_id: str | None = None
@@ -67,19 +62,22 @@ class ConsumerRunSummary:
 
     def line(self) -> str:
         rps = f"{self.records_per_sec:,.0f}" if self.records_per_sec else "-"
-        return (f"consumer run {self.consumer_run_id} [{self.strategy} x {self.scenario}] {self.status}: "
-                f"input run {self.source_run_id}, {self.sessions} sessions, {self.crashes} crashes, "
-                f"{self.processed} records processed, {rps} records/s; wrote {self.output}")
+        return (
+            f"consumer run {self.consumer_run_id} [{self.strategy} x {self.scenario}] {self.status}: "
+            f"input run {self.source_run_id}, {self.sessions} sessions, {self.crashes} crashes, "
+            f"{self.processed} records processed, {rps} records/s; wrote {self.output}"
+        )
 
 
 def validate(spec: ConsumerSpec) -> int:
     """Everything checkable without touching Kafka or the database; returns the crashes to plan."""
-    if spec.strategy not in STRATEGIES:
-        raise WorkloadError(f"unknown consumer strategy {spec.strategy!r}: choose one of {', '.join(STRATEGIES)}")
-    if spec.scenario not in promises.CONSUMER_SCENARIOS:
-        raise WorkloadError(f"unknown consumer scenario {spec.scenario!r}: choose one of "
-                            f"{', '.join(promises.CONSUMER_SCENARIOS)}")
-    for name, lo, hi in (("crashes", 1, MAX_CRASHES), ("batch_size", 1, MAX_BATCH)):
+    try:
+        catalog.get_strategy(spec.strategy)
+        catalog.check_consumer_scenario(spec.scenario)
+    except catalog.CatalogError as e:
+        raise WorkloadError(str(e)) from None
+    for name in ("crashes", "batch_size"):
+        lo, hi = catalog.LIMITS[name]
         v = getattr(spec, name)
         if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
             raise WorkloadError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
@@ -94,8 +92,9 @@ def input_run(ledger: Ledger, source_run_id: str) -> dict:
     if source is None:
         raise WorkloadError(f"no producer run {source_run_id!r} in the ledger")
     if source["status"] != "completed":
-        raise WorkloadError(f"producer run {source_run_id} is {source['status']}, not completed: "
-                            "a consumer run reads a finished topic")
+        raise WorkloadError(
+            f"producer run {source_run_id} is {source['status']}, not completed: a consumer run reads a finished topic"
+        )
     return source
 
 
@@ -112,17 +111,26 @@ def start(spec: ConsumerSpec, *, kafka_conf: dict | None = None, db: Database | 
         except RuntimeError as e:
             raise WorkloadError(f"the input topic cannot be read: {e}") from None
         cid = spec.consumer_run_id or new_run_id("c")
-        strategy = STRATEGIES[spec.strategy]
+        strategy = catalog.get_strategy(spec.strategy)
         output_topic = f"semantics.copy.{cid}" if strategy.transactional else None
         if output_topic:
             topics.ensure_topic(kafka_conf, output_topic, partitions=len(ends))
-        ledger.create_consumer_run({
-            "consumer_run_id": cid, "source_run_id": spec.source_run_id, "strategy": spec.strategy,
-            "scenario": spec.scenario, "crashes_planned": crashes, "batch_size": spec.batch_size,
-            "input_topic": source["topic"], "input_end_offsets": {str(p): o for p, o in ends.items()},
-            "group_id": f"semantics.consumer.{cid}", "output_topic": output_topic,
-            "transactional_id": f"semantics-copier-{cid}" if strategy.transactional else None,
-            "airflow_run_id": spec.airflow_run_id})
+        ledger.create_consumer_run(
+            {
+                "consumer_run_id": cid,
+                "source_run_id": spec.source_run_id,
+                "strategy": spec.strategy,
+                "scenario": spec.scenario,
+                "crashes_planned": crashes,
+                "batch_size": spec.batch_size,
+                "input_topic": source["topic"],
+                "input_end_offsets": {str(p): o for p, o in ends.items()},
+                "group_id": f"semantics.consumer.{cid}",
+                "output_topic": output_topic,
+                "transactional_id": f"semantics-copier-{cid}" if strategy.transactional else None,
+                "airflow_run_id": spec.airflow_run_id,
+            }
+        )
         return _drive(ledger, cid, kafka_conf, db)
     finally:
         ledger.close()
@@ -145,15 +153,17 @@ def resume(consumer_run_id: str, *, kafka_conf: dict | None = None, db: Database
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _tagged(stdout: str, tag: str) -> dict | None:
-    found = [json.loads(ln[len(tag) + 1:]) for ln in stdout.splitlines() if ln.startswith(tag + " ")]
+    found = [json.loads(ln[len(tag) + 1 :]) for ln in stdout.splitlines() if ln.startswith(tag + " ")]
     return found[-1] if found else None
 
 
-def _drive(ledger: Ledger, cid: str, kafka_conf: dict, db: Database, session_timeout: float = 900) -> ConsumerRunSummary:
+def _drive(
+    ledger: Ledger, cid: str, kafka_conf: dict, db: Database, session_timeout: float = 900
+) -> ConsumerRunSummary:
     ledger.claim_run(cid)
     run = ledger.get_consumer_run(cid)
     source = ledger.get_run(run["source_run_id"])
@@ -161,8 +171,7 @@ def _drive(ledger: Ledger, cid: str, kafka_conf: dict, db: Database, session_tim
     timeline = list(run["timeline"] or [])
     sessions, crashes, processed = run["sessions"], run["crashes"], run["processed"] or 0
     started = time.monotonic()
-    ledger.update_consumer_run(cid, status="running", started_at=run["started_at"] or datetime.now(timezone.utc),
-                               error=None)
+    ledger.update_consumer_run(cid, status="running", started_at=run["started_at"] or datetime.now(UTC), error=None)
     status, error = "failed", None
     try:
         while True:
@@ -170,12 +179,23 @@ def _drive(ledger: Ledger, cid: str, kafka_conf: dict, db: Database, session_tim
             crash_after = crash_every if crashes < run["crashes_planned"] else None
             ledger.update_consumer_run(cid, sessions=sessions)
             timeline.append({"at": _now(), "action": "start_consumer", "session": sessions, "crash_after": crash_after})
-            cmd = [sys.executable, "-m", "delivery_semantics.consumers", "--consumer-run-id", cid,
-                   "--session", str(sessions), "--timeout", str(session_timeout)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "delivery_semantics.cli",
+                "consumer_session",
+                "--consumer-run-id",
+                cid,
+                "--session",
+                str(sessions),
+                "--timeout",
+                str(session_timeout),
+            ]
             if crash_after is not None:
                 cmd += ["--crash-after", str(crash_after)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=session_timeout + 60,
-                                  env=child_process_env(kafka_conf, db))
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=session_timeout + 60, env=child_process_env(kafka_conf, db)
+            )
             crash, done = _tagged(proc.stdout, "CRASH"), _tagged(proc.stdout, "DONE")
             if proc.returncode == -signal.SIGKILL and crash is not None:
                 crashes += 1
@@ -186,8 +206,9 @@ def _drive(ledger: Ledger, cid: str, kafka_conf: dict, db: Database, session_tim
                 processed += done["processed"]
                 timeline.append({"at": _now(), "action": "consumer_done", **done})
                 break
-            raise RuntimeError(f"consumer session {sessions} exited {proc.returncode}: "
-                               f"{(proc.stderr or proc.stdout)[-1500:]}")
+            raise RuntimeError(
+                f"consumer session {sessions} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}"
+            )
         status = "completed"
     except BaseException as e:
         error = f"{type(e).__name__}: {e}"
@@ -195,46 +216,31 @@ def _drive(ledger: Ledger, cid: str, kafka_conf: dict, db: Database, session_tim
     finally:
         active = (run["active_seconds"] or 0) + (time.monotonic() - started)
         ledger.update_consumer_run(
-            cid, status=status, error=error, sessions=sessions, crashes=crashes, processed=processed,
-            timeline=timeline, active_seconds=active, records_per_sec=processed / active if active > 0 else None,
-            ended_at=datetime.now(timezone.utc))
+            cid,
+            status=status,
+            error=error,
+            sessions=sessions,
+            crashes=crashes,
+            processed=processed,
+            timeline=timeline,
+            active_seconds=active,
+            records_per_sec=processed / active if active > 0 else None,
+            ended_at=datetime.now(UTC),
+        )
     return summary(ledger, cid)
 
 
 def summary(ledger: Ledger, consumer_run_id: str) -> ConsumerRunSummary:
     r = ledger.get_consumer_run(consumer_run_id)
-    return ConsumerRunSummary(r["consumer_run_id"], r["strategy"], r["scenario"], r["source_run_id"], r["status"],
-                              r["sessions"], r["crashes"], r["processed"] or 0, r["records_per_sec"],
-                              r["output_topic"] or "sink_events / sink_state")
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="semantics consumer_workload", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="start a consumer run")
-    run.add_argument("--strategy", required=True, help=f"one of {', '.join(STRATEGIES)}")
-    run.add_argument("--source-run", required=True, help="the completed producer run whose topic is consumed")
-    run.add_argument("--scenario", default="none", help=f"one of {', '.join(promises.CONSUMER_SCENARIOS)}")
-    run.add_argument("--crashes", type=int, default=1, help="crashes under consumer_crash")
-    run.add_argument("--batch-size", type=int, default=500, help="records per poll, sink transaction or "
-                                                                 "Kafka transaction")
-    res = sub.add_parser("resume", help="finish a consumer run whose driver died")
-    res.add_argument("--consumer-run-id", required=True)
-    for p in (run, res):
-        p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    args = ap.parse_args(argv)
-    try:
-        if args.command == "run":
-            result = start(ConsumerSpec(strategy=args.strategy, source_run_id=args.source_run, scenario=args.scenario,
-                                        crashes=args.crashes, batch_size=args.batch_size))
-        else:
-            result = resume(args.consumer_run_id)
-    except WorkloadError as e:
-        print(f"consumer_workload: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(asdict(result), default=str) if args.json else result.line())
-    return 0 if result.status == "completed" else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return ConsumerRunSummary(
+        r["consumer_run_id"],
+        r["strategy"],
+        r["scenario"],
+        r["source_run_id"],
+        r["status"],
+        r["sessions"],
+        r["crashes"],
+        r["processed"] or 0,
+        r["records_per_sec"],
+        r["output_topic"] or "sink_events / sink_state",
+    )

@@ -1,6 +1,6 @@
 """The consumer-side clients (DESIGN.md §3, consumer side): one consumer process of a consumer run.
 
-    python -m delivery_semantics.consumers --consumer-run-id C --session N [--crash-after K]
+    python -m delivery_semantics.cli consumer_session --consumer-run-id C --session N [--crash-after K]
 
 It reads the run's input topic in the run's consumer group (read_committed, manual commits,
 static membership so that a restarted process takes over at once) to the end of every
@@ -24,44 +24,21 @@ these processes and restarts them after a crash.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
-import sys
 import time
-from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from delivery_semantics import catalog
+from delivery_semantics.catalog import Strategy
 from delivery_semantics.endpoints import Database, kafka_config, ledger_database
 from delivery_semantics.generator import H_EVENT_ID, H_PUBLISH_AT, H_SEQ
 from delivery_semantics.ledger import Ledger
 from delivery_semantics.sink import Sink, SinkRecord
 
 H_COPIED_FROM = "copied_from"
-
-
-@dataclass(frozen=True)
-class Strategy:
-    name: str
-    description: str
-    crash_point: str
-    commit_first: bool = False
-    dedup: bool = False
-    transactional: bool = False
-
-
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
-    Strategy("commit_before_process", "offsets committed before the sink write (auto-commit's worst case)",
-             "after the commit, before the sink write", commit_first=True),
-    Strategy("process_then_commit", "sink write in one database transaction, then a synchronous commit",
-             "after the sink write, before the commit"),
-    Strategy("process_then_commit_dedup", "as process_then_commit, into a sink with event-id insert-skip and "
-             "newer-only updates", "after the sink write, before the commit", dedup=True),
-    Strategy("transactional_copy", "consume-transform-produce in one transaction with the input offsets",
-             "mid-transaction: half the batch produced and flushed, never committed", transactional=True),
-)}
 
 
 class SessionError(RuntimeError):
@@ -123,21 +100,30 @@ class _Input:
 
 
 def _crash(session: int, processed: int, batch: int, point: str, **extra) -> None:
-    print("CRASH " + json.dumps({"session": session, "processed_before": processed, "batch": batch, "point": point,
-                                 **extra}), flush=True)
+    print(
+        "CRASH "
+        + json.dumps({"session": session, "processed_before": processed, "batch": batch, "point": point, **extra}),
+        flush=True,
+    )
     os.kill(os.getpid(), signal.SIGKILL)
 
 
 def sink_record(m) -> SinkRecord:
     h = dict(m.headers() or [])
     eid, seq, at = h.get(H_EVENT_ID), h.get(H_SEQ), h.get(H_PUBLISH_AT)
-    return SinkRecord(eid.decode() if eid else f"partition {m.partition()} offset {m.offset()}",
-                      m.key().decode() if m.key() is not None else None, int(seq) if seq else None,
-                      int(at) if at else None, m.partition(), m.offset())
+    return SinkRecord(
+        eid.decode() if eid else f"partition {m.partition()} offset {m.offset()}",
+        m.key().decode() if m.key() is not None else None,
+        int(seq) if seq else None,
+        int(at) if at else None,
+        m.partition(),
+        m.offset(),
+    )
 
 
-def run_sink_session(run: dict, strategy: Strategy, kafka_conf: dict, db: Database, session: int,
-                     crash_after: int | None, timeout: float) -> dict:
+def run_sink_session(
+    run: dict, strategy: Strategy, kafka_conf: dict, db: Database, session: int, crash_after: int | None, timeout: float
+) -> dict:
     sink = Sink(db, run["consumer_run_id"], dedup=strategy.dedup)
     source = _Input(kafka_conf, run, timeout)
     processed = written = 0
@@ -167,8 +153,16 @@ def transform(value: bytes | None) -> bytes | None:
 
 
 def run_copier_session(run: dict, kafka_conf: dict, session: int, crash_after: int | None, timeout: float) -> dict:
-    producer = Producer({**kafka_conf, "transactional.id": run["transactional_id"], "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5, "transaction.timeout.ms": 60000})
+    producer = Producer(
+        {
+            **kafka_conf,
+            "transactional.id": run["transactional_id"],
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "transaction.timeout.ms": 60000,
+        }
+    )
     # Fences the killed process's producer and aborts its open transaction; only then are the
     # input offsets read back, so none is pending.
     producer.init_transactions(60)
@@ -180,14 +174,25 @@ def run_copier_session(run: dict, kafka_conf: dict, session: int, crash_after: i
             producer.begin_transaction()
             for i, m in enumerate(batch):
                 headers = [*(m.headers() or []), (H_COPIED_FROM, f"{m.topic()}/{m.partition()}/{m.offset()}".encode())]
-                producer.produce(run["output_topic"], key=m.key(), value=transform(m.value()), headers=headers,
-                                 partition=m.partition())
+                producer.produce(
+                    run["output_topic"],
+                    key=m.key(),
+                    value=transform(m.value()),
+                    headers=headers,
+                    partition=m.partition(),
+                )
                 if crash and i == len(batch) // 2:
                     producer.flush(30)
-                    _crash(session, processed, len(batch), STRATEGIES["transactional_copy"].crash_point,
-                           produced_in_open_transaction=i + 1)
-            producer.send_offsets_to_transaction(source.next_offsets(batch), source.consumer.consumer_group_metadata(),
-                                                 30)
+                    _crash(
+                        session,
+                        processed,
+                        len(batch),
+                        catalog.STRATEGIES["transactional_copy"].crash_point,
+                        produced_in_open_transaction=i + 1,
+                    )
+            producer.send_offsets_to_transaction(
+                source.next_offsets(batch), source.consumer.consumer_group_metadata(), 30
+            )
             producer.commit_transaction(60)
             processed += len(batch)
     finally:
@@ -206,30 +211,10 @@ def run_session(consumer_run_id: str, session: int, crash_after: int | None, tim
         ledger.close()
     if run is None:
         raise SessionError(f"no consumer run {consumer_run_id!r}")
-    strategy = STRATEGIES[run["strategy"]]
+    strategy = catalog.get_strategy(run["strategy"])
     started = time.monotonic()
     if strategy.transactional:
         result = run_copier_session(run, kafka_conf, session, crash_after, timeout)
     else:
         result = run_sink_session(run, strategy, kafka_conf, db, session, crash_after, timeout)
     return {"session": session, **result, "seconds": round(time.monotonic() - started, 3)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="semantics consumers", description=__doc__.splitlines()[0])
-    ap.add_argument("--consumer-run-id", required=True)
-    ap.add_argument("--session", type=int, required=True)
-    ap.add_argument("--crash-after", type=int)
-    ap.add_argument("--timeout", type=float, default=900)
-    args = ap.parse_args(argv)
-    try:
-        result = run_session(args.consumer_run_id, args.session, args.crash_after, args.timeout)
-    except (SessionError, KafkaException) as e:
-        print(f"consumers: {e}", file=sys.stderr)
-        return 1
-    print("DONE " + json.dumps(result), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

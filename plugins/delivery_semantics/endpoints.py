@@ -11,7 +11,6 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 KAFKA_CONN_ID = "kafka_default"
 LEDGER_CONN_ID = "ledger_db"
@@ -47,31 +46,44 @@ def get_connection(conn_id: str) -> Connection:
         c = BaseHook.get_connection(conn_id)
     except Exception as e:
         raise EndpointError(f"connection {conn_id!r} is not defined in Airflow: {type(e).__name__}") from None
-    return Connection(conn_id, c.conn_type or "", c.host or "", c.port, c.login or "", c.password or "",
-                      c.schema or "", c.extra_dejson or {})
+    return _ours(conn_id, c)
 
 
 def _parse(conn_id: str, raw: str) -> Connection:
+    """An AIRFLOW_CONN_* value, JSON or URI, read by Airflow's own Connection class (which also
+    registers its secrets with Airflow's log masker)."""
+    from airflow.sdk import Connection as AirflowConnection
+
     raw = raw.strip()
-    if raw.startswith("{"):
-        try:
-            d = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise EndpointError(f"AIRFLOW_CONN_{conn_id.upper()} is not valid JSON: {e.msg}") from None
-        extra = d.get("extra") or {}
-        if isinstance(extra, str):
-            extra = json.loads(extra)
-        port = d.get("port")
-        return Connection(conn_id, d.get("conn_type", ""), d.get("host") or "",
-                          int(port) if port not in (None, "") else None, d.get("login") or "",
-                          d.get("password") or "", d.get("schema") or "", extra)
-    u = urlsplit(raw)
-    return Connection(conn_id, u.scheme.replace("-", "_"), unquote(u.hostname or ""), u.port,
-                      unquote(u.username or ""), unquote(u.password or ""), unquote(u.path.lstrip("/")),
-                      dict(parse_qsl(u.query)))
+    try:
+        c = (
+            AirflowConnection.from_json(raw, conn_id=conn_id)
+            if raw.startswith("{")
+            else AirflowConnection.from_uri(raw, conn_id=conn_id)
+        )
+        extra = c.extra_dejson
+    except Exception as e:  # the message could quote the value: name the variable only
+        raise EndpointError(
+            f"AIRFLOW_CONN_{conn_id.upper()} cannot be parsed as a connection (JSON or URI): {type(e).__name__}"
+        ) from None
+    return _ours(conn_id, c, extra)
+
+
+def _ours(conn_id: str, c, extra: dict | None = None) -> Connection:
+    return Connection(
+        conn_id,
+        c.conn_type or "",
+        c.host or "",
+        int(c.port) if c.port else None,
+        c.login or "",
+        c.password or "",
+        c.schema or "",
+        extra if extra is not None else (c.extra_dejson or {}),
+    )
 
 
 # --------------------------------------------------------------------------- Kafka
+
 
 def kafka_config(conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
     """librdkafka client settings from the connection: its extra holds librdkafka keys as-is."""
@@ -84,7 +96,16 @@ def kafka_config(conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
     return conf
 
 
+def mask_secrets(conf: dict) -> dict:
+    """The config as stored with a run: secret values replaced."""
+    return {
+        k: ("****" if any(s in k for s in ("password", "secret", "sasl.oauthbearer", "ssl.key")) else v)
+        for k, v in conf.items()
+    }
+
+
 # --------------------------------------------------------------------------- PostgreSQL
+
 
 @dataclass(frozen=True)
 class Database:
@@ -98,21 +119,31 @@ class Database:
     def sqlalchemy_url(self) -> str:
         from sqlalchemy.engine import URL
 
-        return URL.create("postgresql+psycopg2", self.user, self.password, self.host, self.port,
-                          self.database).render_as_string(hide_password=False)
+        return URL.create(
+            "postgresql+psycopg2", self.user, self.password, self.host, self.port, self.database
+        ).render_as_string(hide_password=False)
 
     @property
     def jdbc_url(self) -> str:
         return f"jdbc:postgresql://{self.host}:{self.port}/{self.database}"
 
     def psycopg2_kwargs(self) -> dict:
-        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password,
-                "dbname": self.database, "connect_timeout": 5}
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            "dbname": self.database,
+            "connect_timeout": 5,
+        }
 
     def spark_env(self) -> dict[str, str]:
         """How a Spark application receives the ledger database: environment, never arguments."""
-        return {"SEMANTICS_JDBC_URL": self.jdbc_url, "SEMANTICS_JDBC_USER": self.user,
-                "SEMANTICS_JDBC_PASSWORD": self.password}
+        return {
+            "SEMANTICS_JDBC_URL": self.jdbc_url,
+            "SEMANTICS_JDBC_USER": self.user,
+            "SEMANTICS_JDBC_PASSWORD": self.password,
+        }
 
 
 def ledger_database(conn_id: str = LEDGER_CONN_ID) -> Database:
@@ -129,9 +160,16 @@ def child_process_env(kafka_conf: dict, db: Database) -> dict[str, str]:
     return {
         **os.environ,
         f"AIRFLOW_CONN_{KAFKA_CONN_ID.upper()}": json.dumps({"conn_type": "kafka", "extra": kafka_conf}),
-        f"AIRFLOW_CONN_{LEDGER_CONN_ID.upper()}": json.dumps({
-            "conn_type": "postgres", "host": db.host, "port": db.port, "login": db.user, "password": db.password,
-            "schema": db.database}),
+        f"AIRFLOW_CONN_{LEDGER_CONN_ID.upper()}": json.dumps(
+            {
+                "conn_type": "postgres",
+                "host": db.host,
+                "port": db.port,
+                "login": db.user,
+                "password": db.password,
+                "schema": db.database,
+            }
+        ),
         "PYTHONPATH": _pythonpath_with_package(),
     }
 
@@ -154,6 +192,7 @@ SPARK_CONF = {
     "spark.driver.memory": "2g",
 }
 
+
 def spark_jars() -> str:
     """Comma-separated jars for spark-submit: the Kafka source and the JDBC driver, fetched once."""
     jars = os.environ.get("SEMANTICS_SPARK_JARS")
@@ -174,6 +213,15 @@ def spark_application_env(ledger_conn_id: str = LEDGER_CONN_ID, kafka_conn_id: s
         "SEMANTICS_KAFKA_BOOTSTRAP_SERVERS": kafka_config(kafka_conn_id)["bootstrap.servers"],
         "PYTHONPATH": _pythonpath_with_package(),
     }
+
+
+def prepare_spark_submit(op) -> None:
+    """Completes a SparkSubmitOperator for a platform application when its task runs: the path of
+    the application, the cached jars, the Spark settings, and the application's environment."""
+    op.application = str(spark_apps_dir() / op.application)
+    op.jars = op.jars or spark_jars()
+    op.conf = {**SPARK_CONF, **(op.conf or {})}
+    op.env_vars = {**(op.env_vars or {}), **spark_application_env(op.ledger_conn_id, op.kafka_conn_id)}
 
 
 def spark_apps_dir() -> Path:

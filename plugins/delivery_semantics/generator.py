@@ -7,7 +7,7 @@ import random
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 # Headers every event carries; the checker reads them back.
 H_EVENT_ID = "event_id"
@@ -28,12 +28,16 @@ class Event:
     payload: bytes
 
     def headers(self, run_id: str) -> list[tuple[str, bytes]]:
-        return [(H_EVENT_ID, self.event_id.encode()), (H_SEQ, str(self.seq).encode()),
-                (H_PUBLISH_AT, str(self.publish_at_ms).encode()), (H_RUN_ID, run_id.encode())]
+        return [
+            (H_EVENT_ID, self.event_id.encode()),
+            (H_SEQ, str(self.seq).encode()),
+            (H_PUBLISH_AT, str(self.publish_at_ms).encode()),
+            (H_RUN_ID, run_id.encode()),
+        ]
 
     @property
     def publish_at(self) -> datetime:
-        return datetime.fromtimestamp(self.publish_at_ms / 1000, tz=timezone.utc)
+        return datetime.fromtimestamp(self.publish_at_ms / 1000, tz=UTC)
 
 
 def new_run_id(prefix: str = "r") -> str:
@@ -68,11 +72,17 @@ class Generator:
 
     def payload(self, n: int) -> bytes:
         start = (n * 7919) % (self._span + 1)
-        return self._pool[start:start + self.payload_bytes]
+        return self._pool[start : start + self.payload_bytes]
 
     def event(self, n: int, publish_at_ms: int | None = None) -> Event:
-        return Event(n, event_id(self.run_id, n), f"k{n % self.keys}", n // self.keys,
-                     publish_at_ms if publish_at_ms is not None else int(time.time() * 1000), self.payload(n))
+        return Event(
+            n,
+            event_id(self.run_id, n),
+            f"k{n % self.keys}",
+            n // self.keys,
+            publish_at_ms if publish_at_ms is not None else int(time.time() * 1000),
+            self.payload(n),
+        )
 
     def batches(self, start: int, stop: int, batch_size: int):
         """New events n in [start, stop), stamped with publish_at when the batch is made."""

@@ -12,9 +12,9 @@ import io
 import json
 import threading
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Iterable, Iterator
+from datetime import UTC, datetime
 
 import psycopg2
 import psycopg2.extras
@@ -22,8 +22,6 @@ import psycopg2.extras
 from delivery_semantics import schema
 from delivery_semantics.endpoints import Database, ledger_database
 from delivery_semantics.generator import EVENT_ROWS_SQL, Event
-
-OUTCOME_STATUSES = ("acked", "sent", "failed", "unknown", "aborted", "written")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +43,14 @@ class RunBusy(RuntimeError):
     """Another live producer holds the run."""
 
 
-def connect(db: Database) -> "psycopg2.extensions.connection":
+def connect(db: Database) -> psycopg2.extensions.connection:
     try:
         return psycopg2.connect(**db.psycopg2_kwargs(), application_name="delivery-semantics-ledger")
     except psycopg2.OperationalError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise LedgerUnavailable(f"the ledger database at {db.host}:{db.port}/{db.database} cannot be reached: "
-                                f"{first}") from None
+        raise LedgerUnavailable(
+            f"the ledger database at {db.host}:{db.port}/{db.database} cannot be reached: {first}"
+        ) from None
 
 
 def partition_name(table: str, run_id: str) -> str:
@@ -95,11 +94,13 @@ class Ledger:
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
                 f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})",
-                [json.dumps(v) if isinstance(v, dict) else v for v in row.values()])
+                [json.dumps(v) if isinstance(v, dict) else v for v in row.values()],
+            )
             for table in ("ledger_events", "ledger_outcomes"):
-                cur.execute(f"CREATE TABLE {partition_name(table, row['run_id'])} PARTITION OF {table} "
-                            "FOR VALUES IN (%s)",
-                            (row["run_id"],))
+                cur.execute(
+                    f"CREATE TABLE {partition_name(table, row['run_id'])} PARTITION OF {table} FOR VALUES IN (%s)",
+                    (row["run_id"],),
+                )
 
     def get_run(self, run_id: str) -> dict | None:
         return self._get("runs", "run_id", run_id)
@@ -116,8 +117,10 @@ class Ledger:
     def _update(self, table: str, id_column: str, run_id: str, fields: dict) -> None:
         sets = ", ".join(f"{k} = %s" for k in fields)
         with self.conn, self.conn.cursor() as cur:
-            cur.execute(f"UPDATE {table} SET {sets} WHERE {id_column} = %s",
-                        [json.dumps(v) if isinstance(v, (dict, list)) else v for v in fields.values()] + [run_id])
+            cur.execute(
+                f"UPDATE {table} SET {sets} WHERE {id_column} = %s",
+                [json.dumps(v) if isinstance(v, (dict, list)) else v for v in fields.values()] + [run_id],
+            )
 
     # ------------------------------------------------------------------ consumer runs
 
@@ -127,9 +130,13 @@ class Ledger:
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
                 f"INSERT INTO consumer_runs ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})",
-                [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()])
-            cur.execute(f"CREATE TABLE {partition_name('sink_events', row['consumer_run_id'])} "
-                        "PARTITION OF sink_events FOR VALUES IN (%s)", (row["consumer_run_id"],))
+                [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()],
+            )
+            cur.execute(
+                f"CREATE TABLE {partition_name('sink_events', row['consumer_run_id'])} "
+                "PARTITION OF sink_events FOR VALUES IN (%s)",
+                (row["consumer_run_id"],),
+            )
 
     def get_consumer_run(self, consumer_run_id: str) -> dict | None:
         return self._get("consumer_runs", "consumer_run_id", consumer_run_id)
@@ -166,9 +173,16 @@ class Ledger:
         """The events n in [start, stop) of a generated run, all published at one time: PostgreSQL
         derives their rows the way Generator.event does."""
         with self._write_lock, self.conn, self.conn.cursor() as cur:
-            cur.execute("INSERT INTO ledger_events (run_id, n, event_id, key, seq, publish_at)" + EVENT_ROWS_SQL,
-                        {"run_id": run_id, "start": start, "stop": stop, "keys": keys,
-                         "publish_at": datetime.fromtimestamp(publish_at_ms / 1000, tz=timezone.utc)})
+            cur.execute(
+                "INSERT INTO ledger_events (run_id, n, event_id, key, seq, publish_at)" + EVENT_ROWS_SQL,
+                {
+                    "run_id": run_id,
+                    "start": start,
+                    "stop": stop,
+                    "keys": keys,
+                    "publish_at": datetime.fromtimestamp(publish_at_ms / 1000, tz=UTC),
+                },
+            )
         return stop - start
 
     def copy_events(self, run_id: str, events: Iterable[Event]) -> int:
@@ -177,7 +191,7 @@ class Ledger:
         n = 0
         stamp_ms, stamp = None, ""
         for e in events:
-            if e.publish_at_ms != stamp_ms:   # a batch shares one publish time: format it once
+            if e.publish_at_ms != stamp_ms:  # a batch shares one publish time: format it once
                 stamp_ms, stamp = e.publish_at_ms, e.publish_at.isoformat()
             buf.write(f"{run_id}\t{e.n}\t{e.event_id}\t{_copy_text(e.key)}\t{e.seq}\t{stamp}\n")
             n += 1
@@ -191,16 +205,32 @@ class Ledger:
         n = 0
         for o in outcomes:
             if o.status == "acked" and o.offset is not None and o.error is None and o.txn_no is None:
-                buf.write(f"{prefix}{o.event_id}{mid}acked\t{o.partition}\t{o.offset}\t"
-                          f"{_copy_text(o.latency_us)}\t\\N\t\\N\n")
+                buf.write(
+                    f"{prefix}{o.event_id}{mid}acked\t{o.partition}\t{o.offset}\t{_copy_text(o.latency_us)}\t\\N\t\\N\n"
+                )
             else:
-                buf.write("\t".join((run_id, o.event_id, str(session), o.status, _copy_text(o.partition),
-                                     _copy_text(o.offset), _copy_text(o.latency_us), _copy_text(o.txn_no),
-                                     _copy_text(o.error))) + "\n")
+                buf.write(
+                    "\t".join(
+                        (
+                            run_id,
+                            o.event_id,
+                            str(session),
+                            o.status,
+                            _copy_text(o.partition),
+                            _copy_text(o.offset),
+                            _copy_text(o.latency_us),
+                            _copy_text(o.txn_no),
+                            _copy_text(o.error),
+                        )
+                    )
+                    + "\n"
+                )
             n += 1
         if n:
-            self._copy('ledger_outcomes (run_id, event_id, session, status, "partition", "offset", '
-                       'latency_us, txn_no, error)', buf)
+            self._copy(
+                'ledger_outcomes (run_id, event_id, session, status, "partition", "offset", latency_us, txn_no, error)',
+                buf,
+            )
         return n
 
     def _copy(self, target: str, buf: io.StringIO) -> None:
@@ -221,8 +251,9 @@ class Ledger:
         """Fresh statistics for the run's partitions: without them the planner picks a nested loop
         over millions of rows for the anti-joins below (seen: 13 s for 20k events)."""
         with self._write_lock, self.conn, self.conn.cursor() as cur:
-            cur.execute(f"ANALYZE {partition_name('ledger_events', run_id)}, "
-                        f"{partition_name('ledger_outcomes', run_id)}")
+            cur.execute(
+                f"ANALYZE {partition_name('ledger_events', run_id)}, {partition_name('ledger_outcomes', run_id)}"
+            )
 
     def unacked(self, run_id: str) -> Iterator[tuple[int, int]]:
         """(n, publish_at in ms) of every event of the run with no ack (nor, for acks=0, a send),
@@ -232,13 +263,16 @@ class Ledger:
         try:
             with conn, conn.cursor(name="unacked") as cur:
                 cur.itersize = 50_000
-                cur.execute("""
+                cur.execute(
+                    """
                     SELECT e.n, (extract(epoch FROM e.publish_at) * 1000)::bigint
                     FROM ledger_events e
                     WHERE e.run_id = %s AND NOT EXISTS (
                         SELECT 1 FROM ledger_outcomes o
                         WHERE o.run_id = e.run_id AND o.event_id = e.event_id AND o.status IN ('acked', 'sent'))
-                    ORDER BY e.n""", (run_id,))
+                    ORDER BY e.n""",
+                    (run_id,),
+                )
                 yield from cur
         finally:
             conn.close()
@@ -248,15 +282,23 @@ class Ledger:
         the ledger never saw the end of: the producer died between `written` and `acked`."""
         self.analyze(run_id)
         with self.conn, self.conn.cursor() as cur:
-            cur.execute("""
+            cur.execute(
+                """
                 SELECT DISTINCT ON (o.event_id) o.event_id, o."partition", o."offset", o.txn_no
                 FROM ledger_outcomes o
                 WHERE o.run_id = %(run)s AND o.status = 'written' AND NOT EXISTS (
                     SELECT 1 FROM ledger_outcomes later
                     WHERE later.run_id = o.run_id AND later.event_id = o.event_id
                       AND later.outcome_no > o.outcome_no AND later.status IN ('acked', 'aborted'))
-                ORDER BY o.event_id, o.outcome_no DESC""", {"run": run_id})
+                ORDER BY o.event_id, o.outcome_no DESC""",
+                {"run": run_id},
+            )
             return cur.fetchall()
+
+    def outcome_count(self, run_id: str) -> int:
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM ledger_outcomes WHERE run_id = %s", (run_id,))
+            return cur.fetchone()[0]
 
     def max_txn_no(self, run_id: str) -> int:
         with self.conn, self.conn.cursor() as cur:
@@ -273,7 +315,8 @@ class Ledger:
         """Where each event of the run stands, and ack latency percentiles, computed in SQL."""
         self.analyze(run_id)
         with self.conn, self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-            cur.execute("""
+            cur.execute(
+                """
                 WITH per_event AS (
                     SELECT e.event_id,
                            bool_or(o.status = 'acked') AS acked,
@@ -290,21 +333,29 @@ class Ledger:
                        count(*) FILTER (WHERE NOT coalesce(acked OR sent, false) AND last_status = 'unknown') AS unknown,
                        count(*) FILTER (WHERE NOT coalesce(acked OR sent, false)
                                         AND (last_status IS NULL OR last_status IN ('aborted', 'written'))) AS pending
-                FROM per_event""", {"run": run_id})
+                FROM per_event""",
+                {"run": run_id},
+            )
             counts = dict(cur.fetchone())
-            cur.execute("""
+            cur.execute(
+                """
                 SELECT count(*) FILTER (WHERE status = 'aborted') AS aborted_attempts,
                        percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_us)
                            FILTER (WHERE status IN ('acked', 'sent')) / 1000.0 AS ack_p50_ms,
                        percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_us)
                            FILTER (WHERE status IN ('acked', 'sent')) / 1000.0 AS ack_p99_ms
-                FROM ledger_outcomes WHERE run_id = %(run)s""", {"run": run_id})
+                FROM ledger_outcomes WHERE run_id = %(run)s""",
+                {"run": run_id},
+            )
             counts.update(cur.fetchone())
         return counts
 
     def acked_positions(self, run_id: str) -> list[tuple[str, int, int]]:
         """(event_id, partition, offset) of acked events; for tests and small runs."""
         with self.conn, self.conn.cursor() as cur:
-            cur.execute("""SELECT event_id, "partition", "offset" FROM ledger_outcomes
-                           WHERE run_id = %s AND status = 'acked' ORDER BY event_id""", (run_id,))
+            cur.execute(
+                """SELECT event_id, "partition", "offset" FROM ledger_outcomes
+                           WHERE run_id = %s AND status = 'acked' ORDER BY event_id""",
+                (run_id,),
+            )
             return cur.fetchall()

@@ -1,8 +1,6 @@
 """The load runner: producer load under a delivery mode, with every event in the ledger before it
-is produced. Callable from Python (the Airflow tasks) and as a CLI:
-
-    python -m delivery_semantics.load run --mode idempotent --messages 100000
-    python -m delivery_semantics.load resume --run-id r20261122t171000_3f9a2c
+is produced. Called by the Airflow tasks, the fault scenarios and the CLI (`cli.py`: `load run`,
+`load resume`).
 
 Bad input is refused before any side effect: nothing is written to Kafka or the ledger for a run
 that fails validation or cannot reach its broker or database.
@@ -10,21 +8,19 @@ that fails validation or cannot reach its broker or database.
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from typing import Callable
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from confluent_kafka import KafkaException, Producer
 
-from delivery_semantics import modes, readback, topics
-from delivery_semantics.client import ProducerClient
-from delivery_semantics.endpoints import Database, kafka_config, ledger_database
+from delivery_semantics import catalog, readback, topics
+from delivery_semantics.client import ProducerClient, producer_config
+from delivery_semantics.endpoints import Database, kafka_config, ledger_database, mask_secrets
 from delivery_semantics.generator import Generator, new_run_id
 from delivery_semantics.ledger import Ledger, Outcome
 
@@ -45,7 +41,7 @@ class LoadSpec:
     partitions: int = 3
     keys: int = 16
     payload_bytes: int = 200
-    rate: int = 0                 # target records/s; 0 = as fast as possible
+    rate: int = 0  # target records/s; 0 = as fast as possible
     txn_size: int = 100
     abort_ratio: float = 0.0
     seed: int = 0
@@ -80,17 +76,23 @@ class RunSummary:
         rps = f"{self.records_per_sec:,.0f}" if self.records_per_sec else "-"
         p50 = f"{self.ack_p50_ms:.1f}" if self.ack_p50_ms is not None else "-"
         p99 = f"{self.ack_p99_ms:.1f}" if self.ack_p99_ms is not None else "-"
-        return (f"run {self.run_id} [{self.mode}] {self.status}: messages {self.messages}, produced {self.produced}, "
-                f"acked {self.acked}, sent(no ack) {self.sent_unacked}, failed {self.failed}, unknown {self.unknown}, "
-                f"pending {self.pending}, aborted attempts {self.aborted_attempts}; {rps} records/s, "
-                f"ack p50 {p50} ms, p99 {p99} ms; topic {self.topic}")
+        return (
+            f"run {self.run_id} [{self.mode}] {self.status}: messages {self.messages}, produced {self.produced}, "
+            f"acked {self.acked}, sent(no ack) {self.sent_unacked}, failed {self.failed}, unknown {self.unknown}, "
+            f"pending {self.pending}, aborted attempts {self.aborted_attempts}; {rps} records/s, "
+            f"ack p50 {p50} ms, p99 {p99} ms; topic {self.topic}"
+        )
 
 
 # --------------------------------------------------------------------------- validation
 
-def validate(spec: LoadSpec) -> tuple[modes.DeliveryMode, dict]:
+
+def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, dict]:
     """Everything that can be checked without touching Kafka or the ledger."""
-    mode = modes.get_mode(spec.mode)
+    try:
+        mode = catalog.get_mode(spec.mode)
+    except catalog.ModeError as e:
+        raise LoadError(str(e)) from None
     for name in ("messages", "partitions", "keys", "txn_size", "batch_size"):
         v = getattr(spec, name)
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -109,13 +111,15 @@ def validate(spec: LoadSpec) -> tuple[modes.DeliveryMode, dict]:
         except topics.TopicError as e:
             raise LoadError(str(e)) from None
     try:
-        conf = modes.effective_producer_config(mode, spec.overrides)
-    except modes.ModeError as e:
+        conf = producer_config(mode, spec.overrides)
+    except catalog.ModeError as e:
         raise LoadError(str(e)) from None
     limit = min(int(conf.get("message.max.bytes", 1000000)), BROKER_MESSAGE_MAX_BYTES)
     if spec.payload_bytes + RECORD_OVERHEAD_BYTES > limit:
-        raise LoadError(f"payload_bytes={spec.payload_bytes} does not fit message.max.bytes={limit} "
-                        f"(with up to {RECORD_OVERHEAD_BYTES} bytes of key, headers and framing)")
+        raise LoadError(
+            f"payload_bytes={spec.payload_bytes} does not fit message.max.bytes={limit} "
+            f"(with up to {RECORD_OVERHEAD_BYTES} bytes of key, headers and framing)"
+        )
     try:
         # librdkafka itself rejects unknown keys and bad values; no connection is opened for this.
         probe = {**conf, "bootstrap.servers": "127.0.0.1:1", "log_level": 0, "error_cb": lambda _e: None}
@@ -143,39 +147,73 @@ def open_endpoints(kafka_conf: dict, db: Database, error: type[Exception] | None
 
 # --------------------------------------------------------------------------- running
 
-ProgressCallback = Callable[[str, int], None]   # (run_id, events produced so far in this session)
+ProgressCallback = Callable[[str, int], None]  # (run_id, events produced so far in this session)
 
 
-def start(spec: LoadSpec, *, kafka_conf: dict | None = None, db: Database | None = None,
-          progress: bool = False, on_progress: ProgressCallback | None = None,
-          topic_config: dict | None = None) -> RunSummary:
+def create(
+    spec: LoadSpec, *, kafka_conf: dict | None = None, db: Database | None = None, topic_config: dict | None = None
+) -> str:
+    """Validates the spec, then makes the run's topic and its row in the ledger; returns the run
+    id. Every parameter a producer session needs is in that row, so `resume` can run it."""
     mode, producer_conf = validate(spec)
     kafka_conf = kafka_conf or kafka_config()
-    db = db or ledger_database()
-    ledger = open_endpoints(kafka_conf, db)
+    ledger = open_endpoints(kafka_conf, db or ledger_database())
     try:
         ledger.migrate()
         run_id = spec.run_id or new_run_id()
-        topic = spec.topic or f"semantics.{mode.name}.{run_id}"
+        topic = spec.topic or default_topic(mode.name, run_id)
         topics.ensure_topic(kafka_conf, topic, partitions=spec.partitions, config=topic_config)
-        txn_id = f"semantics-{run_id}" if mode.transactional else None
-        ledger.create_run({
-            "run_id": run_id, "mode": mode.name, "scenario": spec.scenario, "topic": topic,
-            "partitions": spec.partitions, "messages": spec.messages, "keys": spec.keys,
-            "payload_bytes": spec.payload_bytes, "target_rate": spec.rate,
-            "txn_size": spec.txn_size if mode.transactional else None,
-            "abort_ratio": spec.abort_ratio if mode.transactional else None, "seed": spec.seed,
-            "transactional_id": txn_id, "producer_config": modes.mask_secrets(producer_conf),
-            "airflow_run_id": spec.airflow_run_id})
-        return _drive(ledger, run_id, kafka_conf, progress=progress, on_progress=on_progress)
+        ledger.create_run(
+            {
+                "run_id": run_id,
+                "mode": mode.name,
+                "scenario": spec.scenario,
+                "topic": topic,
+                "partitions": spec.partitions,
+                "messages": spec.messages,
+                "keys": spec.keys,
+                "payload_bytes": spec.payload_bytes,
+                "target_rate": spec.rate,
+                "txn_size": spec.txn_size if mode.transactional else None,
+                "abort_ratio": spec.abort_ratio if mode.transactional else None,
+                "seed": spec.seed,
+                "transactional_id": f"semantics-{run_id}" if mode.transactional else None,
+                "producer_config": mask_secrets(producer_conf),
+                "airflow_run_id": spec.airflow_run_id,
+            }
+        )
+        return run_id
     finally:
         ledger.close()
 
 
-def resume(run_id: str, *, kafka_conf: dict | None = None, db: Database | None = None,
-           progress: bool = False, on_progress: ProgressCallback | None = None) -> RunSummary:
-    """A new producer session for a run: sends every event the ledger does not show as acked,
-    then the events never written, and completes the run."""
+def default_topic(mode: str, run_id: str) -> str:
+    return f"semantics.{mode}.{run_id}"
+
+
+def start(
+    spec: LoadSpec,
+    *,
+    kafka_conf: dict | None = None,
+    db: Database | None = None,
+    progress: bool = False,
+    on_progress: ProgressCallback | None = None,
+    topic_config: dict | None = None,
+) -> RunSummary:
+    run_id = create(spec, kafka_conf=kafka_conf, db=db, topic_config=topic_config)
+    return resume(run_id, kafka_conf=kafka_conf, db=db, progress=progress, on_progress=on_progress)
+
+
+def resume(
+    run_id: str,
+    *,
+    kafka_conf: dict | None = None,
+    db: Database | None = None,
+    progress: bool = False,
+    on_progress: ProgressCallback | None = None,
+) -> RunSummary:
+    """A producer session for a run: the first one, or a new one after a crash, which sends every
+    event the ledger does not show as acked, then the events never written, and completes the run."""
     kafka_conf = kafka_conf or kafka_config()
     ledger = open_endpoints(kafka_conf, db or ledger_database())
     try:
@@ -186,22 +224,32 @@ def resume(run_id: str, *, kafka_conf: dict | None = None, db: Database | None =
         ledger.close()
 
 
-def _drive(ledger: Ledger, run_id: str, kafka_conf: dict, progress: bool,
-           on_progress: ProgressCallback | None = None) -> RunSummary:
+def _drive(
+    ledger: Ledger, run_id: str, kafka_conf: dict, progress: bool, on_progress: ProgressCallback | None = None
+) -> RunSummary:
     ledger.claim_run(run_id)
     run = ledger.get_run(run_id)
-    mode = modes.get_mode(run["mode"])
+    mode = catalog.get_mode(run["mode"])
     session = run["sessions"] + 1
     conf = {**kafka_conf, **{k: v for k, v in run["producer_config"].items() if v != "****"}}
     if run["transactional_id"]:
         conf["transactional.id"] = run["transactional_id"]
     started = time.monotonic()
-    ledger.update_run(run_id, status="running", sessions=session,
-                      started_at=run["started_at"] or datetime.now(timezone.utc), error=None)
+    ledger.update_run(
+        run_id, status="running", sessions=session, started_at=run["started_at"] or datetime.now(UTC), error=None
+    )
     gen = Generator(run_id, run["keys"], run["payload_bytes"], run["seed"])
     bar = _progress_bar(run["messages"], progress)
-    session_runner = _Session(ledger, run, mode, session, ProducerClient(
-        conf, run["topic"], run_id, transactional=mode.transactional), gen, bar, on_progress)
+    session_runner = _Session(
+        ledger,
+        run,
+        mode,
+        session,
+        ProducerClient(conf, run["topic"], run_id, transactional=mode.transactional),
+        gen,
+        bar,
+        on_progress,
+    )
     try:
         if session > 1 and mode.resends_unacked:
             # at_most_once never resends: an event the ledger has no outcome for may have been sent.
@@ -213,7 +261,7 @@ def _drive(ledger: Ledger, run_id: str, kafka_conf: dict, progress: bool,
                 if not session_runner.resend_unacked():
                     break
         session_runner.close()
-        ledger.seal(run_id)   # inside the timed session: the index build is part of the load's cost
+        ledger.seal(run_id)  # inside the timed session: the index build is part of the load's cost
         status, error = "completed", None
     except BaseException as e:
         status, error = "failed", f"{type(e).__name__}: {e}"
@@ -226,20 +274,45 @@ def _drive(ledger: Ledger, run_id: str, kafka_conf: dict, progress: bool,
         counts = ledger.counts(run_id)
         done = counts["acked"] + counts["sent_unacked"]
         ledger.update_run(
-            run_id, status=status, error=error, produced=run["produced"] + session_runner.client.produced,
-            acked=counts["acked"], sent_unacked=counts["sent_unacked"], failed=counts["failed"],
-            unknown=counts["unknown"], pending=counts["pending"], aborted_attempts=counts["aborted_attempts"],
-            ack_p50_ms=counts["ack_p50_ms"], ack_p99_ms=counts["ack_p99_ms"], active_seconds=active,
-            records_per_sec=done / active if active > 0 else None, ended_at=datetime.now(timezone.utc))
+            run_id,
+            status=status,
+            error=error,
+            produced=run["produced"] + session_runner.client.produced,
+            acked=counts["acked"],
+            sent_unacked=counts["sent_unacked"],
+            failed=counts["failed"],
+            unknown=counts["unknown"],
+            pending=counts["pending"],
+            aborted_attempts=counts["aborted_attempts"],
+            ack_p50_ms=counts["ack_p50_ms"],
+            ack_p99_ms=counts["ack_p99_ms"],
+            active_seconds=active,
+            records_per_sec=done / active if active > 0 else None,
+            ended_at=datetime.now(UTC),
+        )
     return summary(ledger, run_id)
 
 
 def summary(ledger: Ledger, run_id: str) -> RunSummary:
     r = ledger.get_run(run_id)
-    return RunSummary(r["run_id"], r["mode"], r["topic"], r["status"], r["messages"], r["produced"],
-                      r["acked"] or 0, r["sent_unacked"] or 0, r["failed"] or 0, r["unknown"] or 0,
-                      r["pending"] or 0, r["aborted_attempts"] or 0, r["records_per_sec"], r["ack_p50_ms"],
-                      r["ack_p99_ms"], r["sessions"])
+    return RunSummary(
+        r["run_id"],
+        r["mode"],
+        r["topic"],
+        r["status"],
+        r["messages"],
+        r["produced"],
+        r["acked"] or 0,
+        r["sent_unacked"] or 0,
+        r["failed"] or 0,
+        r["unknown"] or 0,
+        r["pending"] or 0,
+        r["aborted_attempts"] or 0,
+        r["records_per_sec"],
+        r["ack_p50_ms"],
+        r["ack_p99_ms"],
+        r["sessions"],
+    )
 
 
 def _progress_bar(total: int, enabled: bool):
@@ -254,15 +327,31 @@ class _Session:
     """One producer session: events go to the ledger (on a writer thread) one batch ahead of
     being produced, and outcomes follow each batch."""
 
-    def __init__(self, ledger: Ledger, run: dict, mode: modes.DeliveryMode, session: int,
-                 client: ProducerClient, gen: Generator, bar, on_progress: ProgressCallback | None = None):
+    def __init__(
+        self,
+        ledger: Ledger,
+        run: dict,
+        mode: catalog.DeliveryMode,
+        session: int,
+        client: ProducerClient,
+        gen: Generator,
+        bar,
+        on_progress: ProgressCallback | None = None,
+    ):
         self.ledger, self.run, self.mode, self.session, self.client, self.gen, self.bar = (
-            ledger, run, mode, session, client, gen, bar)
+            ledger,
+            run,
+            mode,
+            session,
+            client,
+            gen,
+            bar,
+        )
         self.on_progress = on_progress
         self.run_id = run["run_id"]
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="ledger-writer")
         self.rng = random.Random(run["seed"] * 1_000_003 + session)
-        self.txn_no = ledger.max_txn_no(self.run_id)   # numbered per run, across sessions
+        self.txn_no = ledger.max_txn_no(self.run_id)  # numbered per run, across sessions
         self.rate = run["target_rate"] or 0
         self.batch_size = min(10_000, max(1, self.rate // 10)) if self.rate else 10_000
         if mode.transactional:
@@ -282,7 +371,7 @@ class _Session:
         if batch is not None:
             pending = self._record_events(batch)
         while batch is not None:
-            pending.result()                      # this batch is in the ledger: now it may be sent
+            pending.result()  # this batch is in the ledger: now it may be sent
             nxt = next(batches, None)
             if nxt is not None:
                 pending = self._record_events(nxt)
@@ -291,8 +380,14 @@ class _Session:
         self._finish_outcomes()
 
     def _record_events(self, batch) -> Future:
-        return self.writer.submit(self.ledger.record_event_range, self.run_id, batch[0].n, batch[-1].n + 1,
-                                  self.gen.keys, batch[0].publish_at_ms)
+        return self.writer.submit(
+            self.ledger.record_event_range,
+            self.run_id,
+            batch[0].n,
+            batch[-1].n + 1,
+            self.gen.keys,
+            batch[0].publish_at_ms,
+        )
 
     def resolve_in_doubt(self, kafka_conf: dict) -> None:
         """Settles the transaction a killed producer was committing. The new producer has already
@@ -302,10 +397,22 @@ class _Session:
         if not in_doubt:
             return
         visible = readback.committed_positions(kafka_conf, self.run["topic"], {(p, o) for _, p, o, _ in in_doubt})
-        self.ledger.copy_outcomes(self.run_id, self.session, [
-            Outcome(eid, "acked" if (p, o) in visible else "aborted", p, o, None, txn,
-                    None if (p, o) in visible else "resolved after restart: not committed")
-            for eid, p, o, txn in in_doubt])
+        self.ledger.copy_outcomes(
+            self.run_id,
+            self.session,
+            [
+                Outcome(
+                    eid,
+                    "acked" if (p, o) in visible else "aborted",
+                    p,
+                    o,
+                    None,
+                    txn,
+                    None if (p, o) in visible else "resolved after restart: not committed",
+                )
+                for eid, p, o, txn in in_doubt
+            ],
+        )
 
     def resend_unacked(self) -> int:
         """Sends again every event of the run that has no ack; returns how many."""
@@ -331,12 +438,13 @@ class _Session:
         if self.mode.transactional:
             size = self.run["txn_size"]
             for i in range(0, len(events), size):
-                txn = events[i:i + size]
+                txn = events[i : i + size]
                 self.txn_no += 1
                 abort = self.rng.random() < (self.run["abort_ratio"] or 0.0)
                 # An aborted transaction's events go again at once, so per-key order holds.
-                while not self.client.send_transaction(txn, self.txn_no, abort=abort,
-                                                       before_commit=self._record_written):
+                while not self.client.send_transaction(
+                    txn, self.txn_no, abort=abort, before_commit=self._record_written
+                ):
                     self.txn_no += 1
                     abort = False
                 # Each commit's acks follow it at once, so a crash leaves at most one transaction in doubt.
@@ -384,69 +492,3 @@ class _Session:
             self._record(self.client.drain()).result()
         finally:
             self.writer.shutdown(wait=True)
-
-
-# --------------------------------------------------------------------------- CLI
-
-def _overrides(pairs: list[str]) -> dict:
-    out = {}
-    for p in pairs:
-        if "=" not in p:
-            raise LoadError(f"override {p!r} is not key=value (librdkafka key names)")
-        k, v = p.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="semantics load", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="start a new run")
-    run.add_argument("--mode", required=True, help=f"one of {', '.join(modes.MODES)}")
-    run.add_argument("--scenario", default="none",
-                     help="fault during the load: none, lost_ack, leader_kill, isolated_leader, producer_crash, txn_abort")
-    run.add_argument("--messages", type=int, required=True)
-    run.add_argument("--partitions", type=int, default=3)
-    run.add_argument("--keys", type=int, default=16)
-    run.add_argument("--payload-bytes", type=int, default=200)
-    run.add_argument("--rate", type=int, default=0, help="target records/s (0: unthrottled)")
-    run.add_argument("--txn-size", type=int, default=100)
-    run.add_argument("--abort-ratio", type=float, default=0.0)
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--topic")
-    run.add_argument("--run-id")
-    run.add_argument("--airflow-run-id", help=argparse.SUPPRESS)   # set by a scenario that forks the load
-    # Set by a scenario that forks the load: the run is recorded under it, and not run again.
-    run.add_argument("--recorded-scenario", help=argparse.SUPPRESS)
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="librdkafka producer setting over the mode's preset (repeatable)")
-    res = sub.add_parser("resume", help="finish a crashed or incomplete run")
-    res.add_argument("--run-id", required=True)
-    for p in (run, res):
-        p.add_argument("--no-progress", action="store_true")
-        p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    args = ap.parse_args(argv)
-    try:
-        if args.command == "run":
-            spec = LoadSpec(mode=args.mode, messages=args.messages, partitions=args.partitions, keys=args.keys,
-                            payload_bytes=args.payload_bytes, rate=args.rate, txn_size=args.txn_size,
-                            abort_ratio=args.abort_ratio, seed=args.seed, topic=args.topic, run_id=args.run_id,
-                            overrides=_overrides(args.overrides), airflow_run_id=args.airflow_run_id,
-                            scenario=args.recorded_scenario or "none")
-            if args.scenario == "none":
-                result = start(spec, progress=not args.no_progress)
-            else:
-                from delivery_semantics import scenarios
-
-                result = scenarios.run(spec, args.scenario)
-        else:
-            result = resume(args.run_id, progress=not args.no_progress)
-    except (LoadError, ValueError) as e:   # LoadError, ModeError, ScenarioError: refused up front
-        print(f"load: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(asdict(result), default=str) if args.json else result.line())
-    return 0 if result.status == "completed" else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

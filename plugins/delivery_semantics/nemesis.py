@@ -1,6 +1,7 @@
 """The nemesis: one fault-controller interface over two backends.
 
-- local: the processes `local/stack` started (kill -9, restart, SIGSTOP/SIGCONT by pid);
+- local: the processes `local/stack` started (kill -9, restart, SIGSTOP/SIGCONT by pid), in
+  local/devstack.py;
 - docker: a docker compose deployment (kill, start, pause, unpause of the kafka-N services).
 
 Both reach Toxiproxy through its HTTP API (connection `toxiproxy_default`). Every action is
@@ -11,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from delivery_semantics import topics
 from delivery_semantics.endpoints import TOXIPROXY_CONN_ID, get_connection
@@ -31,57 +31,28 @@ class Backend:
     name = "abstract"
     broker_ids: tuple[int, ...] = (1, 2, 3)
 
-    def kill(self, node_id: int) -> None: raise NotImplementedError
-    def start(self, node_id: int) -> None: raise NotImplementedError
-    def pause(self, node_id: int) -> None: raise NotImplementedError
-    def resume(self, node_id: int) -> None: raise NotImplementedError
-    def is_running(self, node_id: int) -> bool: raise NotImplementedError
+    def kill(self, node_id: int) -> None:
+        raise NotImplementedError
+
+    def start(self, node_id: int) -> None:
+        raise NotImplementedError
+
+    def pause(self, node_id: int) -> None:
+        raise NotImplementedError
+
+    def resume(self, node_id: int) -> None:
+        raise NotImplementedError
+
+    def is_running(self, node_id: int) -> bool:
+        raise NotImplementedError
 
     def proxy_name(self, node_id: int) -> str:
         return f"broker-{node_id}"
 
 
-class LocalBackend(Backend):
-    name = "local"
-
-    def __init__(self):
-        from delivery_semantics import localstack
-
-        self.stack = localstack
-        self.broker_ids = tuple(b.node_id for b in localstack.BROKERS)
-
-    def _broker(self, node_id: int):
-        return self.stack.BROKERS[node_id - 1]
-
-    def _pid(self, node_id: int) -> int:
-        pid = self.stack.broker_pid(self._broker(node_id))
-        if pid is None:
-            raise NemesisError(f"broker-{node_id} is not running")
-        return pid
-
-    def kill(self, node_id: int) -> None:
-        os.kill(self._pid(node_id), signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while self.stack.broker_pid(self._broker(node_id)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-
-    def start(self, node_id: int) -> None:
-        self.stack.start_broker(self._broker(node_id))
-
-    def pause(self, node_id: int) -> None:
-        os.kill(self._pid(node_id), signal.SIGSTOP)
-
-    def resume(self, node_id: int) -> None:
-        pid = self.stack.broker_pid(self._broker(node_id))
-        if pid:
-            os.kill(pid, signal.SIGCONT)
-
-    def is_running(self, node_id: int) -> bool:
-        return self.stack.broker_pid(self._broker(node_id)) is not None
-
-
 class DockerComposeBackend(Backend):
     """Drives `docker compose` for the deployment in docker-compose.yaml."""
+
     name = "docker"
 
     def __init__(self, project_dir: str | None = None, compose: tuple[str, ...] = ("docker", "compose")):
@@ -89,8 +60,7 @@ class DockerComposeBackend(Backend):
         self.compose = compose
 
     def _run(self, *args: str) -> str:
-        res = subprocess.run([*self.compose, *args], cwd=self.project_dir, capture_output=True, text=True,
-                             timeout=120)
+        res = subprocess.run([*self.compose, *args], cwd=self.project_dir, capture_output=True, text=True, timeout=120)
         if res.returncode != 0:
             raise NemesisError(f"{' '.join(self.compose)} {' '.join(args)}: {res.stderr.strip()[-500:]}")
         return res.stdout
@@ -117,7 +87,10 @@ class DockerComposeBackend(Backend):
 def backend_from_env() -> Backend:
     kind = os.environ.get("SEMANTICS_NEMESIS_BACKEND", "local")
     if kind == "local":
-        return LocalBackend()
+        # The dev stack's processes: local/devstack.py, on the path wherever the local stack runs.
+        from devstack import NemesisBackend
+
+        return NemesisBackend()
     if kind == "docker":
         return DockerComposeBackend()
     raise NemesisError(f"SEMANTICS_NEMESIS_BACKEND={kind!r}: use local or docker")
@@ -131,9 +104,12 @@ class Toxiproxy:
         self.base = base_url.rstrip("/")
 
     def _call(self, method: str, path: str, body: dict | None = None):
-        req = urllib.request.Request(f"{self.base}{path}", method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{self.base}{path}",
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=5) as r:
                 raw = r.read()
@@ -146,10 +122,12 @@ class Toxiproxy:
     def proxies(self) -> dict:
         return self._call("GET", "/proxies")
 
-    def add_toxic(self, proxy: str, name: str, kind: str, stream: str, attributes: dict,
-                  toxicity: float = 1.0) -> None:
-        self._call("POST", f"/proxies/{proxy}/toxics",
-                   {"name": name, "type": kind, "stream": stream, "toxicity": toxicity, "attributes": attributes})
+    def add_toxic(self, proxy: str, name: str, kind: str, stream: str, attributes: dict, toxicity: float = 1.0) -> None:
+        self._call(
+            "POST",
+            f"/proxies/{proxy}/toxics",
+            {"name": name, "type": kind, "stream": stream, "toxicity": toxicity, "attributes": attributes},
+        )
 
     def remove_toxic(self, proxy: str, name: str) -> None:
         try:
@@ -172,18 +150,29 @@ class Toxiproxy:
 @dataclass
 class Timeline:
     """What the nemesis did, with wall-clock and load-relative times."""
+
     t0: float = field(default_factory=time.monotonic)
     entries: list[dict] = field(default_factory=list)
 
     def record(self, action: str, **details) -> None:
-        self.entries.append({"t": round(time.monotonic() - self.t0, 3),
-                             "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                             "action": action, **details})
+        self.entries.append(
+            {
+                "t": round(time.monotonic() - self.t0, 3),
+                "at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                "action": action,
+                **details,
+            }
+        )
 
 
 class Nemesis:
-    def __init__(self, kafka_conf: dict, backend: Backend | None = None, toxiproxy: Toxiproxy | None = None,
-                 timeline: Timeline | None = None):
+    def __init__(
+        self,
+        kafka_conf: dict,
+        backend: Backend | None = None,
+        toxiproxy: Toxiproxy | None = None,
+        timeline: Timeline | None = None,
+    ):
         self.kafka_conf = kafka_conf
         self.backend = backend or backend_from_env()
         self.toxiproxy = toxiproxy or Toxiproxy()
@@ -205,7 +194,7 @@ class Nemesis:
     def kill(self, node_id: int) -> None:
         self.backend.kill(node_id)
         self._killed.add(node_id)
-        self._paused.discard(node_id)   # a killed process is no longer stopped
+        self._paused.discard(node_id)  # a killed process is no longer stopped
         self.timeline.record("kill", broker=node_id, signal="SIGKILL")
 
     def restart(self, node_id: int) -> None:
@@ -235,12 +224,18 @@ class Nemesis:
         self.toxiproxy.remove_toxic(proxy, "lost_ack")
         self.timeline.record("restore_responses", broker=node_id, proxy=proxy)
 
+    def kill_producer(self, process) -> None:
+        """SIGKILL of a producer process this one started (the forked load of producer_crash)."""
+        process.kill()
+        process.wait(10)
+        self.timeline.record("kill_producer", pid=process.pid, signal="SIGKILL")
+
     def heal(self, wait: bool = True, timeout: float = 180) -> None:
         """Undo everything: SIGCONT, restart, clear toxics; then wait for a whole cluster."""
         for node in list(self._paused) or []:
             self.resume(node)
         for node in self.backend.broker_ids:
-            self.backend.resume(node)   # paused by someone else, or by a crashed run
+            self.backend.resume(node)  # paused by someone else, or by a crashed run
         self.toxiproxy.heal()
         for node in self.backend.broker_ids:
             if not self.backend.is_running(node):
@@ -260,8 +255,12 @@ def wait_healthy(kafka_conf: dict, timeout: float = 180, brokers: int = 3) -> No
     while time.monotonic() < deadline:
         try:
             md = admin.list_topics(timeout=5)
-            lagging = [f"{t.topic}[{p.id}]" for t in md.topics.values() for p in t.partitions.values()
-                       if p.leader < 0 or len(p.isrs) < len(p.replicas)]
+            lagging = [
+                f"{t.topic}[{p.id}]"
+                for t in md.topics.values()
+                for p in t.partitions.values()
+                if p.leader < 0 or len(p.isrs) < len(p.replicas)
+            ]
             if len(md.brokers) == brokers and not lagging:
                 return
             last = f"{len(md.brokers)} brokers; not fully in sync: {', '.join(lagging[:5]) or '-'}"

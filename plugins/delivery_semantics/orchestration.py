@@ -11,23 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from delivery_semantics import consumer_workload, load, modes, scenarios
+from delivery_semantics import catalog, consumer_workload, load, scenarios
 from delivery_semantics.ledger import Ledger
-
-# The Param limits of the single-run form, shared with validation so the two cannot drift.
-LIMITS = {
-    "messages": (1, 10_000_000),
-    "partitions": (1, 64),
-    "keys": (1, 100_000),
-    "payload_bytes": (0, 1_000_000),
-    "txn_size": (1, 100_000),
-    "seed": (0, 2**31 - 1),
-    "crashes": (1, consumer_workload.MAX_CRASHES),
-    "batch_size": (1, consumer_workload.MAX_BATCH),
-}
-# A consumer run without a given input reads a fresh run of this mode: no producer-side fault, so
-# whatever the checker finds in what the consumer wrote is the consumer's doing.
-CONSUMER_INPUT_MODE = "idempotent"
 
 
 class ConfError(ValueError):
@@ -37,7 +22,7 @@ class ConfError(ValueError):
 def _checked_ints(conf: dict[str, Any], names) -> dict[str, int]:
     out = {}
     for name in names:
-        lo, hi = LIMITS[name]
+        lo, hi = catalog.LIMITS[name]
         if name in conf and conf[name] is not None:
             v = conf[name]
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
@@ -56,18 +41,20 @@ def validate_conf(conf: dict[str, Any]) -> dict[str, Any]:
     except KeyError:
         raise ConfError("mode is required") from None
     try:
-        scenarios.check_pair(mode, scenario)
-    except (modes.ModeError, scenarios.ScenarioError) as e:
+        catalog.check_pair(mode, scenario)
+    except catalog.CatalogError as e:
         raise ConfError(str(e)) from None
-    out = {"mode": mode, "scenario": scenario,
-           **_checked_ints(conf, ("messages", "partitions", "keys", "payload_bytes", "txn_size", "seed"))}
+    out = {
+        "mode": mode,
+        "scenario": scenario,
+        **_checked_ints(conf, ("messages", "partitions", "keys", "payload_bytes", "txn_size", "seed")),
+    }
     ratio = conf.get("abort_ratio", 0.0) or 0.0
     if not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
         raise ConfError(f"abort_ratio must be in [0, 1), got {ratio!r}")
     out["abort_ratio"] = float(ratio)
-    spec = _spec(out)
     try:
-        load.validate(scenarios.get_scenario(scenario).prepare(spec))
+        scenarios.validate(_spec(out), scenario)
     except load.LoadError as e:
         raise ConfError(str(e)) from None
     return out
@@ -76,9 +63,12 @@ def validate_conf(conf: dict[str, Any]) -> dict[str, Any]:
 def validate_consumer_conf(conf: dict[str, Any]) -> dict[str, Any]:
     """A consumer run's parameters: strategy, scenario, crashes and batch size, and either an input
     run (source_run_id) or the messages and seed of a fresh one."""
-    out = {"strategy": conf["strategy"], "scenario": conf.get("scenario") or "consumer_crash",
-           "source_run_id": conf.get("source_run_id") or None,
-           **_checked_ints(conf, ("messages", "seed", "crashes", "batch_size"))}
+    out = {
+        "strategy": conf["strategy"],
+        "scenario": conf.get("scenario") or "consumer_crash",
+        "source_run_id": conf.get("source_run_id") or None,
+        **_checked_ints(conf, ("messages", "seed", "crashes", "batch_size")),
+    }
     try:
         consumer_workload.validate(_consumer_spec(out, out["source_run_id"] or "a fresh input run"))
         if out["source_run_id"]:
@@ -92,10 +82,17 @@ def validate_consumer_conf(conf: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _consumer_spec(params: dict, source_run_id: str, airflow_run_id: str | None = None) -> consumer_workload.ConsumerSpec:
+def _consumer_spec(
+    params: dict, source_run_id: str, airflow_run_id: str | None = None
+) -> consumer_workload.ConsumerSpec:
     return consumer_workload.ConsumerSpec(
-        strategy=params["strategy"], source_run_id=source_run_id, scenario=params["scenario"],
-        crashes=params.get("crashes", 1), batch_size=params.get("batch_size", 500), airflow_run_id=airflow_run_id)
+        strategy=params["strategy"],
+        source_run_id=source_run_id,
+        scenario=params["scenario"],
+        crashes=params.get("crashes", 1),
+        batch_size=params.get("batch_size", 500),
+        airflow_run_id=airflow_run_id,
+    )
 
 
 def _spec(params: dict) -> load.LoadSpec:
@@ -111,10 +108,7 @@ def run_pair(params: dict[str, Any], task_key: str) -> dict:
         return run_consumer(params, task_key)
     existing = _run_for_task(task_key)
     if existing is not None:
-        if existing["status"] == "completed":
-            summary = _summary(existing["run_id"])
-        else:
-            summary = load.resume(existing["run_id"])
+        summary = _summary(existing["run_id"]) if existing["status"] == "completed" else load.resume(existing["run_id"])
     else:
         spec = dataclasses.replace(_spec(params), airflow_run_id=task_key)
         summary = scenarios.run(spec, params["scenario"])
@@ -131,11 +125,21 @@ def run_consumer(params: dict[str, Any], task_key: str) -> dict:
         source_run_id = params["source_run_id"]
         if source_run_id is None:
             # Not under this task's key: a matrix report lists the task's consumer run, not its input.
-            source_run_id = run_pair({"mode": CONSUMER_INPUT_MODE, "scenario": "none",
-                                      **{k: params[k] for k in ("messages", "seed") if k in params}},
-                                     f"input-of:{task_key}")["run_id"]
+            source_run_id = run_pair(
+                {
+                    "mode": catalog.CONSUMER_INPUT_MODE,
+                    "scenario": "none",
+                    **{k: params[k] for k in ("messages", "seed") if k in params},
+                },
+                f"input-of:{task_key}",
+            )["run_id"]
         summary = consumer_workload.start(_consumer_spec(params, source_run_id, airflow_run_id=task_key))
     return {**dataclasses.asdict(summary), "run_id": summary.consumer_run_id}
+
+
+def task_key(ti) -> str:
+    """Stable across retries of the same task instance (no try number): a retry finds its run."""
+    return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{ti.map_index}"
 
 
 def _run_for_task(task_key: str, table: str = "runs", id_column: str = "run_id") -> dict | None:
@@ -143,8 +147,10 @@ def _run_for_task(task_key: str, table: str = "runs", id_column: str = "run_id")
     try:
         lg.migrate()
         with lg.conn, lg.conn.cursor() as cur:
-            cur.execute(f"SELECT {id_column}, status FROM {table} WHERE airflow_run_id = %s "
-                        "ORDER BY created_at DESC LIMIT 1", (task_key,))
+            cur.execute(
+                f"SELECT {id_column}, status FROM {table} WHERE airflow_run_id = %s ORDER BY created_at DESC LIMIT 1",
+                (task_key,),
+            )
             row = cur.fetchone()
         return {"run_id": row[0], "status": row[1]} if row else None
     finally:
@@ -160,8 +166,11 @@ def _summary(run_id: str) -> load.RunSummary:
 
 
 def matrix_pairs(modes_filter: list[str] | None = None, scenarios_filter: list[str] | None = None) -> list[list[str]]:
-    return [[m, s] for m, s in scenarios.valid_pairs()
-            if (not modes_filter or m in modes_filter) and (not scenarios_filter or s in scenarios_filter)]
+    return [
+        [m, s]
+        for m, s in catalog.valid_pairs()
+        if (not modes_filter or m in modes_filter) and (not scenarios_filter or s in scenarios_filter)
+    ]
 
 
 def matrix_confs(params: dict[str, Any]) -> list[dict]:
@@ -169,7 +178,9 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
     strategy under consumer_crash."""
     common = {"messages": params["messages"], "seed": params["seed"]}
     confs = [{"mode": m, "scenario": s, **common} for m, s in matrix_pairs(params["modes"], params["scenarios"])]
-    confs += [{"strategy": st, "scenario": "consumer_crash", **common} for st in params.get("consumer_strategies") or []]
+    confs += [
+        {"strategy": st, "scenario": "consumer_crash", **common} for st in params.get("consumer_strategies") or []
+    ]
     if not confs:
         raise ConfError("no valid mode x scenario pair and no consumer strategy chosen")
     return confs

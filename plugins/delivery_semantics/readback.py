@@ -26,11 +26,19 @@ class Record:
     offset: int
 
 
-def read_topic(kafka_conf: dict, topic: str, isolation: str = "read_uncommitted",
-               timeout: float = 120.0) -> list[Record]:
-    consumer = Consumer({**kafka_conf, "group.id": f"readback-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "isolation.level": isolation,
-                         "auto.offset.reset": "earliest"})
+def read_topic(
+    kafka_conf: dict, topic: str, isolation: str = "read_uncommitted", timeout: float = 120.0
+) -> list[Record]:
+    consumer = Consumer(
+        {
+            **kafka_conf,
+            "group.id": f"readback-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "auto.offset.reset": "earliest",
+        }
+    )
     try:
         md = consumer.list_topics(topic, timeout=10).topics[topic]
         if md.error is not None:
@@ -42,8 +50,15 @@ def read_topic(kafka_conf: dict, topic: str, isolation: str = "read_uncommitted"
         def keep(m) -> bool:
             h = dict(m.headers() or [])
             eid, seq = h.get(H_EVENT_ID), h.get(H_SEQ)
-            out.append(Record(eid.decode() if eid else None, m.key().decode() if m.key() else None,
-                              int(seq) if seq else None, m.partition(), m.offset()))
+            out.append(
+                Record(
+                    eid.decode() if eid else None,
+                    m.key().decode() if m.key() else None,
+                    int(seq) if seq else None,
+                    m.partition(),
+                    m.offset(),
+                )
+            )
             return True
 
         _consume_to_end(consumer, topic, set(parts), keep, timeout, isolation)
@@ -59,14 +74,17 @@ def end_offsets(kafka_conf: dict, topic: str, timeout: float = 15.0) -> dict[int
         md = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         if md is None or md.error is not None:
             raise RuntimeError(f"topic {topic}: {md.error if md else 'not found'}")
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
-                for p in sorted(md.partitions)}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+            for p in sorted(md.partitions)
+        }
     finally:
         consumer.close()
 
 
-def committed_positions(kafka_conf: dict, topic: str, positions: set[tuple[int, int]],
-                        timeout: float = 60.0) -> set[tuple[int, int]]:
+def committed_positions(
+    kafka_conf: dict, topic: str, positions: set[tuple[int, int]], timeout: float = 60.0
+) -> set[tuple[int, int]]:
     """Which of the (partition, offset) positions a read_committed reader sees. Run it after the
     writer was fenced, so no transaction over those positions is still open."""
     if not positions:
@@ -74,8 +92,15 @@ def committed_positions(kafka_conf: dict, topic: str, positions: set[tuple[int, 
     by_part: dict[int, list[int]] = {}
     for p, o in positions:
         by_part.setdefault(p, []).append(o)
-    consumer = Consumer({**kafka_conf, "group.id": f"in-doubt-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "isolation.level": "read_committed"})
+    consumer = Consumer(
+        {
+            **kafka_conf,
+            "group.id": f"in-doubt-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, p, min(offs)) for p, offs in by_part.items()])
         last = {p: max(offs) for p, offs in by_part.items()}
@@ -98,8 +123,9 @@ def _consume_to_end(consumer, topic: str, open_parts: set[int], on_message, time
     deadline = time.monotonic() + timeout
     while open_parts:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"reading {topic} ({isolation}): partitions {sorted(open_parts)} not at end "
-                               f"after {timeout:.0f}s")
+            raise TimeoutError(
+                f"reading {topic} ({isolation}): partitions {sorted(open_parts)} not at end after {timeout:.0f}s"
+            )
         for m in consumer.consume(1000, 1.0):
             err = m.error()
             if err is not None:

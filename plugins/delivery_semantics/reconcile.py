@@ -1,17 +1,12 @@
-"""Runs the Spark checker (spark_apps/reconcile.py) with spark-submit outside Airflow: the CLI,
-the tests and the benchmarks. Airflow runs the same application with PlatformSparkSubmitOperator.
-
-    python -m delivery_semantics.reconcile --run-id RUN [--master local[2]]
-    python -m delivery_semantics.reconcile --mapping mapping.json
-"""
+"""Runs the Spark checker (spark_apps/reconcile.py) with spark-submit outside Airflow: the CLI
+(`local/semantics reconcile`), the tests and the benchmarks. Airflow runs the same application
+with SparkSubmitOperator."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 
 from delivery_semantics.endpoints import SPARK_CONF, spark_application_env, spark_apps_dir, spark_jars
@@ -29,11 +24,11 @@ class Reconciled:
         # PySpark's runner merges the Python driver's stderr into stdout, and the JVM's log lines
         # can share a line with the application's message.
         text = self.stdout + "\n" + self.stderr
-        lines = [ln[ln.index("reconcile: "):] for ln in text.splitlines() if "reconcile: " in ln]
+        lines = [ln[ln.index("reconcile: ") :] for ln in text.splitlines() if "reconcile: " in ln]
         if lines:
             return lines[-1]
-        if "Traceback (most recent call last)" in text:   # a bug in the application: show where
-            return text[text.rindex("Traceback (most recent call last)"):][:3000]
+        if "Traceback (most recent call last)" in text:  # a bug in the application: show where
+            return text[text.rindex("Traceback (most recent call last)") :][:3000]
         return self.stderr[-2000:]
 
 
@@ -41,35 +36,27 @@ def command(app_args: list[str], master: str = "local[2]", conf: dict | None = N
     cmd = ["spark-submit", "--master", master, "--jars", spark_jars()]
     for k, v in {**SPARK_CONF, **(conf or {})}.items():
         cmd += ["--conf", f"{k}={v}"]
-    return cmd + [str(spark_apps_dir() / "reconcile.py"), *app_args]
+    return [*cmd, str(spark_apps_dir() / "reconcile.py"), *app_args]
 
 
-def run(*, run_id: str | None = None, mapping: str | None = None, master: str = "local[2]",
-        env: dict | None = None, conf: dict | None = None, timeout: float = 3600) -> Reconciled:
+def run(
+    *,
+    run_id: str | None = None,
+    mapping: str | None = None,
+    master: str = "local[2]",
+    env: dict | None = None,
+    conf: dict | None = None,
+    timeout: float = 3600,
+) -> Reconciled:
     if (run_id is None) == (mapping is None):
         raise ValueError("give exactly one of run_id or mapping")
     args = ["--run-id", run_id] if run_id else ["--mapping", mapping]
-    res = subprocess.run(command(args, master, conf), capture_output=True, text=True, timeout=timeout,
-                         env={**os.environ, **spark_application_env(), **(env or {})})
-    summaries = [json.loads(ln[len("RECONCILED "):]) for ln in res.stdout.splitlines() if ln.startswith("RECONCILED ")]
+    res = subprocess.run(
+        command(args, master, conf),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **spark_application_env(), **(env or {})},
+    )
+    summaries = [json.loads(ln[len("RECONCILED ") :]) for ln in res.stdout.splitlines() if ln.startswith("RECONCILED ")]
     return Reconciled(res.returncode, summaries, res.stdout, res.stderr)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="semantics reconcile", description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--run-id")
-    g.add_argument("--mapping")
-    ap.add_argument("--master", default="local[2]")
-    args = ap.parse_args(argv)
-    r = run(run_id=args.run_id, mapping=args.mapping, master=args.master)
-    if r.returncode != 0:
-        print(r.error, file=sys.stderr)
-        return r.returncode
-    for s in r.summaries:
-        print(json.dumps(s))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

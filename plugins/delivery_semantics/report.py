@@ -1,47 +1,62 @@
 """Reports: the matrix as a text table, and an HTML page with plots kept as an artifact.
 
-    python -m delivery_semantics.report [--runs R1,R2 ...] [--html PATH]
+local/semantics report [--runs R1,R2 ... | --matrix-run ID] [--html PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import io
 import os
-import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg2
 import psycopg2.extras
 
-from delivery_semantics import consumers, modes, promises, scenarios
+from delivery_semantics import catalog
 from delivery_semantics.endpoints import ledger_database
 
-MATRIX_COLUMNS = ("mode", "scenario", "run_id", "messages", "lost_acked", "lost_unacked", "duplicate_events",
-                  "aborted_visible", "stale_overwrites", "verdict", "broken_by", "expectation", "meets_expectation",
-                  "records_per_sec")
+MATRIX_COLUMNS = (
+    "mode",
+    "scenario",
+    "run_id",
+    "messages",
+    "lost_acked",
+    "lost_unacked",
+    "duplicate_events",
+    "aborted_visible",
+    "stale_overwrites",
+    "verdict",
+    "broken_by",
+    "expectation",
+    "meets_expectation",
+    "records_per_sec",
+)
 
 
 def query(sql: str, params=()) -> list[dict]:
-    with psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c, \
-            c.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+    with (
+        psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c,
+        c.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur,
+    ):
         cur.execute(sql, params)
         return [dict(r) for r in cur.fetchall()]
 
 
 # Rows in this order: producer modes, then consumer strategies; scenarios likewise.
-ROW_ORDER = [*modes.MODES, *consumers.STRATEGIES]
-SCENARIO_ORDER = [*scenarios.SCENARIOS, *(s for s in promises.CONSUMER_SCENARIOS if s not in scenarios.SCENARIOS)]
+ROW_ORDER = [*catalog.MODES, *catalog.STRATEGIES]
+SCENARIO_ORDER = list(catalog.SCENARIOS)
 
 
 def _ordered(rows: list[dict]) -> list[dict]:
     rank = {m: i for i, m in enumerate(ROW_ORDER)}
     srank = {s: i for i, s in enumerate(SCENARIO_ORDER)}
-    return sorted(rows, key=lambda r: (rank.get(r["mode"], len(rank)), srank.get(r["scenario"], len(srank)),
-                                       r["mode"], r["scenario"]))
+    return sorted(
+        rows,
+        key=lambda r: (rank.get(r["mode"], len(rank)), srank.get(r["scenario"], len(srank)), r["mode"], r["scenario"]),
+    )
 
 
 def matrix_rows(run_ids: list[str] | None = None) -> list[dict]:
@@ -53,14 +68,35 @@ def matrix_rows(run_ids: list[str] | None = None) -> list[dict]:
 
 
 def matrix_text(rows: list[dict]) -> str:
-    header = ["mode / strategy", "scenario", "lost acked", "lost unacked", "dup events", "aborted vis", "stale",
-              "verdict", "expected", "as expected"]
-    body = [[r["mode"], r["scenario"], str(r["lost_acked"]), str(r["lost_unacked"]), str(r["duplicate_events"]),
-             str(r["aborted_visible"]), "-" if r["stale_overwrites"] is None else str(r["stale_overwrites"]),
-             r["verdict"] + (f" ({r['broken_by']})" if r["broken_by"] else ""),
-             r["expectation"] or "-", {True: "yes", False: "NO", None: "-"}[r["meets_expectation"]]] for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(header, *body)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()   # noqa: E731
+    header = [
+        "mode / strategy",
+        "scenario",
+        "lost acked",
+        "lost unacked",
+        "dup events",
+        "aborted vis",
+        "stale",
+        "verdict",
+        "expected",
+        "as expected",
+    ]
+    body = [
+        [
+            r["mode"],
+            r["scenario"],
+            str(r["lost_acked"]),
+            str(r["lost_unacked"]),
+            str(r["duplicate_events"]),
+            str(r["aborted_visible"]),
+            "-" if r["stale_overwrites"] is None else str(r["stale_overwrites"]),
+            r["verdict"] + (f" ({r['broken_by']})" if r["broken_by"] else ""),
+            r["expectation"] or "-",
+            {True: "yes", False: "NO", None: "-"}[r["meets_expectation"]],
+        ]
+        for r in rows
+    ]
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=False)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip()
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
 
 
@@ -72,11 +108,14 @@ def _png(fig) -> str:
 
 def latency_histogram(run_ids: list[str]) -> list[dict]:
     """Ack latency buckets (log2 ms) per mode, computed in PostgreSQL."""
-    return query("""
+    return query(
+        """
         SELECT r.mode, greatest(0, floor(log(2, greatest(o.latency_us, 1) / 1000.0 + 1)))::int AS bucket, count(*) AS n
         FROM ledger_outcomes o JOIN runs r USING (run_id)
         WHERE o.run_id = ANY(%s) AND o.status IN ('acked', 'sent') AND o.latency_us IS NOT NULL
-        GROUP BY 1, 2 ORDER BY 1, 2""", (run_ids,))
+        GROUP BY 1, 2 ORDER BY 1, 2""",
+        (run_ids,),
+    )
 
 
 def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics matrix") -> Path:
@@ -92,15 +131,23 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
     if rows:
         fig, ax = plt.subplots(figsize=(1.9 * max(3, len(scen_names)), 0.8 * max(3, len(mode_names)) + 1))
         colour = {"kept": 0.0, "broken": 1.0, "n/a": 0.5}
-        grid = [[colour.get(by_pair[(m, s)]["verdict"], 0.5) if (m, s) in by_pair else float("nan")
-                 for s in scen_names] for m in mode_names]
+        grid = [
+            [colour.get(by_pair[(m, s)]["verdict"], 0.5) if (m, s) in by_pair else float("nan") for s in scen_names]
+            for m in mode_names
+        ]
         ax.imshow(grid, cmap="RdYlGn_r", vmin=0, vmax=1, aspect="auto")
         for i, m in enumerate(mode_names):
             for j, s in enumerate(scen_names):
                 r = by_pair.get((m, s))
                 if r:
-                    ax.text(j, i, f"lost {r['lost_acked'] + r['lost_unacked']}\ndup {r['duplicate_events']}\n{r['verdict']}",
-                            ha="center", va="center", fontsize=8)
+                    ax.text(
+                        j,
+                        i,
+                        f"lost {r['lost_acked'] + r['lost_unacked']}\ndup {r['duplicate_events']}\n{r['verdict']}",
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                    )
         ax.set_xticks(range(len(scen_names)), scen_names, rotation=20)
         ax.set_yticks(range(len(mode_names)), mode_names)
         ax.set_title("verdict per mode x scenario (green kept, red broken)")
@@ -125,7 +172,7 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
             for m in mode_names:
                 pts = [(h["bucket"], h["n"]) for h in hist if h["mode"] == m]
                 if pts:
-                    ax.plot([2 ** b for b, _ in pts], [n for _, n in pts], marker="o", label=m)
+                    ax.plot([2**b for b, _ in pts], [n for _, n in pts], marker="o", label=m)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("ack latency (ms, log2 buckets)")
@@ -136,16 +183,20 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
             plt.close(fig)
 
     table_rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(r[c]) if r[c] is not None else '-')}</td>" for c in MATRIX_COLUMNS)
-        + "</tr>" for r in rows)
-    body = "".join(f"<h2>{html.escape(t)}</h2><img alt='{html.escape(t)}' src='data:image/png;base64,{b}'>"
-                   for t, b in images)
-    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        "<tr>"
+        + "".join(f"<td>{html.escape(str(r[c]) if r[c] is not None else '-')}</td>" for c in MATRIX_COLUMNS)
+        + "</tr>"
+        for r in rows
+    )
+    body = "".join(
+        f"<h2>{html.escape(t)}</h2><img alt='{html.escape(t)}' src='data:image/png;base64,{b}'>" for t, b in images
+    )
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:12px}}
 td,th{{border:1px solid #ccc;padding:3px 6px}}th{{background:#eee}}</style></head><body>
 <h1>{html.escape(title)}</h1><p>Generated {generated}; {len(rows)} runs.</p>
-<table><tr>{''.join(f'<th>{c}</th>' for c in MATRIX_COLUMNS)}</tr>{table_rows}</table>{body}</body></html>"""
+<table><tr>{"".join(f"<th>{c}</th>" for c in MATRIX_COLUMNS)}</tr>{table_rows}</table>{body}</body></html>"""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page)
     return path
@@ -156,27 +207,13 @@ def reports_dir() -> Path:
     return Path(base)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="semantics report", description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", help="comma-separated run ids (default: the latest run of every pair)")
-    ap.add_argument("--matrix-run", help="the runs of one semantics_matrix DAG run (its Airflow run id)")
-    ap.add_argument("--html", help="write the HTML report here")
-    args = ap.parse_args(argv)
-    run_ids = args.runs.split(",") if args.runs else None
-    if args.matrix_run:
-        run_ids = [r["run_id"] for r in query(
+def matrix_run_ids(matrix_run: str) -> list[str]:
+    """The producer and consumer runs of one semantics_matrix DAG run (its Airflow run id)."""
+    return [
+        r["run_id"]
+        for r in query(
             "SELECT run_id FROM runs WHERE airflow_run_id LIKE %(p)s "
             "UNION ALL SELECT consumer_run_id FROM consumer_runs WHERE airflow_run_id LIKE %(p)s",
-            {"p": f"semantics_matrix/{args.matrix_run}/%"})]
-        if not run_ids:
-            print(f"no runs for matrix run {args.matrix_run!r}", file=sys.stderr)
-            return 2
-    rows = matrix_rows(run_ids)
-    print(matrix_text(rows))
-    if args.html:
-        print(f"\nHTML report: {html_report(rows, Path(args.html))}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            {"p": f"semantics_matrix/{matrix_run}/%"},
+        )
+    ]

@@ -1,4 +1,5 @@
-"""Applies the versioned SQL in sql/ (V<NNN>__<name>.sql) once each, in order, under a lock."""
+"""Applies the versioned SQL in sql/ (V<NNN>__<name>.sql) once each, in order, under a lock, then
+writes the catalog's modes and strategies to `catalog_judged`, which the views read."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import re
 from pathlib import Path
 
 import psycopg2
+import psycopg2.extras
 
+from delivery_semantics import catalog
 from delivery_semantics.endpoints import Database, ledger_database
 
 SQL_DIR = Path(os.environ.get("SEMANTICS_SQL_DIR", Path(__file__).resolve().parents[2] / "sql"))
@@ -49,7 +52,20 @@ def migrate(db: Database | None = None) -> list[str]:
                     raise RuntimeError(f"{path.name} changed after it was applied; add a new version instead")
                 continue
             cur.execute(text)
-            cur.execute("INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
-                        (version, name, checksum))
+            cur.execute(
+                "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)", (version, name, checksum)
+            )
             applied_now.append(path.name)
+        _write_catalog(cur)
     return applied_now
+
+
+def _write_catalog(cur) -> None:
+    rows = catalog.judged_rows()
+    cur.execute("DELETE FROM catalog_judged WHERE name <> ALL(%s)", ([r[0] for r in rows],))
+    psycopg2.extras.execute_values(
+        cur,
+        "INSERT INTO catalog_judged (name, side, isolation, promise) VALUES %s ON CONFLICT (name) DO UPDATE "
+        "SET side = EXCLUDED.side, isolation = EXCLUDED.isolation, promise = EXCLUDED.promise",
+        rows,
+    )

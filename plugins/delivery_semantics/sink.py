@@ -18,13 +18,17 @@ import psycopg2.extras
 from delivery_semantics.endpoints import Database
 from delivery_semantics.ledger import connect
 
-_EVENT_COLUMNS = ("consumer_run_id, event_id, dedup_key, key, seq, publish_at, source_partition, source_offset, "
-                  "session, state_applied")
+_EVENT_COLUMNS = (
+    "consumer_run_id, event_id, dedup_key, key, seq, publish_at, source_partition, source_offset, "
+    "session, state_applied"
+)
 _EVENT_ROW = "(%s, %s, %s, %s, %s, to_timestamp(%s / 1000.0), %s, %s, %s, %s)"
 _STATE_ROW = "(%s, %s, %s, %s, to_timestamp(%s / 1000.0))"
-_STATE_UPSERT = ("INSERT INTO sink_state (consumer_run_id, key, event_id, seq, publish_at) VALUES %s "
-                 "ON CONFLICT (consumer_run_id, key) DO UPDATE SET event_id = EXCLUDED.event_id, "
-                 "seq = EXCLUDED.seq, publish_at = EXCLUDED.publish_at, updated_at = now()")
+_STATE_UPSERT = (
+    "INSERT INTO sink_state (consumer_run_id, key, event_id, seq, publish_at) VALUES %s "
+    "ON CONFLICT (consumer_run_id, key) DO UPDATE SET event_id = EXCLUDED.event_id, "
+    "seq = EXCLUDED.seq, publish_at = EXCLUDED.publish_at, updated_at = now()"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +60,24 @@ class Sink:
     def _apply_naive(self, cur, records: list[SinkRecord], session: int) -> int:
         rid = self.consumer_run_id
         psycopg2.extras.execute_values(
-            cur, f"INSERT INTO sink_events ({_EVENT_COLUMNS}) VALUES %s",
-            [(rid, r.event_id, None, r.key, r.seq, r.publish_at_ms, r.partition, r.offset, session, True)
-             for r in records], template=_EVENT_ROW, page_size=1000)
-        last = {r.key: r for r in records if r.key is not None}   # applied in order, each key ends at its last
+            cur,
+            f"INSERT INTO sink_events ({_EVENT_COLUMNS}) VALUES %s",
+            [
+                (rid, r.event_id, None, r.key, r.seq, r.publish_at_ms, r.partition, r.offset, session, True)
+                for r in records
+            ],
+            template=_EVENT_ROW,
+            page_size=1000,
+        )
+        last = {r.key: r for r in records if r.key is not None}  # applied in order, each key ends at its last
         if last:
             psycopg2.extras.execute_values(
-                cur, _STATE_UPSERT, [(rid, k, r.event_id, r.seq, r.publish_at_ms) for k, r in last.items()],
-                template=_STATE_ROW, page_size=1000)
+                cur,
+                _STATE_UPSERT,
+                [(rid, k, r.event_id, r.seq, r.publish_at_ms) for k, r in last.items()],
+                template=_STATE_ROW,
+                page_size=1000,
+            )
         return len(records)
 
     def _apply_dedup(self, cur, records: list[SinkRecord], session: int) -> int:
@@ -71,10 +85,17 @@ class Sink:
         seen: set[str] = set()
         unique = [r for r in records if not (r.event_id in seen or seen.add(r.event_id))]
         inserted = psycopg2.extras.execute_values(
-            cur, f"INSERT INTO sink_events ({_EVENT_COLUMNS}) VALUES %s "
-                 "ON CONFLICT (consumer_run_id, dedup_key) DO NOTHING RETURNING event_id",
-            [(rid, r.event_id, r.event_id, r.key, r.seq, r.publish_at_ms, r.partition, r.offset, session, False)
-             for r in unique], template=_EVENT_ROW, page_size=1000, fetch=True)
+            cur,
+            f"INSERT INTO sink_events ({_EVENT_COLUMNS}) VALUES %s "
+            "ON CONFLICT (consumer_run_id, dedup_key) DO NOTHING RETURNING event_id",
+            [
+                (rid, r.event_id, r.event_id, r.key, r.seq, r.publish_at_ms, r.partition, r.offset, session, False)
+                for r in unique
+            ],
+            template=_EVENT_ROW,
+            page_size=1000,
+            fetch=True,
+        )
         new_ids = {row[0] for row in inserted}
         newest: dict[str, SinkRecord] = {}
         for r in unique:
@@ -84,13 +105,19 @@ class Sink:
                     newest[r.key] = r
         if newest:
             applied = psycopg2.extras.execute_values(
-                cur, _STATE_UPSERT + " WHERE (EXCLUDED.publish_at, EXCLUDED.seq) > (sink_state.publish_at, sink_state.seq) "
-                                     "RETURNING event_id",
+                cur,
+                _STATE_UPSERT + " WHERE (EXCLUDED.publish_at, EXCLUDED.seq) > (sink_state.publish_at, sink_state.seq) "
+                "RETURNING event_id",
                 [(rid, k, r.event_id, r.seq, r.publish_at_ms) for k, r in newest.items()],
-                template=_STATE_ROW, page_size=1000, fetch=True)
+                template=_STATE_ROW,
+                page_size=1000,
+                fetch=True,
+            )
             if applied:
-                cur.execute("UPDATE sink_events SET state_applied = true "
-                            "WHERE consumer_run_id = %s AND dedup_key = ANY(%s)", (rid, [row[0] for row in applied]))
+                cur.execute(
+                    "UPDATE sink_events SET state_applied = true WHERE consumer_run_id = %s AND dedup_key = ANY(%s)",
+                    (rid, [row[0] for row in applied]),
+                )
         return len(new_ids)
 
 

@@ -35,15 +35,18 @@ def produce(messages: int, run_id: str) -> dict:
         producer.poll(0)
     remaining = producer.flush(60)
     if remaining or failures:
-        raise RuntimeError(f"smoke produce: {remaining} undelivered, {len(failures)} failed "
-                           f"(first: {failures[0] if failures else '-'})")
+        raise RuntimeError(
+            f"smoke produce: {remaining} undelivered, {len(failures)} failed "
+            f"(first: {failures[0] if failures else '-'})"
+        )
     return {"topic": topic, "produced": messages}
 
 
 def verify(produced: dict) -> int:
     with psycopg2.connect(**ledger_database().psycopg2_kwargs()) as conn, conn.cursor() as cur:
-        cur.execute("SELECT counted FROM smoke_counts WHERE topic = %s ORDER BY counted_at DESC LIMIT 1",
-                    (produced["topic"],))
+        cur.execute(
+            "SELECT counted FROM smoke_counts WHERE topic = %s ORDER BY counted_at DESC LIMIT 1", (produced["topic"],)
+        )
         row = cur.fetchone()
     if row is None:
         raise RuntimeError(f"no count for {produced['topic']} in smoke_counts: the Spark job wrote nothing")

@@ -38,20 +38,32 @@ def check_reachable(kafka_conf: dict, timeout: float = 10.0) -> int:
     except KafkaException as e:
         raise ConnectionError(
             f"Kafka at {kafka_conf.get('bootstrap.servers')} did not answer within {timeout:.0f}s: "
-            f"{e.args[0].str() if e.args else e}") from None
+            f"{e.args[0].str() if e.args else e}"
+        ) from None
     return len(md.brokers)
 
 
-def ensure_topic(kafka_conf: dict, name: str, partitions: int = 3,
-                 replication_factor: int = REPLICATION_FACTOR, config: dict | None = None,
-                 timeout: float = 30.0) -> bool:
+def ensure_topic(
+    kafka_conf: dict,
+    name: str,
+    partitions: int = 3,
+    replication_factor: int = REPLICATION_FACTOR,
+    config: dict | None = None,
+    timeout: float = 30.0,
+) -> bool:
     """Creates the topic if missing; returns True when it was created now."""
     validate_topic_name(name)
     admin = admin_client(kafka_conf)
-    topic_config = {"min.insync.replicas": str(MIN_INSYNC_REPLICAS),
-                    "unclean.leader.election.enable": "false", **(config or {})}
-    futures = admin.create_topics([NewTopic(name, partitions, replication_factor, config=topic_config)],
-                                  operation_timeout=timeout, request_timeout=timeout)
+    topic_config = {
+        "min.insync.replicas": str(MIN_INSYNC_REPLICAS),
+        "unclean.leader.election.enable": "false",
+        **(config or {}),
+    }
+    futures = admin.create_topics(
+        [NewTopic(name, partitions, replication_factor, config=topic_config)],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )
     try:
         futures[name].result(timeout=timeout)
         created = True
@@ -64,8 +76,9 @@ def ensure_topic(kafka_conf: dict, name: str, partitions: int = 3,
     return created
 
 
-def wait_for_full_isr(kafka_conf: dict, topic: str, timeout: float = 60.0,
-                      expected_brokers: int = REPLICATION_FACTOR) -> None:
+def wait_for_full_isr(
+    kafka_conf: dict, topic: str, timeout: float = 60.0, expected_brokers: int = REPLICATION_FACTOR
+) -> None:
     """Until every partition of the topic has a leader and all its replicas in sync, and the
     metadata lists `expected_brokers` brokers."""
     admin = admin_client(kafka_conf)
@@ -76,8 +89,7 @@ def wait_for_full_isr(kafka_conf: dict, topic: str, timeout: float = 60.0,
             md = admin.list_topics(topic, timeout=5)
             t = md.topics.get(topic)
             if t is not None and t.error is None and t.partitions and len(md.brokers) >= expected_brokers:
-                lagging = [p.id for p in t.partitions.values()
-                           if p.leader < 0 or len(p.isrs) < len(p.replicas)]
+                lagging = [p.id for p in t.partitions.values() if p.leader < 0 or len(p.isrs) < len(p.replicas)]
                 if not lagging:
                     return
                 last = f"partitions {lagging} not fully in sync"
@@ -90,7 +102,7 @@ def wait_for_full_isr(kafka_conf: dict, topic: str, timeout: float = 60.0,
 
 
 def delete_topic(kafka_conf: dict, name: str, timeout: float = 30.0) -> None:
-    admin = admin_client(kafka_conf)   # must outlive the future, or librdkafka cancels the request
+    admin = admin_client(kafka_conf)  # must outlive the future, or librdkafka cancels the request
     futures = admin.delete_topics([validate_topic_name(name)], operation_timeout=timeout)
     try:
         futures[name].result(timeout=timeout)

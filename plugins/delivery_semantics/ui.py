@@ -5,10 +5,9 @@ from __future__ import annotations
 import html
 from typing import Annotated
 
+from airflow.api_fastapi.core_api.security import get_user
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
-
-from airflow.api_fastapi.core_api.security import get_user
 
 from delivery_semantics import report
 
@@ -36,14 +35,17 @@ def matrix_page(user: AuthenticatedUser) -> str:
         f"<td>{_cell(r['expectation'])}</td>"
         f"<td class='{'' if r['meets_expectation'] is not False else 'no'}'>"
         f"{ {True: 'yes', False: 'NO', None: '-'}[r['meets_expectation']] }</td></tr>"
-        for r in rows)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Delivery semantics</title>{_STYLE}</head><body>"
-            f"<h1>Delivery-semantics matrix</h1><p>The latest reconciled run of every mode x scenario pair "
-            f"({len(rows)} pairs): producer modes, then consumer strategies (checked on what they wrote). A verdict "
-            f"judges the promise; <em>as expected</em> compares what was observed with DESIGN.md §3.</p>"
-            "<table id='matrix'><tr><th>mode / strategy</th><th>scenario</th><th>run</th><th>lost acked</th>"
-            "<th>lost unacked</th><th>duplicated events</th><th>aborted visible</th><th>stale overwrites</th><th>verdict</th><th>expected</th><th>as expected</th></tr>"
-            f"{body}</table></body></html>")
+        for r in rows
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Delivery semantics</title>{_STYLE}</head><body>"
+        f"<h1>Delivery-semantics matrix</h1><p>The latest reconciled run of every mode x scenario pair "
+        f"({len(rows)} pairs): producer modes, then consumer strategies (checked on what they wrote). A verdict "
+        f"judges the promise; <em>as expected</em> compares what was observed with DESIGN.md §3.</p>"
+        "<table id='matrix'><tr><th>mode / strategy</th><th>scenario</th><th>run</th><th>lost acked</th>"
+        "<th>lost unacked</th><th>duplicated events</th><th>aborted visible</th><th>stale overwrites</th><th>verdict</th><th>expected</th><th>as expected</th></tr>"
+        f"{body}</table></body></html>"
+    )
 
 
 @app.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -53,13 +55,20 @@ def run_page(run_id: str, user: AuthenticatedUser) -> str:
         raise HTTPException(status_code=404, detail=f"no reconciled run {run_id}")
     r = rows[0]
     facts = "".join(f"<tr><th>{html.escape(k)}</th><td>{_cell(v)}</td></tr>" for k, v in r.items())
-    violations = report.query("""SELECT kind, event_id, copies, "partitions", "offsets" FROM reconcile_discrepancies
+    violations = report.query(
+        """SELECT kind, event_id, copies, "partitions", "offsets" FROM reconcile_discrepancies
                                   WHERE reconciliation_id = %s AND isolation = %s ORDER BY kind, event_id LIMIT 200""",
-                               (run_id, r["isolation"]))
-    disc = "".join(f"<tr><td>{_cell(d['kind'])}</td><td>{_cell(d['event_id'])}</td><td>{_cell(d['copies'])}</td>"
-                   f"<td>{_cell(d['partitions'])}</td><td>{_cell(d['offsets'])}</td></tr>" for d in violations)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Run {html.escape(run_id)}</title>{_STYLE}"
-            f"</head><body><p><a href='../'>&larr; matrix</a></p><h1>Run {html.escape(run_id)}</h1>"
-            f"<table>{facts}</table><h2>Discrepancies (first 200, {html.escape(r['isolation'])})</h2>"
-            f"<table><tr><th>kind</th><th>event id</th><th>copies</th><th>partitions</th><th>offsets</th></tr>{disc}"
-            "</table></body></html>")
+        (run_id, r["isolation"]),
+    )
+    disc = "".join(
+        f"<tr><td>{_cell(d['kind'])}</td><td>{_cell(d['event_id'])}</td><td>{_cell(d['copies'])}</td>"
+        f"<td>{_cell(d['partitions'])}</td><td>{_cell(d['offsets'])}</td></tr>"
+        for d in violations
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Run {html.escape(run_id)}</title>{_STYLE}"
+        f"</head><body><p><a href='../'>&larr; matrix</a></p><h1>Run {html.escape(run_id)}</h1>"
+        f"<table>{facts}</table><h2>Discrepancies (first 200, {html.escape(r['isolation'])})</h2>"
+        f"<table><tr><th>kind</th><th>event id</th><th>copies</th><th>partitions</th><th>offsets</th></tr>{disc}"
+        "</table></body></html>"
+    )

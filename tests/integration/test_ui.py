@@ -13,9 +13,10 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from conftest import ARTIFACTS, REPO
-from delivery_semantics import load, localstack, reconcile, report
+
+import devstack
+from delivery_semantics import load, reconcile, report
 
 PORT = 18080
 BASE = f"http://127.0.0.1:{PORT}"
@@ -27,10 +28,19 @@ def api_server(stack_env):
     if not report.matrix_rows():
         s = load.start(load.LoadSpec(mode="idempotent", messages=500))
         assert reconcile.run(run_id=s.run_id).returncode == 0
-    log = open(ARTIFACTS / "airflow-api-server.log", "w")
-    proc = subprocess.Popen([str(REPO / ".venv" / "bin" / "airflow"), "api-server", "--port", str(PORT)],
-                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, **localstack.environment()})
+    with open(ARTIFACTS / "airflow-api-server.log", "w") as log:
+        yield from _serve(log)
+
+
+def _serve(log):
+    proc = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "airflow"), "api-server", "--port", str(PORT)],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, **devstack.environment()},
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
@@ -44,14 +54,16 @@ def api_server(stack_env):
     yield BASE
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(30)
-    log.close()
 
 
 def _token() -> str:
-    password = localstack._secrets()["AIRFLOW_ADMIN_PASSWORD"]
-    req = urllib.request.Request(f"{BASE}/auth/token", method="POST",
-                                 data=json.dumps({"username": "admin", "password": password}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    password = devstack.secret("AIRFLOW_ADMIN_PASSWORD")
+    req = urllib.request.Request(
+        f"{BASE}/auth/token",
+        method="POST",
+        data=json.dumps({"username": "admin", "password": password}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())["access_token"]
 
@@ -80,9 +92,18 @@ def test_headless_chromium_shows_the_matrix_and_keeps_a_screenshot(api_server):
 
     token = _token()
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         try:
             anonymous = browser.new_page()
             resp = anonymous.goto(f"{BASE}/semantics/")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from direct_check import observe
-from delivery_semantics import load, modes, scenarios
+
+from delivery_semantics import catalog, load, scenarios
 from delivery_semantics.ledger import Ledger
 from delivery_semantics.nemesis import wait_healthy
 
@@ -36,7 +36,7 @@ def run_pair(mode: str, scenario: str, ledger: Ledger, kafka_conf: dict, **spec)
     timeline = run["timeline"]
     assert timeline["scenario"] == scenario and timeline["events"][-1]["action"] == "healthy"
     assert run["scenario"] == scenario, "the run is recorded under its scenario, even when a forked load made it"
-    seen = observe(kafka_conf, ledger, s.run_id, modes.MODES[mode].isolation)
+    seen = observe(kafka_conf, ledger, s.run_id, catalog.MODES[mode].isolation)
     print(f"\n{mode} + {scenario}: {seen}\n timeline: {json.dumps(timeline['events'])}")
     return s, seen, timeline
 
@@ -46,7 +46,7 @@ def actions(timeline) -> list[str]:
 
 
 def test_lost_ack_duplicates_without_idempotence(ledger, kafka_conf):
-    s, seen, tl = run_pair("at_least_once", "lost_ack", ledger, kafka_conf)
+    _s, seen, tl = run_pair("at_least_once", "lost_ack", ledger, kafka_conf)
     assert "drop_responses" in actions(tl) and "restore_responses" in actions(tl)
     assert seen.duplicates > 0, "retried requests whose acks were lost must be written twice"
     assert seen.lost_acked == 0, "the promise: no acked event lost while the leader lives"
@@ -54,34 +54,34 @@ def test_lost_ack_duplicates_without_idempotence(ledger, kafka_conf):
 
 
 def test_lost_ack_no_duplicates_with_idempotence(ledger, kafka_conf):
-    s, seen, tl = run_pair("idempotent", "lost_ack", ledger, kafka_conf)
+    _s, seen, tl = run_pair("idempotent", "lost_ack", ledger, kafka_conf)
     assert "drop_responses" in actions(tl)
     assert (seen.duplicates, seen.lost_acked) == (0, 0)
     assert seen.acked == MESSAGES
 
 
 def test_leader_kill_loses_fire_and_forget_events(ledger, kafka_conf):
-    s, seen, tl = run_pair("at_most_once", "leader_kill", ledger, kafka_conf)
+    _s, seen, tl = run_pair("at_most_once", "leader_kill", ledger, kafka_conf)
     assert actions(tl)[1:4] == ["pause", "kill", "restart"]
     assert seen.lost_unacked > 0, "acks=0 writes to a stalled, then killed, leader are lost"
     assert seen.duplicates == 0, "at most once: never a duplicate"
 
 
 def test_leader_kill_loses_no_acked_event_with_acks_all(ledger, kafka_conf):
-    s, seen, tl = run_pair("at_least_once_all", "leader_kill", ledger, kafka_conf)
+    _s, seen, tl = run_pair("at_least_once_all", "leader_kill", ledger, kafka_conf)
     assert "kill" in actions(tl)
     assert seen.lost_acked == 0
     assert seen.acked == MESSAGES
 
 
 def test_isolated_leader_loses_acked_events_with_acks_1(ledger, kafka_conf):
-    s, seen, tl = run_pair("at_least_once", "isolated_leader", ledger, kafka_conf)
+    _s, seen, tl = run_pair("at_least_once", "isolated_leader", ledger, kafka_conf)
     assert actions(tl)[1:7] == ["pause", "pause", "kill", "resume", "resume", "restart"]
     assert seen.lost_acked > 0, "writes acked by the isolated leader alone die with it"
 
 
 def test_isolated_leader_loses_no_acked_event_with_acks_all(ledger, kafka_conf):
-    s, seen, tl = run_pair("at_least_once_all", "isolated_leader", ledger, kafka_conf)
+    _s, seen, _tl = run_pair("at_least_once_all", "isolated_leader", ledger, kafka_conf)
     assert seen.lost_acked == 0, "acks=all with min ISR 2: writes are refused or retried, never acked then lost"
 
 
@@ -91,8 +91,11 @@ def test_producer_crash_duplicates_are_counted_for_idempotent(ledger, kafka_conf
     assert seen.lost_acked == 0 and seen.acked == MESSAGES
     # A restarted producer has a new PID: copies it resends of events that had landed are duplicates.
     with ledger.conn, ledger.conn.cursor() as cur:
-        cur.execute("""SELECT count(DISTINCT event_id) FROM ledger_outcomes
-                       WHERE run_id = %s AND session = 2""", (s.run_id,))
+        cur.execute(
+            """SELECT count(DISTINCT event_id) FROM ledger_outcomes
+                       WHERE run_id = %s AND session = 2""",
+            (s.run_id,),
+        )
         resent = cur.fetchone()[0]
     assert resent > 0
     assert seen.duplicated_events <= resent, "only events resent by the new session can be duplicated"
@@ -107,23 +110,26 @@ def test_producer_crash_exactly_once_for_transactional(ledger, kafka_conf):
 
 
 def test_txn_abort_is_exactly_once_for_read_committed(ledger, kafka_conf):
-    s, seen, tl = run_pair("transactional", "txn_abort", ledger, kafka_conf, messages=5000, txn_size=50)
+    s, seen, _tl = run_pair("transactional", "txn_abort", ledger, kafka_conf, messages=5000, txn_size=50)
     assert s.aborted_attempts > 0
     assert (seen.duplicates, seen.lost_acked, seen.records_in_topic) == (0, 0, 5000)
     everything = observe(kafka_conf, ledger, s.run_id, "read_uncommitted")
     assert everything.records_in_topic == 5000 + s.aborted_attempts
 
 
-@pytest.mark.parametrize("mode, scenario, reason", [
-    ("at_least_once", "txn_abort", "needs the transactional mode"),
-    ("at_most_once", "lost_ack", "never waits for one"),
-    ("at_least_once", "earthquake", "unknown scenario"),
-])
+@pytest.mark.parametrize(
+    "mode, scenario, reason",
+    [
+        ("at_least_once", "txn_abort", "needs the transactional mode"),
+        ("at_most_once", "lost_ack", "never waits for one"),
+        ("at_least_once", "earthquake", "unknown scenario"),
+    ],
+)
 def test_incompatible_pairs_are_refused_before_anything_starts(mode, scenario, reason, ledger):
     with ledger.conn, ledger.conn.cursor() as cur:
         cur.execute("SELECT count(*) FROM runs")
         before = cur.fetchone()[0]
-    with pytest.raises(scenarios.ScenarioError, match=reason):
+    with pytest.raises(catalog.ScenarioError, match=reason):
         scenarios.run(load.LoadSpec(mode=mode, messages=100), scenario)
     with ledger.conn, ledger.conn.cursor() as cur:
         cur.execute("SELECT count(*) FROM runs")

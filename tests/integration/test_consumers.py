@@ -21,8 +21,10 @@ MESSAGES = 6000
 
 
 def _rows(sql: str, params=()) -> list[dict]:
-    with psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c, \
-            c.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+    with (
+        psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c,
+        c.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur,
+    ):
         cur.execute(sql, params)
         return [dict(r) for r in cur.fetchall()]
 
@@ -54,8 +56,15 @@ def consume(strategy: str, input_run: str, scenario: str = "consumer_crash", cra
 
 
 def sink_copies(consumer_run_id: str) -> Counter:
-    return Counter({r["event_id"]: r["n"] for r in _rows(
-        "SELECT event_id, count(*) AS n FROM sink_events WHERE consumer_run_id = %s GROUP BY 1", (consumer_run_id,))})
+    return Counter(
+        {
+            r["event_id"]: r["n"]
+            for r in _rows(
+                "SELECT event_id, count(*) AS n FROM sink_events WHERE consumer_run_id = %s GROUP BY 1",
+                (consumer_run_id,),
+            )
+        }
+    )
 
 
 def test_commit_before_process_loses_the_batch_it_committed_before_the_crash(input_run):
@@ -91,20 +100,30 @@ def test_dedup_sink_stays_exactly_once_and_fresh_across_two_crashes(input_run):
     copies = sink_copies(run["consumer_run_id"])
     assert (len(copies), max(copies.values())) == (MESSAGES, 1)
     # Every key's state is its newest event in the ledger.
-    stale = _rows("""
+    stale = _rows(
+        """
         SELECT st.key FROM sink_state st
         JOIN LATERAL (SELECT e.event_id FROM ledger_events e WHERE e.run_id = %s AND e.key = st.key
                       ORDER BY e.publish_at DESC, e.seq DESC LIMIT 1) newest ON true
-        WHERE st.consumer_run_id = %s AND st.event_id <> newest.event_id""", (input_run, run["consumer_run_id"]))
+        WHERE st.consumer_run_id = %s AND st.event_id <> newest.event_id""",
+        (input_run, run["consumer_run_id"]),
+    )
     assert stale == []
-    assert _rows("SELECT count(*) AS n FROM sink_state WHERE consumer_run_id = %s",
-                 (run["consumer_run_id"],))[0]["n"] == 16
+    assert (
+        _rows("SELECT count(*) AS n FROM sink_state WHERE consumer_run_id = %s", (run["consumer_run_id"],))[0]["n"]
+        == 16
+    )
 
 
 def test_transactional_copier_output_is_exactly_once_for_read_committed(input_run):
     run, killed, summaries, row = consume("transactional_copy", input_run, crashes=2)
     rc, ru = summaries["read_committed"], summaries["read_uncommitted"]
-    assert (rc["delivered_once"], rc["duplicate_events"], rc["lost_acked"], rc["aborted_visible"]) == (MESSAGES, 0, 0, 0)
+    assert (rc["delivered_once"], rc["duplicate_events"], rc["lost_acked"], rc["aborted_visible"]) == (
+        MESSAGES,
+        0,
+        0,
+        0,
+    )
     assert (rc["verdict"], row["meets_expectation"]) == ("kept", True)
     in_open_txns = sum(k["produced_in_open_transaction"] for k in killed)
     assert ru["aborted_visible"] == in_open_txns > 0, "what the killed copiers wrote was aborted, not committed"
@@ -124,11 +143,15 @@ def _acked(run_id: str):
 
 
 def test_without_a_crash_process_then_commit_is_exactly_once(input_run):
-    run, _, summaries, row = consume("process_then_commit", input_run, scenario="none")
+    _run, _, summaries, row = consume("process_then_commit", input_run, scenario="none")
     s = summaries["read_committed"]
     assert (s["delivered_once"], s["duplicate_events"], s["lost_acked"], s["stale_overwrites"]) == (MESSAGES, 0, 0, 0)
-    assert (row["verdict"], row["meets_expectation"], row["side"], row["source_run_id"]) == \
-        ("kept", True, "consumer", input_run)
+    assert (row["verdict"], row["meets_expectation"], row["side"], row["source_run_id"]) == (
+        "kept",
+        True,
+        "consumer",
+        input_run,
+    )
 
 
 def test_dedup_sink_skips_a_seen_event_and_never_applies_an_older_version(input_run):
@@ -136,9 +159,17 @@ def test_dedup_sink_skips_a_seen_event_and_never_applies_an_older_version(input_
     cid = "c-sink-test-" + input_run[-6:]
     try:
         lg.drop_consumer_run(cid)
-        lg.create_consumer_run({"consumer_run_id": cid, "source_run_id": input_run,
-                                "strategy": "process_then_commit_dedup", "batch_size": 10, "input_topic": "t",
-                                "input_end_offsets": {}, "group_id": cid})
+        lg.create_consumer_run(
+            {
+                "consumer_run_id": cid,
+                "source_run_id": input_run,
+                "strategy": "process_then_commit_dedup",
+                "batch_size": 10,
+                "input_topic": "t",
+                "input_end_offsets": {},
+                "group_id": cid,
+            }
+        )
         sink = Sink(ledger_database(), cid, dedup=True)
         newer = SinkRecord("e2", "k", 2, 2_000, 0, 2)
         older = SinkRecord("e1", "k", 1, 1_000, 0, 1)
@@ -148,22 +179,29 @@ def test_dedup_sink_skips_a_seen_event_and_never_applies_an_older_version(input_
         sink.close()
         state = _rows("SELECT event_id FROM sink_state WHERE consumer_run_id = %s", (cid,))
         assert state == [{"event_id": "e2"}], "an older version (or an equal time, lower seq) never overwrites"
-        applied = _rows("SELECT event_id, state_applied FROM sink_events WHERE consumer_run_id = %s ORDER BY apply_no",
-                        (cid,))
-        assert applied == [{"event_id": "e2", "state_applied": True}, {"event_id": "e1", "state_applied": False},
-                           {"event_id": "e0", "state_applied": False}]
+        applied = _rows(
+            "SELECT event_id, state_applied FROM sink_events WHERE consumer_run_id = %s ORDER BY apply_no", (cid,)
+        )
+        assert applied == [
+            {"event_id": "e2", "state_applied": True},
+            {"event_id": "e1", "state_applied": False},
+            {"event_id": "e0", "state_applied": False},
+        ]
     finally:
         lg.drop_consumer_run(cid)
         lg.close()
 
 
-@pytest.mark.parametrize("spec, message", [
-    (dict(strategy="exactly_once_please"), "unknown consumer strategy"),
-    (dict(scenario="consumer_kill"), "unknown consumer scenario"),
-    (dict(crashes=0, scenario="consumer_crash"), "crashes must be an integer in [1, 5]"),
-    (dict(batch_size=-3), "batch_size must be an integer in [1, 10000]"),
-    (dict(source_run_id="r20990101t000000_000000"), "no producer run"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (dict(strategy="exactly_once_please"), "unknown consumer strategy"),
+        (dict(scenario="consumer_kill"), "unknown consumer scenario"),
+        (dict(crashes=0, scenario="consumer_crash"), "crashes must be an integer in [1, 5]"),
+        (dict(batch_size=-3), "batch_size must be an integer in [1, 10000]"),
+        (dict(source_run_id="r20990101t000000_000000"), "no producer run"),
+    ],
+)
 def test_bad_input_is_refused_before_any_side_effect(input_run, spec, message):
     before = _rows("SELECT count(*) AS n FROM consumer_runs")[0]["n"]
     args = {"strategy": "process_then_commit", "source_run_id": input_run, **spec}
@@ -175,6 +213,7 @@ def test_bad_input_is_refused_before_any_side_effect(input_run, spec, message):
 def test_unreachable_broker_is_refused_before_any_side_effect(input_run):
     before = _rows("SELECT count(*) AS n FROM consumer_runs")[0]["n"]
     with pytest.raises(WorkloadError, match="did not answer"):
-        consumer_workload.start(ConsumerSpec("process_then_commit", input_run),
-                                kafka_conf={"bootstrap.servers": "127.0.0.1:1"})
+        consumer_workload.start(
+            ConsumerSpec("process_then_commit", input_run), kafka_conf={"bootstrap.servers": "127.0.0.1:1"}
+        )
     assert _rows("SELECT count(*) AS n FROM consumer_runs")[0]["n"] == before

@@ -7,12 +7,16 @@ import re
 
 import pytest
 import yaml
-
 from conftest import REPO
 
 COMPOSE = REPO / "docker-compose.yaml"
-AIRFLOW_SERVICES = ["airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                    "airflow-triggerer"]
+AIRFLOW_SERVICES = [
+    "airflow-init",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+]
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +26,15 @@ def compose():
 
 def test_services_are_the_platform(compose):
     assert set(compose["services"]) == {
-        "postgres", "kafka-1", "kafka-2", "kafka-3", "toxiproxy", "spark-master", "spark-worker",
-        *AIRFLOW_SERVICES}
+        "postgres",
+        "kafka-1",
+        "kafka-2",
+        "kafka-3",
+        "toxiproxy",
+        "spark-master",
+        "spark-worker",
+        *AIRFLOW_SERVICES,
+    }
 
 
 def test_airflow_follows_the_official_pattern(compose):
@@ -32,8 +43,12 @@ def test_airflow_follows_the_official_pattern(compose):
     for name in AIRFLOW_SERVICES:
         assert f"  {name}:\n    <<: *airflow-common" in raw, name
     commands = {n: compose["services"][n].get("command") for n in AIRFLOW_SERVICES[1:]}
-    assert commands == {"airflow-apiserver": "api-server", "airflow-scheduler": "scheduler",
-                        "airflow-dag-processor": "dag-processor", "airflow-triggerer": "triggerer"}
+    assert commands == {
+        "airflow-apiserver": "api-server",
+        "airflow-scheduler": "scheduler",
+        "airflow-dag-processor": "dag-processor",
+        "airflow-triggerer": "triggerer",
+    }
     for name in AIRFLOW_SERVICES[1:]:
         deps = compose["services"][name]["depends_on"]
         assert deps["airflow-init"]["condition"] == "service_completed_successfully"

@@ -1,9 +1,15 @@
-"""Local platform stack without Docker: 3 KRaft brokers, Toxiproxy, PostgreSQL, Airflow's database.
+"""The local stack without Docker, for development, tests and CI: 3 KRaft brokers, Toxiproxy,
+PostgreSQL, Airflow's database and, on demand, the Airflow UI processes. Not part of what a
+deployment mounts (docker-compose.yaml runs its own services).
 
-Usage: python -m delivery_semantics.localstack {start,stop,status,reset,env,wait}
+Usage: local/stack {start,stop,status,reset,env,ui}
 
 Everything lives under the repository: downloads in .cache/ (made by local/setup), state and
 logs in var/. `start` is idempotent, `stop` keeps data, `reset` wipes var/.
+
+The interface for tests and benchmarks: `environment()`, `secret(name)`, `status_rows()`,
+`wait_for_cluster()`, `BROKERS`, `broker_pid()`, `kill_broker()`, `toxiproxy_url()`,
+`kafka_tool_command()`, and `NemesisBackend`, the nemesis's local backend.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(os.environ.get("SEMANTICS_HOME", Path(__file__).resolve().parents[2]))
+from delivery_semantics.nemesis import Backend, NemesisError
+
+REPO = Path(os.environ.get("SEMANTICS_HOME", Path(__file__).resolve().parents[1]))
 CACHE = REPO / ".cache"
 VAR = Path(os.environ.get("SEMANTICS_VAR", REPO / "var"))
 LOGS = VAR / "logs"
@@ -98,6 +106,7 @@ def bootstrap_servers() -> str:
 
 # --------------------------------------------------------------------------- processes
 
+
 def _pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -147,8 +156,13 @@ def _spawn(cmd: list[str], log_file: Path, pid_file: Path, env: dict | None = No
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=env, cwd=REPO,
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+            cwd=REPO,
         )
     pid_file.write_text(str(proc.pid))
     return proc.pid
@@ -176,6 +190,7 @@ def _terminate(pid: int | None, grace: float) -> None:
 
 
 # --------------------------------------------------------------------------- prerequisites
+
 
 def java_version() -> int:
     java = shutil.which("java")
@@ -211,8 +226,10 @@ def _secrets() -> dict[str, str]:
     if not SECRETS_FILE.exists():
         VAR.mkdir(parents=True, exist_ok=True)
         alphabet = string.ascii_letters + string.digits
-        values = {k: "".join(secrets.choice(alphabet) for _ in range(24))
-                  for k in ("SEMANTICS_DB_PASSWORD", "AIRFLOW_DB_PASSWORD", "AIRFLOW_ADMIN_PASSWORD")}
+        values = {
+            k: "".join(secrets.choice(alphabet) for _ in range(24))
+            for k in ("SEMANTICS_DB_PASSWORD", "AIRFLOW_DB_PASSWORD", "AIRFLOW_ADMIN_PASSWORD")
+        }
         SECRETS_FILE.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
         SECRETS_FILE.chmod(0o600)
     out = {}
@@ -223,6 +240,12 @@ def _secrets() -> dict[str, str]:
     return out
 
 
+def secret(name: str) -> str:
+    """One of the stack's generated passwords (SEMANTICS_DB_PASSWORD, AIRFLOW_DB_PASSWORD,
+    AIRFLOW_ADMIN_PASSWORD)."""
+    return _secrets()[name]
+
+
 def environment() -> dict[str, str]:
     """Environment for everything that talks to the local stack: Airflow, the CLI, tests, Spark."""
     s = _secrets()
@@ -231,27 +254,33 @@ def environment() -> dict[str, str]:
     env = {
         "SEMANTICS_HOME": str(REPO),
         "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
-        "PYTHONPATH": str(REPO / "plugins"),
+        "PYTHONPATH": f"{REPO / 'plugins'}:{REPO / 'local'}",
         "AIRFLOW_HOME": str(VAR / "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN":
-            f"postgresql+psycopg2://airflow:{s['AIRFLOW_DB_PASSWORD']}@{HOST}:{PG_PORT}/{AIRFLOW_DB}",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://airflow:{s['AIRFLOW_DB_PASSWORD']}@{HOST}:{PG_PORT}/{AIRFLOW_DB}",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(LOGS / "airflow"),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(VAR / "airflow" / "passwords.json"),
         # JSON, because a URI cannot carry local[2]
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-            {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap_servers()}}),
-        "AIRFLOW_CONN_LEDGER_DB": json.dumps({
-            "conn_type": "postgres", "host": HOST, "port": PG_PORT, "login": PLATFORM_DB,
-            "password": s["SEMANTICS_DB_PASSWORD"], "schema": PLATFORM_DB}),
-        "AIRFLOW_CONN_TOXIPROXY_DEFAULT": json.dumps(
-            {"conn_type": "http", "host": HOST, "port": TOXIPROXY_PORT}),
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap_servers()}}
+        ),
+        "AIRFLOW_CONN_LEDGER_DB": json.dumps(
+            {
+                "conn_type": "postgres",
+                "host": HOST,
+                "port": PG_PORT,
+                "login": PLATFORM_DB,
+                "password": s["SEMANTICS_DB_PASSWORD"],
+                "schema": PLATFORM_DB,
+            }
+        ),
+        "AIRFLOW_CONN_TOXIPROXY_DEFAULT": json.dumps({"conn_type": "http", "host": HOST, "port": TOXIPROXY_PORT}),
         "SEMANTICS_SPARK_JARS": jars,
         "SPARK_LOCAL_IP": HOST,
     }
@@ -286,8 +315,10 @@ PG_SOCKET_DIR = RUN / "postgres"
 
 
 def _pg_bin(name: str) -> str:
-    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"),
-                        key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    candidates = sorted(
+        Path("/usr/lib/postgresql").glob(f"*/bin/{name}"),
+        key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0,
+    )
     if candidates:
         return str(candidates[-1])
     found = shutil.which(name)
@@ -299,7 +330,7 @@ def _pg_bin(name: str) -> str:
 def _as_pg_owner(cmd: list[str]) -> list[str]:
     # PostgreSQL refuses to run as root; use the Debian package's service account then.
     if os.geteuid() == 0:
-        return ["runuser", "-u", "postgres", "--"] + cmd
+        return ["runuser", "-u", "postgres", "--", *cmd]
     return cmd
 
 
@@ -331,8 +362,24 @@ def _read_pid_first_line(path: Path) -> int | None:
 
 
 def _psql(sql: str, db: str = "postgres") -> str:
-    cmd = _as_pg_owner([_pg_bin("psql"), "-h", str(PG_SOCKET_DIR), "-p", str(PG_PORT), "-U", "postgres",
-                        "-d", db, "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
+    cmd = _as_pg_owner(
+        [
+            _pg_bin("psql"),
+            "-h",
+            str(PG_SOCKET_DIR),
+            "-p",
+            str(PG_PORT),
+            "-U",
+            "postgres",
+            "-d",
+            db,
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-qAt",
+            "-c",
+            sql,
+        ]
+    )
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise StackError(f"postgres: {res.stderr.strip()}")
@@ -350,10 +397,24 @@ def start_postgres() -> str:
     if not (PG_DATA / "PG_VERSION").exists():
         PG_DATA.mkdir(parents=True, exist_ok=True)
         _chown_tree(PG_DATA.parent, uid, gid)
-        res = subprocess.run(_as_pg_owner([_pg_bin("initdb"), "-D", str(PG_DATA), "-U", "postgres",
-                                           "--auth-local=trust", "--auth-host=scram-sha-256",
-                                           "-E", "UTF8", "--locale=C.UTF-8"]),
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            _as_pg_owner(
+                [
+                    _pg_bin("initdb"),
+                    "-D",
+                    str(PG_DATA),
+                    "-U",
+                    "postgres",
+                    "--auth-local=trust",
+                    "--auth-host=scram-sha-256",
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                ]
+            ),
+            capture_output=True,
+            text=True,
+        )
         if res.returncode != 0:
             raise StackError(f"postgres: initdb failed: {res.stderr.strip()[-500:]}")
         with open(PG_DATA / "postgresql.conf", "a") as conf:
@@ -367,8 +428,11 @@ def start_postgres() -> str:
     if not PG_LOG.exists():
         PG_LOG.touch()
     os.chown(PG_LOG, uid, gid)
-    res = subprocess.run(_as_pg_owner([_pg_bin("pg_ctl"), "-D", str(PG_DATA), "-l", str(PG_LOG),
-                                       "-w", "-t", "60", "start"]), capture_output=True, text=True)
+    res = subprocess.run(
+        _as_pg_owner([_pg_bin("pg_ctl"), "-D", str(PG_DATA), "-l", str(PG_LOG), "-w", "-t", "60", "start"]),
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         raise StackError(f"postgres: pg_ctl start failed: {res.stderr.strip() or res.stdout.strip()}; see {PG_LOG}")
     _bootstrap_postgres()
@@ -377,8 +441,10 @@ def start_postgres() -> str:
 
 def _bootstrap_postgres() -> None:
     s = _secrets()
-    for role, db, pw in ((PLATFORM_DB, PLATFORM_DB, s["SEMANTICS_DB_PASSWORD"]),
-                         ("airflow", AIRFLOW_DB, s["AIRFLOW_DB_PASSWORD"])):
+    for role, db, pw in (
+        (PLATFORM_DB, PLATFORM_DB, s["SEMANTICS_DB_PASSWORD"]),
+        ("airflow", AIRFLOW_DB, s["AIRFLOW_DB_PASSWORD"]),
+    ):
         exists = _psql(f"SELECT 1 FROM pg_roles WHERE rolname = '{role}'")
         verb = "ALTER" if exists else "CREATE"
         _psql(f"{verb} ROLE {role} LOGIN PASSWORD '{pw}'")
@@ -388,8 +454,11 @@ def _bootstrap_postgres() -> None:
 
 def stop_postgres() -> None:
     if postgres_pid():
-        subprocess.run(_as_pg_owner([_pg_bin("pg_ctl"), "-D", str(PG_DATA), "-m", "fast", "-w", "stop"]),
-                       capture_output=True, text=True)
+        subprocess.run(
+            _as_pg_owner([_pg_bin("pg_ctl"), "-D", str(PG_DATA), "-m", "fast", "-w", "stop"]),
+            capture_output=True,
+            text=True,
+        )
 
 
 # --------------------------------------------------------------------------- Toxiproxy
@@ -409,8 +478,10 @@ def toxiproxy_pid() -> int | None:
 
 
 def _toxiproxy_proxies() -> list[dict]:
-    return [{"name": b.name, "listen": f"{HOST}:{b.proxy_port}",
-             "upstream": f"{HOST}:{b.client_port}", "enabled": True} for b in BROKERS]
+    return [
+        {"name": b.name, "listen": f"{HOST}:{b.proxy_port}", "upstream": f"{HOST}:{b.client_port}", "enabled": True}
+        for b in BROKERS
+    ]
 
 
 def _toxiproxy_get(path: str):
@@ -427,10 +498,17 @@ def start_toxiproxy() -> str:
         _require_port_free(b.proxy_port, f"toxiproxy ({b.name} proxy)")
     TOXIPROXY_CONFIG.parent.mkdir(parents=True, exist_ok=True)
     TOXIPROXY_CONFIG.write_text(json.dumps(_toxiproxy_proxies(), indent=2))
-    _spawn([str(TOXIPROXY_BIN), "-host", HOST, "-port", str(TOXIPROXY_PORT), "-config", str(TOXIPROXY_CONFIG)],
-           TOXIPROXY_LOG, TOXIPROXY_PID)
-    _wait_until(lambda: _port_open(TOXIPROXY_PORT) and all(_port_open(b.proxy_port) for b in BROKERS),
-                20, "toxiproxy", TOXIPROXY_LOG)
+    _spawn(
+        [str(TOXIPROXY_BIN), "-host", HOST, "-port", str(TOXIPROXY_PORT), "-config", str(TOXIPROXY_CONFIG)],
+        TOXIPROXY_LOG,
+        TOXIPROXY_PID,
+    )
+    _wait_until(
+        lambda: _port_open(TOXIPROXY_PORT) and all(_port_open(b.proxy_port) for b in BROKERS),
+        20,
+        "toxiproxy",
+        TOXIPROXY_LOG,
+    )
     _ensure_proxies()
     return "started"
 
@@ -438,13 +516,18 @@ def start_toxiproxy() -> str:
 def _ensure_proxies() -> None:
     """Heal what a crashed fault run may have left behind: disabled proxies or leftover toxics."""
     for p in _toxiproxy_proxies():
-        req = urllib.request.Request(toxiproxy_url(f"/proxies/{p['name']}"), method="POST",
-                                     data=json.dumps({"enabled": True, "upstream": p["upstream"]}).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            toxiproxy_url(f"/proxies/{p['name']}"),
+            method="POST",
+            data=json.dumps({"enabled": True, "upstream": p["upstream"]}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         urllib.request.urlopen(req, timeout=2).read()
         for toxic in _toxiproxy_get(f"/proxies/{p['name']}/toxics"):
-            urllib.request.urlopen(urllib.request.Request(
-                toxiproxy_url(f"/proxies/{p['name']}/toxics/{toxic['name']}"), method="DELETE"), timeout=2).read()
+            urllib.request.urlopen(
+                urllib.request.Request(toxiproxy_url(f"/proxies/{p['name']}/toxics/{toxic['name']}"), method="DELETE"),
+                timeout=2,
+            ).read()
 
 
 def stop_toxiproxy() -> None:
@@ -466,28 +549,54 @@ def _cluster_id() -> str:
 def _render_broker_config(b: Broker) -> Path:
     voters = ",".join(f"{x.node_id}@{HOST}:{x.controller_port}" for x in BROKERS)
     template = string.Template((CONFIG / "server.properties.template").read_text())
-    text = template.substitute(node_id=b.node_id, quorum_voters=voters, host=HOST,
-                               client_port=b.client_port, internal_port=b.internal_port,
-                               controller_port=b.controller_port, proxy_port=b.proxy_port,
-                               log_dir=b.data_dir / "data")
+    text = template.substitute(
+        node_id=b.node_id,
+        quorum_voters=voters,
+        host=HOST,
+        client_port=b.client_port,
+        internal_port=b.internal_port,
+        controller_port=b.controller_port,
+        proxy_port=b.proxy_port,
+        log_dir=b.data_dir / "data",
+    )
     path = b.data_dir / "server.properties"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
 
 
-def _java_cmd(main: str, *args: str, heap: str = "256m", extra: list[str] | None = None) -> list[str]:
-    return ["java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={CONFIG / 'log4j2.properties'}",
-            *(extra or []), "-cp", f"{KAFKA_LIB}/*", main, *args]
+def kafka_tool_command(main: str, *args: str, heap: str = "256m", extra: list[str] | None = None) -> list[str]:
+    return [
+        "java",
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={CONFIG / 'log4j2.properties'}",
+        *(extra or []),
+        "-cp",
+        f"{KAFKA_LIB}/*",
+        main,
+        *args,
+    ]
 
 
 def _format_storage(b: Broker, config: Path) -> None:
     if (b.data_dir / "data" / "meta.properties").exists():
         return
-    res = subprocess.run(_java_cmd("kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
-                                   "-c", str(config), "--ignore-formatted"),
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        kafka_tool_command(
+            "kafka.tools.StorageTool",
+            "format",
+            f"--cluster-id={_cluster_id()}",
+            "-c",
+            str(config),
+            "--ignore-formatted",
+        ),
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         raise StackError(f"{b.name}: storage format failed: {(res.stderr or res.stdout).strip()[-800:]}")
 
@@ -500,13 +609,15 @@ def broker_pid(b: Broker) -> int | None:
 def start_broker(b: Broker) -> str:
     if broker_pid(b):
         return "already running"
-    for port, what in ((b.client_port, "client"), (b.internal_port, "inter-broker"),
-                       (b.controller_port, "controller")):
+    for port, what in ((b.client_port, "client"), (b.internal_port, "inter-broker"), (b.controller_port, "controller")):
         _require_port_free(port, f"{b.name} ({what} listener)")
     config = _render_broker_config(b)
     _format_storage(b, config)
-    _spawn(_java_cmd("kafka.Kafka", str(config), heap=BROKER_HEAP,
-                     extra=[f"-Dkafka.logs.dir={LOGS}"]), b.log_file, b.pid_file)
+    _spawn(
+        kafka_tool_command("kafka.Kafka", str(config), heap=BROKER_HEAP, extra=[f"-Dkafka.logs.dir={LOGS}"]),
+        b.log_file,
+        b.pid_file,
+    )
     return "started"
 
 
@@ -536,6 +647,39 @@ def wait_for_cluster(timeout: float = 120) -> None:
     _wait_until(ready, timeout, "the 3-broker Kafka cluster", LOGS)
 
 
+class NemesisBackend(Backend):
+    """The nemesis's `local` backend: the broker processes this stack started, by pid."""
+
+    name = "local"
+    broker_ids = BROKER_IDS
+
+    def _pid(self, node_id: int) -> int:
+        pid = broker_pid(BROKERS[node_id - 1])
+        if pid is None:
+            raise NemesisError(f"broker-{node_id} is not running")
+        return pid
+
+    def kill(self, node_id: int) -> None:
+        os.kill(self._pid(node_id), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while broker_pid(BROKERS[node_id - 1]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def start(self, node_id: int) -> None:
+        start_broker(BROKERS[node_id - 1])
+
+    def pause(self, node_id: int) -> None:
+        os.kill(self._pid(node_id), signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        pid = broker_pid(BROKERS[node_id - 1])
+        if pid:
+            os.kill(pid, signal.SIGCONT)
+
+    def is_running(self, node_id: int) -> bool:
+        return broker_pid(BROKERS[node_id - 1]) is not None
+
+
 # --------------------------------------------------------------------------- Airflow metadata DB
 
 AIRFLOW_MIGRATED = VAR / "airflow" / ".migrated"
@@ -547,15 +691,26 @@ def migrate_airflow() -> str:
         return "already migrated"
     env = {**os.environ, **environment()}
     (VAR / "airflow").mkdir(parents=True, exist_ok=True)
-    res = subprocess.run([str(REPO / ".venv" / "bin" / "airflow"), "db", "migrate"], env=env,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True
+    )
     (LOGS / "airflow-db-migrate.log").write_text(res.stdout + res.stderr)
     if res.returncode != 0:
         raise StackError(f"airflow: `airflow db migrate` failed; see {LOGS / 'airflow-db-migrate.log'}")
     # One slot: fault scenarios kill and pause the shared brokers, so loads must never overlap.
-    res = subprocess.run([str(REPO / ".venv" / "bin" / "airflow"), "pools", "set", "kafka_cluster", "1",
-                          "loads that inject faults into the shared Kafka cluster"], env=env,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            str(REPO / ".venv" / "bin" / "airflow"),
+            "pools",
+            "set",
+            "kafka_cluster",
+            "1",
+            "loads that inject faults into the shared Kafka cluster",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         raise StackError(f"airflow: creating the kafka_cluster pool failed: {res.stderr.strip()[-300:]}")
     AIRFLOW_MIGRATED.write_text(stamp)
@@ -595,12 +750,19 @@ def start_ui() -> None:
         args = ["api-server", "--port", str(API_SERVER_PORT)] if name == "api-server" else [name]
         if name == "api-server":
             _require_port_free(API_SERVER_PORT, "airflow api-server")
-        _spawn([str(REPO / ".venv" / "bin" / "airflow"), *args], LOGS / f"airflow-{name}.log",
-               _airflow_pid_file(name), env=env)
+        _spawn(
+            [str(REPO / ".venv" / "bin" / "airflow"), *args],
+            LOGS / f"airflow-{name}.log",
+            _airflow_pid_file(name),
+            env=env,
+        )
         _report(f"airflow-{name}", "started")
     _wait_until(lambda: _port_open(API_SERVER_PORT), 120, "airflow api-server", LOGS / "airflow-api-server.log")
-    _report("ui", f"http://{HOST}:{API_SERVER_PORT}  (user admin, password: AIRFLOW_ADMIN_PASSWORD in "
-                  f"{SECRETS_FILE.relative_to(REPO) if SECRETS_FILE.is_relative_to(REPO) else SECRETS_FILE})")
+    _report(
+        "ui",
+        f"http://{HOST}:{API_SERVER_PORT}  (user admin, password: AIRFLOW_ADMIN_PASSWORD in "
+        f"{SECRETS_FILE.relative_to(REPO) if SECRETS_FILE.is_relative_to(REPO) else SECRETS_FILE})",
+    )
 
 
 def stop_ui() -> None:
@@ -617,6 +779,7 @@ def stop_ui() -> None:
 
 
 # --------------------------------------------------------------------------- commands
+
 
 def start() -> None:
     check_prerequisites()
@@ -670,8 +833,9 @@ def status_rows() -> list[tuple[str, str, str, str]]:
     pid = postgres_pid()
     rows.append(("postgres", "up" if pid and _port_open(PG_PORT) else "down", str(PG_PORT), str(pid or "-")))
     pid = toxiproxy_pid()
-    rows.append(("toxiproxy", "up" if pid and _port_open(TOXIPROXY_PORT) else "down",
-                 str(TOXIPROXY_PORT), str(pid or "-")))
+    rows.append(
+        ("toxiproxy", "up" if pid and _port_open(TOXIPROXY_PORT) else "down", str(TOXIPROXY_PORT), str(pid or "-"))
+    )
     for b in BROKERS:
         pid = broker_pid(b)
         up = pid and _port_open(b.client_port)
@@ -687,8 +851,10 @@ def status() -> int:
     down = [r[0] for r in rows if r[1] != "up"]
     for name in AIRFLOW_PROCESSES:
         pid = airflow_pid(name)
-        print(f"{'airflow-' + name:<22} {'up' if pid else 'off':<6} "
-              f"{str(API_SERVER_PORT) if name == 'api-server' else '-':<12} {pid or '-'}")
+        print(
+            f"{'airflow-' + name:<22} {'up' if pid else 'off':<6} "
+            f"{str(API_SERVER_PORT) if name == 'api-server' else '-':<12} {pid or '-'}"
+        )
     if down:
         print(f"down: {', '.join(down)}")
     return 1 if down else 0

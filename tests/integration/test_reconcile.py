@@ -29,8 +29,13 @@ def _send(producer: Producer, topic: str, event_id: str | None, key: str, seq: i
     elif header_value is not None:
         headers.append(("event_id", header_value))
     positions = []
-    producer.produce(topic, key=key, value=b"payload", headers=headers,
-                     on_delivery=lambda err, msg: positions.append((msg.partition(), msg.offset())))
+    producer.produce(
+        topic,
+        key=key,
+        value=b"payload",
+        headers=headers,
+        on_delivery=lambda err, msg: positions.append((msg.partition(), msg.offset())),
+    )
     producer.flush(30)
     return positions[0]
 
@@ -42,13 +47,20 @@ def planted(kafka_conf_module):
     tag = uuid.uuid4().hex[:8]
     run_id, topic = f"plant_{tag}", f"plant-{tag}"
     topics.ensure_topic(conf, topic, partitions=1)
-    e = lambda i: f"{run_id}-e{i:02d}"   # noqa: E731
-    ledger_rows = (
-        [(e(i), "kA", i, "acked") for i in range(10)]
-        + [(e(10), "kB", 0, "acked"), (e(11), "kB", 1, "acked"), (e(12), "kB", 2, "acked"),
-           (e(13), "kB", 3, "failed"), (e(14), "kB", 4, "unknown"), (e(15), "kB", 5, "failed"),
-           (e(16), "kC", 0, "acked"), (e(17), "kC", 1, "acked"), (e(18), "kC", 2, "acked"),
-           (e(19), "kD", 0, None), (e(20), "kE", 0, None)])
+    e = lambda i: f"{run_id}-e{i:02d}"
+    ledger_rows = [(e(i), "kA", i, "acked") for i in range(10)] + [
+        (e(10), "kB", 0, "acked"),
+        (e(11), "kB", 1, "acked"),
+        (e(12), "kB", 2, "acked"),
+        (e(13), "kB", 3, "failed"),
+        (e(14), "kB", 4, "unknown"),
+        (e(15), "kB", 5, "failed"),
+        (e(16), "kC", 0, "acked"),
+        (e(17), "kC", 1, "acked"),
+        (e(18), "kC", 2, "acked"),
+        (e(19), "kD", 0, None),
+        (e(20), "kE", 0, None),
+    ]
     p = Producer({**conf, "acks": "all", "enable.idempotence": False, "linger.ms": 0})
     pos = {}
     for i in range(10):
@@ -61,36 +73,60 @@ def planted(kafka_conf_module):
     _send(p, topic, e(15), "kB", 5)
     _send(p, topic, e(16), "kC", 0)
     _send(p, topic, e(18), "kC", 2)
-    _send(p, topic, e(17), "kC", 1)        # seq 1 after seq 2: out of order
+    _send(p, topic, e(17), "kC", 1)  # seq 1 after seq 2: out of order
     _send(p, topic, f"{run_id}-u1", "kX", 0)  # in the topic, not in the ledger
-    _send(p, topic, None, "kM", 0)            # no event id header
-    _send(p, topic, None, "kM", 1, b"   ")    # blank event id
-    _send(p, topic, e(20), "kE", 0)           # ledger has no outcome (pending), yet it landed
+    _send(p, topic, None, "kM", 0)  # no event id header
+    _send(p, topic, None, "kM", 1, b"   ")  # blank event id
+    _send(p, topic, e(20), "kE", 0)  # ledger has no outcome (pending), yet it landed
 
     tp = Producer({**conf, "transactional.id": f"plant-{tag}"})
     tp.init_transactions(30)
     aborted_pos = []
     tp.begin_transaction()
-    tp.produce(topic, key="kD", value=b"payload", headers=[("event_id", e(19).encode()), ("seq", b"0")],
-               on_delivery=lambda err, msg: aborted_pos.append((msg.partition(), msg.offset())))
+    tp.produce(
+        topic,
+        key="kD",
+        value=b"payload",
+        headers=[("event_id", e(19).encode()), ("seq", b"0")],
+        on_delivery=lambda err, msg: aborted_pos.append((msg.partition(), msg.offset())),
+    )
     tp.flush(30)
     tp.abort_transaction(30)
     committed_pos = []
     tp.begin_transaction()
-    tp.produce(topic, key="kD", value=b"payload", headers=[("event_id", e(19).encode()), ("seq", b"0")],
-               on_delivery=lambda err, msg: committed_pos.append((msg.partition(), msg.offset())))
+    tp.produce(
+        topic,
+        key="kD",
+        value=b"payload",
+        headers=[("event_id", e(19).encode()), ("seq", b"0")],
+        on_delivery=lambda err, msg: committed_pos.append((msg.partition(), msg.offset())),
+    )
     tp.commit_transaction(30)
 
     lg = Ledger()
     lg.migrate()
-    lg.create_run({"run_id": run_id, "mode": "transactional", "scenario": "none", "topic": topic, "partitions": 1,
-                   "messages": len(ledger_rows), "keys": 5, "payload_bytes": 7, "seed": 0, "producer_config": {},
-                   "status": "completed"})
+    lg.create_run(
+        {
+            "run_id": run_id,
+            "mode": "transactional",
+            "scenario": "none",
+            "topic": topic,
+            "partitions": 1,
+            "messages": len(ledger_rows),
+            "keys": 5,
+            "payload_bytes": 7,
+            "seed": 0,
+            "producer_config": {},
+            "status": "completed",
+        }
+    )
     now = int(time.time() * 1000)
     lg.copy_events(run_id, [Event(n, eid, key, seq, now, b"") for n, (eid, key, seq, _) in enumerate(ledger_rows)])
     outcomes = [Outcome(eid, st, *(pos.get(eid, (0, None)))) for eid, _, _, st in ledger_rows if st]
-    outcomes += [Outcome(e(19), "aborted", *aborted_pos[0], txn_no=1),
-                 Outcome(e(19), "acked", *committed_pos[0], txn_no=2)]
+    outcomes += [
+        Outcome(e(19), "aborted", *aborted_pos[0], txn_no=1),
+        Outcome(e(19), "acked", *committed_pos[0], txn_no=2),
+    ]
     lg.copy_outcomes(run_id, 1, outcomes)
     lg.close()
     return {"run_id": run_id, "topic": topic, "e": e}
@@ -99,13 +135,15 @@ def planted(kafka_conf_module):
 @pytest.fixture(scope="module")
 def kafka_conf_module(stack_env):
     from delivery_semantics.endpoints import kafka_config
+
     return kafka_config()
 
 
 def _discrepancies(rid: str) -> dict[tuple[str, str], dict[str, int]]:
     with _db() as c, c.cursor() as cur:
-        cur.execute("SELECT isolation, kind, event_id, copies FROM reconcile_discrepancies WHERE reconciliation_id = %s",
-                    (rid,))
+        cur.execute(
+            "SELECT isolation, kind, event_id, copies FROM reconcile_discrepancies WHERE reconciliation_id = %s", (rid,)
+        )
         out: dict = {}
         for iso, kind, eid, copies in cur.fetchall():
             out.setdefault((iso, kind), {})[eid] = copies
@@ -119,15 +157,18 @@ def _summary(rid: str) -> dict[str, dict]:
 
 
 def _snapshot(rid: str) -> dict[str, list]:
-    tables = {"reconcile_summary": "isolation", "reconcile_discrepancies": "isolation, kind, event_id",
-              "dedup_events": "event_id", "reconcile_offsets": '"partition"'}
+    tables = {
+        "reconcile_summary": "isolation",
+        "reconcile_discrepancies": "isolation, kind, event_id",
+        "dedup_events": "event_id",
+        "reconcile_offsets": '"partition"',
+    }
     with _db() as c, c.cursor() as cur:
         out = {}
         for t, order in tables.items():
             cur.execute(f"SELECT * FROM {t} WHERE reconciliation_id = %s ORDER BY {order}", (rid,))
             out[t] = [tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in cur.fetchall()]
         return out
-
 
 
 def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
@@ -153,12 +194,19 @@ def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
     assert (rc["delivered_once"], ru["delivered_once"]) == (17, 16)
     assert (rc["duplicate_events"], rc["duplicate_copies"]) == (2, 3)
     assert (ru["duplicate_events"], ru["duplicate_copies"]) == (3, 4)
-    assert (rc["lost_acked"], rc["lost_unacked"], rc["unknown_landed"], rc["unexpected"], rc["out_of_order"],
-            rc["malformed"], rc["aborted_visible"]) == (1, 1, 3, 1, 1, 2, 0)
+    assert (
+        rc["lost_acked"],
+        rc["lost_unacked"],
+        rc["unknown_landed"],
+        rc["unexpected"],
+        rc["out_of_order"],
+        rc["malformed"],
+        rc["aborted_visible"],
+    ) == (1, 1, 3, 1, 1, 2, 0)
     assert ru["aborted_visible"] == 1
     assert (rc["verdict"], rc["broken_by"]) == ("broken", "duplicate,lost_acked")
     assert ru["verdict"] == "n/a", "transactional is judged on read_committed"
-    assert rc["ledger_events"] == 21 and rc["ledger_acked"] == 17   # e00-e12, e16-e18, e19 (committed)
+    assert rc["ledger_events"] == 21 and rc["ledger_acked"] == 17  # e00-e12, e16-e18, e19 (committed)
     # 26 records, an abort marker at 25 and a commit marker at 27: the end is offset 28, not a count.
     assert rc["end_offsets"] == {"0": 28}
 
@@ -187,7 +235,7 @@ def test_dedup_table_keeps_the_first_copy_by_offset(planted):
     with _db() as c, c.cursor() as cur:
         cur.execute('SELECT event_id, "offset" FROM dedup_events WHERE reconciliation_id = %s', (rid,))
         rows = dict(cur.fetchall())
-    assert (rows[e(10)], rows[e(11)], rows[e(19)]) == (10, 12, 26)   # first copies; e19's committed one
+    assert (rows[e(10)], rows[e(11)], rows[e(19)]) == (10, 12, 26)  # first copies; e19's committed one
     assert e(12) not in rows and e(13) not in rows and rows[f"{rid}-u1"] == 20
     # read_committed, as the transactional mode's readers read: 20 distinct event ids
     assert len(rows) == 20
@@ -199,8 +247,16 @@ def test_a_clean_run_is_all_zeros_and_kept():
     assert r.returncode == 0, r.error
     for iso, row in _summary(s.run_id).items():
         assert row["records_read"] == 3000 and row["delivered_once"] == 3000
-        for k in ("duplicate_events", "lost_acked", "lost_unacked", "unknown_landed", "unexpected", "out_of_order",
-                  "aborted_visible", "malformed"):
+        for k in (
+            "duplicate_events",
+            "lost_acked",
+            "lost_unacked",
+            "unknown_landed",
+            "unexpected",
+            "out_of_order",
+            "aborted_visible",
+            "malformed",
+        ):
             assert row[k] == 0, (iso, k)
         assert row["verdict"] == ("kept" if iso == "read_uncommitted" else "n/a")
         assert row["meets_expectation"] is True
@@ -215,8 +271,9 @@ def test_unreachable_kafka_fails_with_a_clear_message(planted):
 
 
 def test_unreachable_database_fails_with_a_clear_message():
-    r = reconcile.run(run_id="whatever", env={"SEMANTICS_JDBC_URL": "jdbc:postgresql://127.0.0.1:1/semantics"},
-                      timeout=300)
+    r = reconcile.run(
+        run_id="whatever", env={"SEMANTICS_JDBC_URL": "jdbc:postgresql://127.0.0.1:1/semantics"}, timeout=300
+    )
     assert r.returncode == 2
     assert "reconcile: the database at jdbc:postgresql://127.0.0.1:1/semantics cannot be reached" in r.error
 
@@ -232,7 +289,7 @@ def test_a_mapped_external_topic_and_outbox_table(kafka_conf_module, tmp_path):
     topic, table = f"orders-{tag}", f"test_outbox_{tag}"
     topics.ensure_topic(kafka_conf_module, topic, partitions=2)
     p = Producer({**kafka_conf_module, "acks": "all"})
-    sends = [("o1", 1), ("o2", 1), ("o3", 1), ("o5", 2), ("o9", 1)]   # o5 twice; o9 has no outbox row
+    sends = [("o1", 1), ("o2", 1), ("o3", 1), ("o5", 2), ("o9", 1)]  # o5 twice; o9 has no outbox row
     for oid, times in sends:
         for _ in range(times):
             p.produce(topic, key=f"agg-{oid}", value=json.dumps({"id": f"{tag}-{oid}", "version": 1}).encode())
@@ -240,15 +297,32 @@ def test_a_mapped_external_topic_and_outbox_table(kafka_conf_module, tmp_path):
     p.flush(30)
     with _db() as c, c.cursor() as cur:
         cur.execute(f"CREATE TABLE {table} (id text, aggregate_id text, version int, state text)")
-        for oid, state in [("o1", "SENT"), ("o2", "SENT"), ("o3", "SENT"), ("o4", "SENT"), ("o5", "SENT"),
-                           ("o6", "FAILED")]:
+        for oid, state in [
+            ("o1", "SENT"),
+            ("o2", "SENT"),
+            ("o3", "SENT"),
+            ("o4", "SENT"),
+            ("o5", "SENT"),
+            ("o6", "FAILED"),
+        ]:
             cur.execute(f"INSERT INTO {table} VALUES (%s, %s, 1, %s)", (f"{tag}-{oid}", f"agg-{oid}", state))
     mapping = tmp_path / "orders.json"
     rid = f"orders-{tag}"
-    mapping.write_text(json.dumps({
-        "reconciliation_id": rid, "topic": topic, "event_id": {"json": "$.id"}, "seq": {"json": "$.version"},
-        "ledger": {"table": table, "columns": {"event_id": "id", "key": "aggregate_id", "seq": "version",
-                                               "status": "state"}, "acked_values": ["SENT"]}}))
+    mapping.write_text(
+        json.dumps(
+            {
+                "reconciliation_id": rid,
+                "topic": topic,
+                "event_id": {"json": "$.id"},
+                "seq": {"json": "$.version"},
+                "ledger": {
+                    "table": table,
+                    "columns": {"event_id": "id", "key": "aggregate_id", "seq": "version", "status": "state"},
+                    "acked_values": ["SENT"],
+                },
+            }
+        )
+    )
     try:
         r = reconcile.run(mapping=str(mapping))
         assert r.returncode == 0, r.error

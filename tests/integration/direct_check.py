@@ -15,7 +15,7 @@ class Observed:
     acked: int
     distinct_in_topic: int
     records_in_topic: int
-    duplicates: int          # extra copies beyond the first
+    duplicates: int  # extra copies beyond the first
     duplicated_events: int
     lost_acked: int
     lost_unacked: int
@@ -30,15 +30,22 @@ def observe(kafka_conf: dict, ledger: Ledger, run_id: str, isolation: str) -> Ob
     records = readback.read_topic(kafka_conf, run["topic"], isolation)
     copies = readback.copies_by_event(records)
     with ledger.conn, ledger.conn.cursor() as cur:
-        cur.execute("""SELECT e.event_id, bool_or(o.status = 'acked')
+        cur.execute(
+            """SELECT e.event_id, bool_or(o.status = 'acked')
                        FROM ledger_events e LEFT JOIN ledger_outcomes o USING (run_id, event_id)
-                       WHERE e.run_id = %s GROUP BY e.event_id""", (run_id,))
+                       WHERE e.run_id = %s GROUP BY e.event_id""",
+            (run_id,),
+        )
         status = {eid: bool(acked) for eid, acked in cur.fetchall()}
     missing = [eid for eid in status if eid not in copies]
     return Observed(
-        events=len(status), acked=sum(status.values()), distinct_in_topic=len(copies), records_in_topic=len(records),
+        events=len(status),
+        acked=sum(status.values()),
+        distinct_in_topic=len(copies),
+        records_in_topic=len(records),
         duplicates=sum(c - 1 for c in copies.values() if c > 1),
         duplicated_events=sum(1 for c in copies.values() if c > 1),
         lost_acked=sum(1 for eid in missing if status[eid]),
         lost_unacked=sum(1 for eid in missing if not status[eid]),
-        unexpected=sum(1 for eid in copies if eid not in status))
+        unexpected=sum(1 for eid in copies if eid not in status),
+    )

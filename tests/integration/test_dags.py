@@ -8,15 +8,17 @@ import json
 import psycopg2
 import psycopg2.extras
 import pytest
-
 from conftest import REPO, run
-from delivery_semantics import consumers, modes, promises
+
+from delivery_semantics import catalog
 from delivery_semantics.endpoints import ledger_database
 
 
 def _rows(sql: str, params=()) -> list[dict]:
-    with psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c, \
-            c.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+    with (
+        psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c,
+        c.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur,
+    ):
         cur.execute(sql, params)
         return [dict(r) for r in cur.fetchall()]
 
@@ -32,84 +34,125 @@ def test_dagbag_has_no_import_errors_and_every_dag_has_tags_retries_and_docs():
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    expected = {"smoke", "semantics_single_run", "semantics_consumer_run", "semantics_matrix", "semantics_reconcile",
-                *(f"semantics_load_{m}" for m in modes.MODES)}
+    expected = {
+        "smoke",
+        "semantics_single_run",
+        "semantics_consumer_run",
+        "semantics_matrix",
+        "semantics_reconcile",
+        *(f"semantics_load_{m}" for m in catalog.MODES),
+    }
     assert expected <= set(bag.dags)
     for dag_id, dag in bag.dags.items():
         assert dag.tags, dag_id
         assert (dag.default_args or {}).get("retries", 0) >= 1, dag_id
         assert dag.doc_md and len(dag.doc_md) > 40, dag_id
     form = bag.dags["semantics_single_run"].params
-    assert form.get_param("mode").schema["enum"] == list(modes.MODES)
+    assert form.get_param("mode").schema["enum"] == list(catalog.MODES)
     assert form.get_param("messages").schema["minimum"] == 1
-    assert all(form.get_param(p).description for p in form.keys())
+    assert all(form.get_param(p).description for p in form)
     consumer_form = bag.dags["semantics_consumer_run"].params
-    assert consumer_form.get_param("strategy").schema["enum"] == list(consumers.STRATEGIES)
+    assert consumer_form.get_param("strategy").schema["enum"] == list(catalog.STRATEGIES)
     assert consumer_form.get_param("crashes").schema["minimum"] == 1
-    assert bag.dags["semantics_matrix"].params.get_param("consumer_strategies").schema["items"]["enum"] == \
-        list(consumers.STRATEGIES)
+    assert bag.dags["semantics_matrix"].params.get_param("consumer_strategies").schema["items"]["enum"] == list(
+        catalog.STRATEGIES
+    )
 
 
-@pytest.mark.parametrize("mode", list(modes.MODES))
+@pytest.mark.parametrize("mode", list(catalog.MODES))
 def test_single_run_dag_without_fault_keeps_every_promise(mode):
-    res, out = dags_test("semantics_single_run", {"mode": mode, "scenario": "none", "messages": 2000},
-                         f"single-{mode}")
+    res, out = dags_test("semantics_single_run", {"mode": mode, "scenario": "none", "messages": 2000}, f"single-{mode}")
     assert res.returncode == 0 and "state=success" in out, out[-3000:]
-    r = _rows("""SELECT v.* FROM v_run_results v JOIN runs USING (run_id)
+    r = _rows(
+        """SELECT v.* FROM v_run_results v JOIN runs USING (run_id)
                  WHERE runs.airflow_run_id LIKE 'semantics_single_run/%%' AND v.mode = %s
-                 ORDER BY v.created_at DESC LIMIT 1""", (mode,))[0]
+                 ORDER BY v.created_at DESC LIMIT 1""",
+        (mode,),
+    )[0]
     assert (r["scenario"], r["messages"], r["records_read"]) == ("none", 2000, 2000)
     assert (r["lost"], r["duplicate_events"], r["verdict"], r["meets_expectation"]) == (0, 0, "kept", True)
-    assert r["isolation"] == promises.MODE_ISOLATION[mode]
+    assert r["isolation"] == catalog.MODES[mode].isolation
 
 
 def test_consumer_run_dag_makes_its_input_run_crashes_the_consumer_and_reports_it():
-    res, out = dags_test("semantics_consumer_run", {"strategy": "process_then_commit_dedup", "messages": 3000,
-                                                    "crashes": 2}, "consumer-dedup")
+    res, out = dags_test(
+        "semantics_consumer_run",
+        {"strategy": "process_then_commit_dedup", "messages": 3000, "crashes": 2},
+        "consumer-dedup",
+    )
     assert res.returncode == 0 and "state=success" in out, out[-3000:]
     r = _rows("""SELECT v.*, c.crashes, c.sessions AS consumer_sessions FROM v_run_results v
                  JOIN consumer_runs c ON c.consumer_run_id = v.run_id
                  WHERE c.airflow_run_id LIKE 'semantics_consumer_run/%%' ORDER BY v.created_at DESC LIMIT 1""")[0]
-    assert (r["mode"], r["scenario"], r["side"], r["messages"], r["crashes"], r["consumer_sessions"]) == \
-        ("process_then_commit_dedup", "consumer_crash", "consumer", 3000, 2, 3)
+    assert (r["mode"], r["scenario"], r["side"], r["messages"], r["crashes"], r["consumer_sessions"]) == (
+        "process_then_commit_dedup",
+        "consumer_crash",
+        "consumer",
+        3000,
+        2,
+        3,
+    )
     assert (r["records_read"], r["lost"], r["duplicate_events"], r["stale_overwrites"]) == (3000, 0, 0, 0)
     assert (r["verdict"], r["meets_expectation"]) == ("kept", True)
     assert "process_then_commit_dedup" in out and "as expected" in out
 
 
 def test_matrix_dag_with_a_small_n_matches_design_expectations():
-    conf = {"messages": 3000, "modes": ["at_least_once", "idempotent"], "scenarios": ["none", "lost_ack"],
-            "consumer_strategies": ["process_then_commit"]}
+    conf = {
+        "messages": 3000,
+        "modes": ["at_least_once", "idempotent"],
+        "scenarios": ["none", "lost_ack"],
+        "consumer_strategies": ["process_then_commit"],
+    }
     res, out = dags_test("semantics_matrix", conf, "matrix-small")
     assert res.returncode == 0 and "state=success" in out, out[-3000:]
     runs = _rows("""SELECT r.run_id, r.mode, r.scenario FROM runs r
                     WHERE r.airflow_run_id LIKE 'semantics_matrix/%%'
                     ORDER BY r.created_at DESC LIMIT 4""")
     assert sorted((r["mode"], r["scenario"]) for r in runs) == [
-        ("at_least_once", "lost_ack"), ("at_least_once", "none"), ("idempotent", "lost_ack"), ("idempotent", "none")]
-    results = {(r["mode"], r["scenario"]): r for r in
-               _rows("SELECT * FROM v_run_results WHERE run_id = ANY(%s)", ([r["run_id"] for r in runs],))}
+        ("at_least_once", "lost_ack"),
+        ("at_least_once", "none"),
+        ("idempotent", "lost_ack"),
+        ("idempotent", "none"),
+    ]
+    results = {
+        (r["mode"], r["scenario"]): r
+        for r in _rows("SELECT * FROM v_run_results WHERE run_id = ANY(%s)", ([r["run_id"] for r in runs],))
+    }
     assert len(results) == 4, "every run gets a summary row"
     assert all(r["meets_expectation"] for r in results.values()), {k: v["expectation"] for k, v in results.items()}
     assert results[("at_least_once", "lost_ack")]["duplicate_events"] > 0
     assert results[("idempotent", "lost_ack")]["duplicate_events"] == 0
     consumer = _rows("""SELECT v.* FROM v_run_results v JOIN consumer_runs c ON c.consumer_run_id = v.run_id
                         WHERE c.airflow_run_id LIKE 'semantics_matrix/%%' ORDER BY v.created_at DESC LIMIT 1""")[0]
-    assert (consumer["mode"], consumer["scenario"], consumer["meets_expectation"]) == \
-        ("process_then_commit", "consumer_crash", True)
+    assert (consumer["mode"], consumer["scenario"], consumer["meets_expectation"]) == (
+        "process_then_commit",
+        "consumer_crash",
+        True,
+    )
     assert consumer["duplicate_events"] > 0 and consumer["lost"] == 0
     assert "mode" in out and "as expected" in out, "the matrix table is printed in the report task's log"
     assert "process_then_commit  consumer_crash" in out
 
 
-@pytest.mark.parametrize("dag_id, conf, message", [
-    ("semantics_single_run", {"mode": "exactly_once", "scenario": "none"}, "Invalid input for param mode"),
-    ("semantics_single_run", {"mode": "idempotent", "messages": -5}, "Invalid input for param messages"),
-    ("semantics_single_run", {"mode": "at_least_once", "scenario": "txn_abort"}, "txn_abort needs the transactional mode"),
-    ("semantics_single_run", {"mode": "at_most_once", "scenario": "lost_ack"}, "never waits for one"),
-    ("semantics_consumer_run", {"strategy": "process_then_commit", "source_run_id": "r20990101t000000_000000"},
-     "no producer run"),
-])
+@pytest.mark.parametrize(
+    "dag_id, conf, message",
+    [
+        ("semantics_single_run", {"mode": "exactly_once", "scenario": "none"}, "Invalid input for param mode"),
+        ("semantics_single_run", {"mode": "idempotent", "messages": -5}, "Invalid input for param messages"),
+        (
+            "semantics_single_run",
+            {"mode": "at_least_once", "scenario": "txn_abort"},
+            "txn_abort needs the transactional mode",
+        ),
+        ("semantics_single_run", {"mode": "at_most_once", "scenario": "lost_ack"}, "never waits for one"),
+        (
+            "semantics_consumer_run",
+            {"strategy": "process_then_commit", "source_run_id": "r20990101t000000_000000"},
+            "no producer run",
+        ),
+    ],
+)
 def test_invalid_conf_is_refused_before_any_load(dag_id, conf, message):
     count = "SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM consumer_runs) AS n"
     before = _rows(count)[0]["n"]

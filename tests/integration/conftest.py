@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "plugins"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "plugins"), str(REPO / "local")]
 
-from delivery_semantics import localstack, topics  # noqa: E402
+import devstack  # noqa: E402
+from delivery_semantics import topics  # noqa: E402
 from delivery_semantics.endpoints import kafka_config  # noqa: E402
 
 ARTIFACTS = REPO / "artifacts"
@@ -22,11 +23,12 @@ ARTIFACTS = REPO / "artifacts"
 @pytest.fixture(scope="session", autouse=True)
 def stack_env():
     """The stack must already be up (make test starts it); export its environment."""
-    os.environ.update(localstack.environment())
-    down = [name for name, state, _, _ in localstack.status_rows() if state != "up"]
+    os.environ.update(devstack.environment())
+    down = [name for name, state, _, _ in devstack.status_rows() if state != "up"]
     if down:
-        pytest.exit(f"local stack is not up ({', '.join(down)} down): run `make test`, or `local/stack start`",
-                    returncode=3)
+        pytest.exit(
+            f"local stack is not up ({', '.join(down)} down): run `make test`, or `local/stack start`", returncode=3
+        )
     ARTIFACTS.mkdir(exist_ok=True)
     return os.environ
 
@@ -56,8 +58,9 @@ def fresh_topic(kafka_conf):
 
 
 def run(cmd: list[str], timeout: float = 600, env: dict | None = None, check: bool = False):
-    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                         env={**os.environ, **(env or {})})
+    res = subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
     if check and res.returncode != 0:
         raise AssertionError(f"{cmd} exited {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     return res
@@ -70,7 +73,7 @@ def healthy_cluster_after(kafka_conf):
     yield
     res = run([str(REPO / "local" / "stack"), "start"], timeout=300)
     assert res.returncode == 0, res.stderr
-    localstack.wait_for_cluster(timeout=120)
+    devstack.wait_for_cluster(timeout=120)
     md = topics.admin_client(kafka_conf).list_topics(timeout=10)
     assert len(md.brokers) == 3
     for t in md.topics:

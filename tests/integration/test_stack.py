@@ -15,9 +15,10 @@ import psycopg2
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import ConfigResource
-
 from conftest import REPO, run
-from delivery_semantics import localstack, topics
+
+import devstack
+from delivery_semantics import topics
 from delivery_semantics.endpoints import ledger_database
 
 STACK = str(REPO / "local" / "stack")
@@ -27,9 +28,10 @@ def test_metadata_lists_three_brokers_advertised_at_their_toxiproxy_ports(kafka_
     md = topics.admin_client(kafka_conf).list_topics(timeout=10)
     advertised = sorted((b.id, b.host, b.port) for b in md.brokers.values())
     assert advertised == [(1, "127.0.0.1", 9092), (2, "127.0.0.1", 9093), (3, "127.0.0.1", 9094)]
-    proxies = json.load(urllib.request.urlopen(localstack.toxiproxy_url("/proxies"), timeout=5))
+    proxies = json.load(urllib.request.urlopen(devstack.toxiproxy_url("/proxies"), timeout=5))
     assert {p["name"]: (p["listen"], p["upstream"], p["enabled"]) for p in proxies.values()} == {
-        f"broker-{i}": (f"127.0.0.1:{9091 + i}", f"127.0.0.1:{19091 + i}", True) for i in (1, 2, 3)}
+        f"broker-{i}": (f"127.0.0.1:{9091 + i}", f"127.0.0.1:{19091 + i}", True) for i in (1, 2, 3)
+    }
 
 
 def test_topic_is_created_with_rf3_and_min_insync_2(kafka_conf, fresh_topic):
@@ -48,11 +50,17 @@ def test_cluster_defaults_match_the_fault_tests_assumptions(kafka_conf):
     admin = topics.admin_client(kafka_conf)
     res = ConfigResource(ConfigResource.Type.BROKER, "1")
     cfg = admin.describe_configs([res])[res].result(timeout=10)
-    expected = {"default.replication.factor": "3", "min.insync.replicas": "2",
-                "auto.create.topics.enable": "false", "replica.lag.time.max.ms": "10000",
-                "transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2",
-                "offsets.topic.replication.factor": "3", "group.initial.rebalance.delay.ms": "0",
-                "unclean.leader.election.enable": "false"}
+    expected = {
+        "default.replication.factor": "3",
+        "min.insync.replicas": "2",
+        "auto.create.topics.enable": "false",
+        "replica.lag.time.max.ms": "10000",
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+        "offsets.topic.replication.factor": "3",
+        "group.initial.rebalance.delay.ms": "0",
+        "unclean.leader.election.enable": "false",
+    }
     assert {k: cfg[k].value for k in expected} == expected
 
 
@@ -80,8 +88,14 @@ def test_acks_all_round_trip_goes_through_the_toxiproxy_listeners(kafka_conf, fr
     topic = fresh_topic("roundtrip")
     delivered, errors, _ = _produce(kafka_conf, topic, 300, 60)
     assert (delivered, errors) == (300, [])
-    c = Consumer({**kafka_conf, "group.id": f"t-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {
+            **kafka_conf,
+            "group.id": f"t-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     c.subscribe([topic])
     seen = set()
     deadline = time.monotonic() + 60
@@ -96,7 +110,7 @@ def test_acks_all_round_trip_goes_through_the_toxiproxy_listeners(kafka_conf, fr
     for i in (1, 2, 3):
         _toxiproxy_set_enabled(f"broker-{i}", False)
     try:
-        delivered, errors, elapsed = _produce(kafka_conf, topic, 5, 30, **{"message.timeout.ms": 8000})
+        delivered, errors, _elapsed = _produce(kafka_conf, topic, 5, 30, **{"message.timeout.ms": 8000})
         assert delivered == 0 and len(errors) == 5
     finally:
         for i in (1, 2, 3):
@@ -104,18 +118,22 @@ def test_acks_all_round_trip_goes_through_the_toxiproxy_listeners(kafka_conf, fr
 
 
 def _toxiproxy_set_enabled(name: str, enabled: bool) -> None:
-    req = urllib.request.Request(localstack.toxiproxy_url(f"/proxies/{name}"), method="POST",
-                                 data=json.dumps({"enabled": enabled}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        devstack.toxiproxy_url(f"/proxies/{name}"),
+        method="POST",
+        data=json.dumps({"enabled": enabled}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     urllib.request.urlopen(req, timeout=5).read()
 
 
 @pytest.mark.faults
 def test_acks_all_survives_one_broker_down_and_fails_bounded_with_two_down(
-        kafka_conf, fresh_topic, healthy_cluster_after):
+    kafka_conf, fresh_topic, healthy_cluster_after
+):
     topic = fresh_topic("isr")
-    b3 = localstack.BROKERS[2]
-    localstack.kill_broker(b3, signal.SIGKILL)
+    b3 = devstack.BROKERS[2]
+    devstack.kill_broker(b3, signal.SIGKILL)
 
     # status names the component that is down
     res = run([STACK, "status"])
@@ -125,37 +143,43 @@ def test_acks_all_survives_one_broker_down_and_fails_bounded_with_two_down(
     delivered, errors, _ = _produce(kafka_conf, topic, 200, 90, **{"message.timeout.ms": 60000})
     assert (delivered, errors) == (200, []), "acks=all must succeed with 2 of 3 replicas (min ISR 2)"
 
-    localstack.kill_broker(localstack.BROKERS[1], signal.SIGKILL)
-    delivered, errors, elapsed = _produce(kafka_conf, topic, 50, 60,
-                                          **{"message.timeout.ms": 15000, "request.timeout.ms": 5000})
+    devstack.kill_broker(devstack.BROKERS[1], signal.SIGKILL)
+    delivered, errors, elapsed = _produce(
+        kafka_conf, topic, 50, 60, **{"message.timeout.ms": 15000, "request.timeout.ms": 5000}
+    )
     assert delivered == 0, "acks=all must not succeed with only one replica alive"
-    assert set(errors) <= {"NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "_MSG_TIMED_OUT",
-                           "_TIMED_OUT", "REQUEST_TIMED_OUT"}, errors
+    assert set(errors) <= {
+        "NOT_ENOUGH_REPLICAS",
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        "_MSG_TIMED_OUT",
+        "_TIMED_OUT",
+        "REQUEST_TIMED_OUT",
+    }, errors
     assert len(errors) == 50
     assert elapsed < 30, f"the failure took {elapsed:.1f}s: it must be bounded by message.timeout.ms"
 
 
 @pytest.mark.faults
 def test_start_brings_back_a_killed_broker(kafka_conf, healthy_cluster_after):
-    b = localstack.BROKERS[0]
-    localstack.kill_broker(b, signal.SIGKILL)
+    b = devstack.BROKERS[0]
+    devstack.kill_broker(b, signal.SIGKILL)
     time.sleep(0.5)
-    assert localstack.broker_pid(b) is None
+    assert devstack.broker_pid(b) is None
     res = run([STACK, "start"], timeout=300)
     assert res.returncode == 0, res.stderr
     assert "broker-1     started" in res.stdout
     assert "broker-2     already running" in res.stdout
-    localstack.wait_for_cluster(timeout=60)
-    assert localstack.broker_pid(b) is not None
+    devstack.wait_for_cluster(timeout=60)
+    assert devstack.broker_pid(b) is not None
 
 
 def test_second_start_changes_nothing():
-    before = {name: pid for name, _, _, pid in localstack.status_rows()}
+    before = {name: pid for name, _, _, pid in devstack.status_rows()}
     res = run([STACK, "start"], timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("already running") == 5
     assert "already migrated" in res.stdout
-    assert {name: pid for name, _, _, pid in localstack.status_rows()} == before
+    assert {name: pid for name, _, _, pid in devstack.status_rows()} == before
 
 
 def test_postgres_accepts_the_platform_role_and_refuses_a_wrong_password():

@@ -1,0 +1,605 @@
+"""The catalog: what each delivery mode, consumer strategy and fault scenario is and promises
+(DESIGN.md §2 and §3), as data. Everything else reads it: the load runner, the nemesis, the
+checker's verdicts, the DAG forms, the reports and the SQL views (through the `catalog_judged`
+table that `schema.migrate` fills from here).
+
+Pure Python with no dependency beyond the standard library: DAG files import it at parse time and
+the Spark checker's driver imports it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+ISOLATIONS = (READ_COMMITTED, READ_UNCOMMITTED)
+RETRIES_MAX = 2147483647
+
+# The Asset load tasks announce their runs on, and the pool that keeps fault runs from overlapping
+# on the shared cluster (one slot).
+RUNS_ASSET = "semantics_runs"
+CLUSTER_POOL = "kafka_cluster"
+
+
+class CatalogError(ValueError):
+    """A name the catalog does not know, or a combination it refuses; the message says why."""
+
+
+class ModeError(CatalogError):
+    pass
+
+
+class ScenarioError(CatalogError):
+    pass
+
+
+# --------------------------------------------------------------------------- promises
+
+GUARANTEES = ("no_duplicates", "no_acked_loss", "no_aborted_visible", "no_stale_overwrite")
+# The count that breaks each guarantee, as the checker's summary names it.
+BROKEN_BY = {
+    "no_duplicates": ("duplicate", "duplicate_events"),
+    "no_acked_loss": ("lost_acked", "lost_acked"),
+    "no_aborted_visible": ("aborted_visible", "aborted_visible"),
+    "no_stale_overwrite": ("stale_overwrite", "stale_overwrites"),
+}
+
+
+@dataclass(frozen=True)
+class Promise:
+    """What a mode or strategy guarantees on its own isolation level, and the scenarios that lift a
+    guarantee because they break its condition (acks=1 keeps acked events only while the leader
+    lives; idempotence holds within one producer session)."""
+
+    text: str
+    guarantees: frozenset[str]
+    lifted_by: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def in_force(self, scenario: str) -> list[str]:
+        return [g for g in GUARANTEES if g in self.guarantees and scenario not in self.lifted_by.get(g, ())]
+
+
+def _promise(text: str, *guarantees: str, **lifted_by: tuple[str, ...]) -> Promise:
+    unknown = set(guarantees) - set(GUARANTEES)
+    assert not unknown, unknown
+    return Promise(text, frozenset(guarantees), MappingProxyType({g: frozenset(s) for g, s in lifted_by.items()}))
+
+
+# --------------------------------------------------------------------------- delivery modes
+
+# Keys every preset sets: librdkafka's defaults are not the Java client's.
+_COMMON_PRODUCER = {
+    "linger.ms": "5",
+    "batch.num.messages": "10000",
+    "compression.type": "none",
+    "request.timeout.ms": "10000",
+    "message.timeout.ms": "60000",
+    "retry.backoff.ms": "100",
+    "queue.buffering.max.messages": "200000",
+}
+
+
+@dataclass(frozen=True)
+class DeliveryMode:
+    name: str
+    description: str
+    producer: Mapping[str, str]
+    isolation: str
+    promise: Promise
+    transactional: bool = False
+    # at_most_once never resends: an event without an outcome may have been sent.
+    resends_unacked: bool = True
+
+    @property
+    def waits_for_acks(self) -> bool:
+        return self.producer["acks"] != "0"
+
+
+def _mode(name, description, settings, isolation, promise, **flags) -> DeliveryMode:
+    return DeliveryMode(
+        name, description, MappingProxyType({**_COMMON_PRODUCER, **settings}), isolation, promise, **flags
+    )
+
+
+MODES: dict[str, DeliveryMode] = {
+    m.name: m
+    for m in (
+        _mode(
+            "at_most_once",
+            "fire and forget: acks=0, no retries; a delivery report only means handed to the socket",
+            {"acks": "0", "retries": "0", "enable.idempotence": "false", "max.in.flight.requests.per.connection": "5"},
+            READ_UNCOMMITTED,
+            _promise("never a duplicate; loss allowed", "no_duplicates"),
+            resends_unacked=False,
+        ),
+        _mode(
+            "at_least_once",
+            "leader ack, retries without idempotence: a retried batch whose ack was lost is written twice",
+            {
+                "acks": "1",
+                "retries": str(RETRIES_MAX),
+                "enable.idempotence": "false",
+                "max.in.flight.requests.per.connection": "5",
+            },
+            READ_UNCOMMITTED,
+            _promise(
+                "no loss of acked events while the leader survives; duplicates allowed",
+                "no_acked_loss",
+                no_acked_loss=("leader_kill", "isolated_leader"),
+            ),
+        ),
+        _mode(
+            "at_least_once_all",
+            "all in-sync replicas ack, retries without idempotence",
+            {
+                "acks": "all",
+                "retries": str(RETRIES_MAX),
+                "enable.idempotence": "false",
+                "max.in.flight.requests.per.connection": "5",
+            },
+            READ_UNCOMMITTED,
+            _promise(
+                "no loss of acked events with min.insync.replicas=2 and one broker down; duplicates allowed",
+                "no_acked_loss",
+            ),
+        ),
+        _mode(
+            "idempotent",
+            "idempotent producer: the broker drops retried batches by producer id and sequence",
+            {
+                "acks": "all",
+                "retries": str(RETRIES_MAX),
+                "enable.idempotence": "true",
+                "max.in.flight.requests.per.connection": "5",
+            },
+            READ_UNCOMMITTED,
+            _promise(
+                "no duplicates from retries within one producer session (a restart gets a new PID); no acked loss",
+                "no_duplicates",
+                "no_acked_loss",
+                no_duplicates=("producer_crash",),
+            ),
+        ),
+        _mode(
+            "transactional",
+            "transactions with a stable transactional.id per run; aborted batches are resent",
+            {
+                "acks": "all",
+                "retries": str(RETRIES_MAX),
+                "enable.idempotence": "true",
+                "max.in.flight.requests.per.connection": "5",
+                "transaction.timeout.ms": "60000",
+            },
+            READ_COMMITTED,
+            _promise(
+                "exactly once for read_committed readers, across restarts that reuse the transactional.id; "
+                "aborted batches never visible",
+                "no_duplicates",
+                "no_acked_loss",
+                "no_aborted_visible",
+            ),
+            transactional=True,
+        ),
+    )
+}
+
+
+# --------------------------------------------------------------------------- consumer strategies
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A consumer strategy: how a consumer commits and writes. It reads its input read_committed
+    and is judged on what it wrote (a sink table, or an output topic read read_committed)."""
+
+    name: str
+    description: str
+    crash_point: str
+    promise: Promise
+    commit_first: bool = False
+    dedup: bool = False
+    transactional: bool = False
+    isolation: str = READ_COMMITTED
+
+
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s
+    for s in (
+        Strategy(
+            "commit_before_process",
+            "offsets committed before the sink write (auto-commit's worst case)",
+            "after the commit, before the sink write",
+            _promise(
+                "never a duplicate in the sink; loss allowed (offsets are committed before the write)", "no_duplicates"
+            ),
+            commit_first=True,
+        ),
+        Strategy(
+            "process_then_commit",
+            "sink write in one database transaction, then a synchronous commit",
+            "after the sink write, before the commit",
+            _promise("no loss in the sink; redeliveries duplicate and overwrite with stale versions", "no_acked_loss"),
+        ),
+        Strategy(
+            "process_then_commit_dedup",
+            "as process_then_commit, into a sink with event-id insert-skip and newer-only updates",
+            "after the sink write, before the commit",
+            _promise(
+                "no loss, no duplicate and no stale overwrite in the sink, across restarts",
+                "no_duplicates",
+                "no_acked_loss",
+                "no_stale_overwrite",
+            ),
+            dedup=True,
+        ),
+        Strategy(
+            "transactional_copy",
+            "consume-transform-produce in one transaction with the input offsets",
+            "mid-transaction: half the batch produced and flushed, never committed",
+            _promise(
+                "output topic exactly once for read_committed readers, across restarts",
+                "no_duplicates",
+                "no_acked_loss",
+                "no_aborted_visible",
+            ),
+            transactional=True,
+        ),
+    )
+}
+
+
+# --------------------------------------------------------------------------- scenarios
+
+PRODUCER, CONSUMER = "producer", "consumer"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One nemesis step: `action` (a Nemesis method) on `target` (leader, followers, producer), at
+    `at` seconds after the load's first batch, or, with `after_share`, once that share of the run's
+    events has an outcome in the ledger."""
+
+    action: str
+    target: str = "leader"
+    at: float = 0.0
+    after_share: float | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    side: str = PRODUCER
+    timeline: tuple[Step, ...] = ()
+    # What DESIGN.md §3 says each mode (or strategy) must show under it: {observation: ">0" | "=0"}.
+    expected: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    requires_acks: bool = False
+    requires_transactions: bool = False
+    # Paced: the load is spread over LOAD_SECONDS so that the timeline lands mid-load.
+    paced: bool = True
+    # The load runs as its own process, which the timeline kills (target "producer").
+    forks_load: bool = False
+    topic_config: Mapping[str, str] = field(default_factory=dict)
+    abort_ratio: float = 0.0
+
+    def incompatible(self, mode: DeliveryMode) -> str | None:
+        if self.side != PRODUCER:
+            return f"{self.name} is a consumer-side scenario; it takes a consumer strategy, not a delivery mode"
+        if self.requires_transactions and not mode.transactional:
+            return f"{self.name} needs the transactional mode (it aborts transactions); {mode.name} has none"
+        if self.requires_acks and not mode.waits_for_acks:
+            return f"{self.name} drops acks; {mode.name} (acks=0) never waits for one"
+        return None
+
+
+# How long a paced load runs; step times are seconds after its first batch.
+LOAD_SECONDS = 30.0
+_CLEAN = MappingProxyType({"lost": "=0", "duplicate_events": "=0"})
+_NO_ACKED_LOSS = {"lost_acked": "=0"}
+_EXACTLY_ONCE = {"lost_acked": "=0", "duplicate_events": "=0"}
+
+
+def _expect(**by_name: dict[str, str]) -> Mapping[str, Mapping[str, str]]:
+    return MappingProxyType({k: MappingProxyType(v) for k, v in by_name.items()})
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("none", "happy path", paced=False, expected=_expect(**{m: _CLEAN for m in [*MODES, *STRATEGIES]})),
+        Scenario(
+            "lost_ack",
+            "responses from the partition leader dropped (Toxiproxy timeout toxic, downstream) for 15 s: "
+            "requests written, acks lost",
+            requires_acks=True,
+            timeline=(Step("drop_responses", at=5.0), Step("restore_responses", at=20.0)),
+            expected=_expect(
+                at_least_once={"duplicate_events": ">0", **_NO_ACKED_LOSS},
+                at_least_once_all={"duplicate_events": ">0", **_NO_ACKED_LOSS},
+                idempotent=_EXACTLY_ONCE,
+                transactional=_EXACTLY_ONCE,
+            ),
+        ),
+        # The stall makes the in-flight window deterministic: whatever was written to the leader's
+        # sockets meanwhile never reaches its log.
+        Scenario(
+            "leader_kill",
+            "partition leader stalls 2 s (SIGSTOP), is killed (SIGKILL), restarted 12 s later",
+            timeline=(Step("pause", at=6.0), Step("kill", at=8.0), Step("restart", at=20.0)),
+            expected=_expect(
+                at_most_once={"lost": ">0", "duplicate_events": "=0"},
+                at_least_once_all=_NO_ACKED_LOSS,
+                idempotent=_EXACTLY_ONCE,
+                transactional=_EXACTLY_ONCE,
+            ),
+        ),
+        # The brokers are also the 3 KRaft controllers: pausing two stalls the quorum, so the ISR
+        # cannot shrink; the followers come back in sync without the leader's last acks=1 writes.
+        Scenario(
+            "isolated_leader",
+            "followers paused past the lag limit, leader killed, followers resumed, unclean election allowed",
+            timeline=(
+                Step("pause", "followers", at=5.0),
+                Step("kill", at=17.0),
+                Step("resume", "followers", at=17.0),
+                Step("restart", at=27.0),
+            ),
+            topic_config=MappingProxyType({"unclean.leader.election.enable": "true"}),
+            expected=_expect(
+                at_least_once={"lost_acked": ">0"},
+                at_least_once_all=_NO_ACKED_LOSS,
+                idempotent=_NO_ACKED_LOSS,
+                transactional=_EXACTLY_ONCE,
+            ),
+        ),
+        Scenario(
+            "producer_crash",
+            "producer process killed (SIGKILL) a third in; a new one resends the unacked",
+            forks_load=True,
+            timeline=(Step("kill_producer", "producer", after_share=1 / 3),),
+            expected=_expect(
+                at_most_once={"duplicate_events": "=0"},
+                at_least_once=_NO_ACKED_LOSS,
+                at_least_once_all=_NO_ACKED_LOSS,
+                idempotent=_NO_ACKED_LOSS,
+                transactional=_EXACTLY_ONCE,
+            ),
+        ),
+        Scenario(
+            "txn_abort",
+            "a share of transactions (20% unless set) aborted and resent",
+            requires_transactions=True,
+            paced=False,
+            abort_ratio=0.2,
+            expected=_expect(transactional={**_EXACTLY_ONCE, "aborted_visible": "=0"}),
+        ),
+        Scenario(
+            "consumer_crash",
+            "the consumer process is killed (SIGKILL) at its strategy's crash point and restarted in the same group",
+            side=CONSUMER,
+            expected=_expect(
+                commit_before_process={"lost": ">0", "duplicate_events": "=0"},
+                process_then_commit={"duplicate_events": ">0", "lost": "=0"},
+                process_then_commit_dedup={"duplicate_events": "=0", "lost": "=0", "stale_overwrites": "=0"},
+                transactional_copy={"duplicate_events": "=0", "lost": "=0", "aborted_visible": "=0"},
+            ),
+        ),
+    )
+}
+# A consumer run without a crash is judged like a fault-free producer run.
+CONSUMER_SCENARIOS = ("none", "consumer_crash")
+PRODUCER_SCENARIOS = tuple(n for n, s in SCENARIOS.items() if s.side == PRODUCER)
+
+
+# --------------------------------------------------------------------------- limits and forms
+
+# Bounds of every run parameter: the forms' JSON schema and the validation read the same numbers.
+LIMITS = {
+    "messages": (1, 10_000_000),
+    "partitions": (1, 64),
+    "keys": (1, 100_000),
+    "payload_bytes": (0, 1_000_000),
+    "txn_size": (1, 100_000),
+    "seed": (0, 2**31 - 1),
+    "crashes": (1, 5),
+    "batch_size": (1, 10_000),
+}
+# A consumer run without a given input reads a fresh run of this mode: no producer-side fault, so
+# whatever the checker finds in what the consumer wrote is the consumer's doing.
+CONSUMER_INPUT_MODE = "idempotent"
+
+
+def _int_param(default: int, name: str, description: str) -> dict:
+    lo, hi = LIMITS[name]
+    return {"default": default, "type": "integer", "minimum": lo, "maximum": hi, "description": description}
+
+
+def load_form(messages: int = 20_000) -> dict[str, dict]:
+    """The load parameters of a form, as Param keyword arguments (JSON schema)."""
+    return {
+        "messages": _int_param(messages, "messages", "events to produce"),
+        "partitions": _int_param(3, "partitions", "partitions of the run's topic (RF 3, min ISR 2)"),
+        "keys": _int_param(16, "keys", "distinct record keys; each key has its own sequence"),
+        "payload_bytes": _int_param(200, "payload_bytes", "bytes of payload per record"),
+        "txn_size": _int_param(100, "txn_size", "events per transaction (transactional mode)"),
+        "abort_ratio": {
+            "default": 0.0,
+            "type": "number",
+            "minimum": 0,
+            "maximum": 0.99,
+            "description": "share of transactions aborted and resent (transactional mode)",
+        },
+        "seed": _int_param(0, "seed", "seed of the generator and of the abort decisions"),
+    }
+
+
+def scheduled_load_form(mode: str) -> dict[str, dict]:
+    compatible = [s for s in PRODUCER_SCENARIOS if not SCENARIOS[s].incompatible(MODES[mode])]
+    return {
+        "scenario": {"default": "none", "type": "string", "enum": compatible, "description": "fault during the load"},
+        **load_form(),
+    }
+
+
+def single_run_form() -> dict[str, dict]:
+    return {
+        "mode": {
+            "default": "idempotent",
+            "type": "string",
+            "enum": list(MODES),
+            "description": "delivery mode: a preset of librdkafka producer settings",
+        },
+        "scenario": {
+            "default": "none",
+            "type": "string",
+            "enum": list(PRODUCER_SCENARIOS),
+            "description": "fault injected during the load; txn_abort needs transactional, "
+            "lost_ack needs a mode that waits for acks",
+        },
+        **load_form(),
+    }
+
+
+def consumer_run_form() -> dict[str, dict]:
+    return {
+        "strategy": {
+            "default": "process_then_commit_dedup",
+            "type": "string",
+            "enum": list(STRATEGIES),
+            "description": "how the consumer commits and writes: "
+            + "; ".join(f"{s.name}: {s.description}" for s in STRATEGIES.values()),
+        },
+        "scenario": {
+            "default": "consumer_crash",
+            "type": "string",
+            "enum": list(CONSUMER_SCENARIOS),
+            "description": "consumer_crash: " + SCENARIOS["consumer_crash"].description,
+        },
+        "crashes": _int_param(1, "crashes", "crashes under consumer_crash, spread evenly over the input"),
+        "batch_size": _int_param(500, "batch_size", "records per poll, sink transaction or Kafka transaction"),
+        "source_run_id": {
+            "default": None,
+            "type": ["null", "string"],
+            "description": "a completed producer run to consume; empty: a fresh fault-free "
+            f"{CONSUMER_INPUT_MODE} run of `messages` events",
+        },
+        "messages": _int_param(20_000, "messages", "events of the fresh input run"),
+        "seed": _int_param(0, "seed", "seed of the fresh input run's generator"),
+    }
+
+
+def matrix_form(messages: int = 15_000) -> dict[str, dict]:
+    return {
+        "messages": _int_param(messages, "messages", "events per mode x scenario run"),
+        "modes": {
+            "default": list(MODES),
+            "type": "array",
+            "items": {"type": "string", "enum": list(MODES)},
+            "description": "modes to include",
+        },
+        "scenarios": {
+            "default": list(PRODUCER_SCENARIOS),
+            "type": "array",
+            "items": {"type": "string", "enum": list(PRODUCER_SCENARIOS)},
+            "description": "scenarios to include",
+        },
+        "consumer_strategies": {
+            "default": list(STRATEGIES),
+            "type": "array",
+            "items": {"type": "string", "enum": list(STRATEGIES)},
+            "description": "consumer strategies to run under consumer_crash, each over a fresh fault-free input run",
+        },
+        "seed": _int_param(0, "seed", "seed of the generator"),
+    }
+
+
+# --------------------------------------------------------------------------- look-ups
+
+
+def get_mode(name: str) -> DeliveryMode:
+    try:
+        return MODES[name]
+    except (KeyError, TypeError):
+        raise ModeError(f"unknown mode {name!r}: choose one of {', '.join(MODES)}") from None
+
+
+def get_strategy(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]
+    except (KeyError, TypeError):
+        raise CatalogError(f"unknown consumer strategy {name!r}: choose one of {', '.join(STRATEGIES)}") from None
+
+
+def get_scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except (KeyError, TypeError):
+        raise ScenarioError(f"unknown scenario {name!r}: choose one of {', '.join(SCENARIOS)}") from None
+
+
+def check_pair(mode_name: str, scenario_name: str) -> tuple[DeliveryMode, Scenario]:
+    mode, scenario = get_mode(mode_name), get_scenario(scenario_name)
+    reason = scenario.incompatible(mode)
+    if reason:
+        raise ScenarioError(reason)
+    return mode, scenario
+
+
+def check_consumer_scenario(name: str) -> Scenario:
+    if name not in CONSUMER_SCENARIOS:
+        raise ScenarioError(f"unknown consumer scenario {name!r}: choose one of {', '.join(CONSUMER_SCENARIOS)}")
+    return SCENARIOS[name]
+
+
+def valid_pairs() -> list[tuple[str, str]]:
+    return [(m, s) for s in PRODUCER_SCENARIOS for m, mode in MODES.items() if not SCENARIOS[s].incompatible(mode)]
+
+
+def judged(name: str) -> DeliveryMode | Strategy | None:
+    """The mode or consumer strategy of that name, or None."""
+    return MODES.get(name) or STRATEGIES.get(name)
+
+
+def judged_rows() -> list[tuple[str, str, str, str]]:
+    """(name, side, isolation, promise) of every mode and strategy: the `catalog_judged` table."""
+    return [(m.name, PRODUCER, m.isolation, m.promise.text) for m in MODES.values()] + [
+        (s.name, CONSUMER, s.isolation, s.promise.text) for s in STRATEGIES.values()
+    ]
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def expectation(name: str, scenario: str) -> Mapping[str, str]:
+    s = SCENARIOS.get(scenario)
+    return s.expected.get(name, {}) if s else {}
+
+
+def expectation_text(name: str, scenario: str) -> str:
+    return ", ".join(f"{k} {v[0]} {v[1:]}" for k, v in expectation(name, scenario).items()) or "-"
+
+
+def _observed(counts: Mapping, name: str) -> int:
+    if name == "lost":
+        return int(counts.get("lost_acked") or 0) + int(counts.get("lost_unacked") or 0)
+    return int(counts.get(name) or 0)
+
+
+def meets_expectation(name: str, scenario: str, counts: Mapping) -> bool | None:
+    exp = expectation(name, scenario)
+    if not exp:
+        return None
+    return all((_observed(counts, k) > 0) if v == ">0" else (_observed(counts, k) == 0) for k, v in exp.items())
+
+
+def verdict(name: str, scenario: str, isolation: str, counts: Mapping) -> tuple[str, list[str]]:
+    """('kept' | 'broken' | 'n/a', the kinds that broke it), judged on the mode's or strategy's
+    own isolation level with the guarantees the scenario leaves in force."""
+    subject = judged(name)
+    if subject is None or subject.isolation != isolation:
+        return "n/a", []
+    broken = [BROKEN_BY[g][0] for g in subject.promise.in_force(scenario) if _observed(counts, BROKEN_BY[g][1]) > 0]
+    return ("broken" if broken else "kept"), broken

@@ -1,0 +1,220 @@
+"""The command line: `local/semantics COMMAND ...` runs `python -m delivery_semantics.cli COMMAND ...`.
+
+    load run --mode idempotent --messages 100000 [--scenario lost_ack] ...
+    load resume --run-id RUN
+    consumer_workload run --strategy process_then_commit --source-run RUN [--scenario consumer_crash]
+    consumer_workload resume --consumer-run-id CRUN
+    reconcile --run-id RUN | --mapping FILE
+    report [--runs R1,R2 | --matrix-run ID] [--html PATH]
+
+Bad input is refused with a one-line message and exit 2 before any side effect. `consumer_session`
+is the consumer process a consumer run starts; it is not for people.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from delivery_semantics import catalog
+
+
+def _overrides(pairs: list[str]) -> dict:
+    from delivery_semantics.load import LoadError
+
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise LoadError(f"override {p!r} is not key=value (librdkafka key names)")
+        k, v = p.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _load_parser(sub) -> None:
+    ap = sub.add_parser("load", help="producer load under a delivery mode and a fault scenario")
+    cmds = ap.add_subparsers(dest="action", required=True)
+    run = cmds.add_parser("run", help="start a new run")
+    run.add_argument("--mode", required=True, help=f"one of {', '.join(catalog.MODES)}")
+    run.add_argument(
+        "--scenario", default="none", help=f"fault during the load: {', '.join(catalog.PRODUCER_SCENARIOS)}"
+    )
+    run.add_argument("--messages", type=int, required=True)
+    run.add_argument("--partitions", type=int, default=3)
+    run.add_argument("--keys", type=int, default=16)
+    run.add_argument("--payload-bytes", type=int, default=200)
+    run.add_argument("--rate", type=int, default=0, help="target records/s (0: unthrottled)")
+    run.add_argument("--txn-size", type=int, default=100)
+    run.add_argument("--abort-ratio", type=float, default=0.0)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--topic")
+    run.add_argument("--run-id")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka producer setting over the mode's preset (repeatable)",
+    )
+    res = cmds.add_parser("resume", help="run a producer session for an existing run: finish a crashed one")
+    res.add_argument("--run-id", required=True)
+    for p in (run, res):
+        p.add_argument("--no-progress", action="store_true")
+        p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _load(args):
+    from delivery_semantics import load, scenarios
+
+    if args.action == "resume":
+        return load.resume(args.run_id, progress=not args.no_progress)
+    spec = load.LoadSpec(
+        mode=args.mode,
+        messages=args.messages,
+        partitions=args.partitions,
+        keys=args.keys,
+        payload_bytes=args.payload_bytes,
+        rate=args.rate,
+        txn_size=args.txn_size,
+        abort_ratio=args.abort_ratio,
+        seed=args.seed,
+        topic=args.topic,
+        run_id=args.run_id,
+        overrides=_overrides(args.overrides),
+    )
+    if args.scenario == "none":
+        return load.start(spec, progress=not args.no_progress)
+    return scenarios.run(spec, args.scenario)
+
+
+def _consumer_parser(sub) -> None:
+    ap = sub.add_parser("consumer_workload", help="a consumer run over a producer run's topic")
+    cmds = ap.add_subparsers(dest="action", required=True)
+    run = cmds.add_parser("run", help="start a consumer run")
+    run.add_argument("--strategy", required=True, help=f"one of {', '.join(catalog.STRATEGIES)}")
+    run.add_argument("--source-run", required=True, help="the completed producer run whose topic is consumed")
+    run.add_argument("--scenario", default="none", help=f"one of {', '.join(catalog.CONSUMER_SCENARIOS)}")
+    run.add_argument("--crashes", type=int, default=1, help="crashes under consumer_crash")
+    run.add_argument(
+        "--batch-size", type=int, default=500, help="records per poll, sink transaction or Kafka transaction"
+    )
+    res = cmds.add_parser("resume", help="finish a consumer run whose driver died")
+    res.add_argument("--consumer-run-id", required=True)
+    for p in (run, res):
+        p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _consumer(args):
+    from delivery_semantics import consumer_workload
+
+    if args.action == "resume":
+        return consumer_workload.resume(args.consumer_run_id)
+    return consumer_workload.start(
+        consumer_workload.ConsumerSpec(
+            strategy=args.strategy,
+            source_run_id=args.source_run,
+            scenario=args.scenario,
+            crashes=args.crashes,
+            batch_size=args.batch_size,
+        )
+    )
+
+
+def _session_parser(sub) -> None:
+    ap = sub.add_parser("consumer_session")
+    ap.add_argument("--consumer-run-id", required=True)
+    ap.add_argument("--session", type=int, required=True)
+    ap.add_argument("--crash-after", type=int)
+    ap.add_argument("--timeout", type=float, default=900)
+
+
+def _consumer_session(args) -> int:
+    from confluent_kafka import KafkaException
+
+    from delivery_semantics import consumers
+
+    try:
+        result = consumers.run_session(args.consumer_run_id, args.session, args.crash_after, args.timeout)
+    except (consumers.SessionError, KafkaException) as e:
+        print(f"consumer_session: {e}", file=sys.stderr)
+        return 1
+    print("DONE " + json.dumps(result), flush=True)
+    return 0
+
+
+def _reconcile_parser(sub) -> None:
+    ap = sub.add_parser("reconcile", help="the Spark checker, with spark-submit")
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--run-id")
+    g.add_argument("--mapping")
+    ap.add_argument("--master", default="local[2]")
+
+
+def _reconcile(args) -> int:
+    from delivery_semantics import reconcile
+
+    r = reconcile.run(run_id=args.run_id, mapping=args.mapping, master=args.master)
+    if r.returncode != 0:
+        print(r.error, file=sys.stderr)
+        return r.returncode
+    for s in r.summaries:
+        print(json.dumps(s))
+    return 0
+
+
+def _report_parser(sub) -> None:
+    ap = sub.add_parser("report", help="the matrix as text, and an HTML report")
+    ap.add_argument("--runs", help="comma-separated run ids (default: the latest run of every pair)")
+    ap.add_argument("--matrix-run", help="the runs of one semantics_matrix DAG run (its Airflow run id)")
+    ap.add_argument("--html", help="write the HTML report here")
+
+
+def _report(args) -> int:
+    from delivery_semantics import report
+
+    run_ids = args.runs.split(",") if args.runs else None
+    if args.matrix_run:
+        run_ids = report.matrix_run_ids(args.matrix_run)
+        if not run_ids:
+            print(f"report: no runs for matrix run {args.matrix_run!r}", file=sys.stderr)
+            return 2
+    rows = report.matrix_rows(run_ids)
+    print(report.matrix_text(rows))
+    if args.html:
+        print(f"\nHTML report: {report.html_report(rows, Path(args.html))}")
+    return 0
+
+
+def _run_and_summarise(args, work) -> int:
+    """The tail of `load` and `consumer_workload`: the summary line (or JSON), exit 0 when the run
+    completed, 2 when the input was refused before anything was written."""
+    from delivery_semantics.endpoints import EndpointError
+
+    try:
+        result = work(args)
+    except (ValueError, EndpointError) as e:  # LoadError, WorkloadError, CatalogError, a missing connection
+        print(f"{args.command}: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(asdict(result), default=str) if args.json else result.line())
+    return 0 if result.status == "completed" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="semantics", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    for add in (_load_parser, _consumer_parser, _session_parser, _reconcile_parser, _report_parser):
+        add(sub)
+    args = ap.parse_args(argv)
+    if args.command == "load":
+        return _run_and_summarise(args, _load)
+    if args.command == "consumer_workload":
+        return _run_and_summarise(args, _consumer)
+    return {"consumer_session": _consumer_session, "reconcile": _reconcile, "report": _report}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

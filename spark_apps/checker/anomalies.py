@@ -1,0 +1,226 @@
+"""The checker's anomaly kinds, one function each, composed by `discrepancies` (the way Jepsen's
+Kafka checker composes duplicate-cases, lost-write-cases and the rest).
+
+Each function takes an `Observation`, what one isolation level saw against the ledger, and
+returns that kind's discrepancy rows (`event_id, kind, copies, partitions, offsets`), or None
+where the kind does not apply to the observation. They only transform DataFrames: reading and
+writing are elsewhere (sources.py, results.py), so each can be checked on a few rows made with
+`createDataFrame`.
+
+Inputs:
+- records: what was read (`event_id` NULL when a record has none; `key, seq, publish_at,
+  partition, offset`; a sink adds `apply_no, state_applied`);
+- ledger: one row per ledger event (`event_id, key, seq, publish_at, status,
+  aborted_positions`), status one of acked, sent, failed, unknown, pending, aborted, written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from delivery_semantics.catalog import READ_UNCOMMITTED
+
+NOT_ACKED = ("failed", "unknown", "pending", "aborted", "written")
+MAX_OFFSETS = 100  # offsets kept per discrepancy row
+
+
+@dataclass
+class Observation:
+    records: DataFrame
+    ledger: DataFrame
+    isolation: str
+    # read_uncommitted only: per event id, the copies read_committed sees (column `copies`).
+    committed_copies: DataFrame | None = None
+    sink: bool = False
+
+    @cached_property
+    def identified(self) -> DataFrame:
+        return self.records.where(F.col("event_id").isNotNull())
+
+    @cached_property
+    def copies(self) -> DataFrame:
+        """Per event id: how many copies were read, in which partitions, at which offsets."""
+        return self.identified.groupBy("event_id").agg(
+            F.count(F.lit(1)).cast("int").alias("copies"),
+            F.array_sort(F.collect_set("partition")).alias("partitions"),
+            F.slice(F.array_sort(F.collect_list("offset")), 1, MAX_OFFSETS).alias("offsets"),
+        )
+
+    @cached_property
+    def joined(self) -> DataFrame:
+        """Copies full-outer-joined with the ledger's status; most kinds and the totals read it,
+        so it is computed once."""
+        return self.copies.join(
+            self.ledger.select("event_id", "status", "aborted_positions"), "event_id", "full_outer"
+        ).cache()
+
+
+def _in_topic() -> Column:
+    return F.col("copies").isNotNull()
+
+
+def _in_ledger() -> Column:
+    return F.col("status").isNotNull()
+
+
+def _cases(obs: Observation, condition: Column, kind: str) -> DataFrame:
+    return obs.joined.where(condition).select(
+        "event_id",
+        F.lit(kind).alias("kind"),
+        F.coalesce("copies", F.lit(0)).alias("copies"),
+        F.coalesce("partitions", F.array().cast("array<int>")).alias("partitions"),
+        F.coalesce("offsets", F.array().cast("array<bigint>")).alias("offsets"),
+    )
+
+
+def _position() -> tuple[Column, Column]:
+    """A single record's partition and offset, as the one-element arrays a discrepancy holds."""
+    return F.array("partition").alias("partitions"), F.array("offset").alias("offsets")
+
+
+def duplicate(obs: Observation) -> DataFrame:
+    """More than one copy of an event [Jepsen: duplicate]; copies counts them all."""
+    return _cases(obs, _in_topic() & (F.col("copies") > 1), "duplicate")
+
+
+def lost_acked(obs: Observation) -> DataFrame:
+    """The ledger says acked; no copy was read [Jepsen: lost-write]."""
+    return _cases(obs, ~_in_topic() & (F.col("status") == "acked"), "lost_acked")
+
+
+def lost_unacked(obs: Observation) -> DataFrame:
+    """Never acked and not read: expected of a failed send, a loss all the same."""
+    return _cases(obs, ~_in_topic() & _in_ledger() & (F.col("status") != "acked"), "lost_unacked")
+
+
+def unknown_landed(obs: Observation) -> DataFrame:
+    """Failed, unknown or never acked in the ledger, yet read: possibly persisted, and it was
+    [Jepsen: indeterminate]."""
+    return _cases(obs, _in_topic() & F.col("status").isin(*NOT_ACKED), "unknown_landed")
+
+
+def unexpected(obs: Observation) -> DataFrame:
+    """Read, with no ledger row [Jepsen: unexpected]."""
+    return _cases(obs, _in_topic() & ~_in_ledger(), "unexpected")
+
+
+def out_of_order(obs: Observation) -> DataFrame:
+    """Per key, first copies in log order: a sequence lower than one already seen."""
+    first = (
+        obs.identified.groupBy("event_id")
+        .agg(F.min_by(F.struct("key", "seq", "partition", "offset"), "offset").alias("f"))
+        .select("event_id", "f.*")
+        .where(F.col("seq").isNotNull())
+    )
+    before = Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
+    return (
+        first.withColumn("max_before", F.max("seq").over(before))
+        .where(F.col("seq") < F.col("max_before"))
+        .select("event_id", F.lit("out_of_order").alias("kind"), F.lit(1).alias("copies"), *_position())
+    )
+
+
+def aborted_visible(obs: Observation) -> DataFrame:
+    """Copies an aborted transaction wrote [Jepsen: G1a]. Under read_uncommitted: the copies
+    beyond those read_committed sees. Under read_committed: a record at a position the ledger
+    recorded as aborted, which must never be visible."""
+    if obs.isolation == READ_UNCOMMITTED and obs.committed_copies is not None:
+        return (
+            obs.copies.join(obs.committed_copies.withColumnRenamed("copies", "committed"), "event_id", "left")
+            .withColumn("extra", F.col("copies") - F.coalesce("committed", F.lit(0)))
+            .where(F.col("extra") > 0)
+            .select(
+                "event_id",
+                F.lit("aborted_visible").alias("kind"),
+                F.col("extra").cast("int").alias("copies"),
+                "partitions",
+                "offsets",
+            )
+        )
+    aborted = obs.ledger.select("event_id", F.explode("aborted_positions").alias("pos")).select(
+        "event_id", F.col("pos.partition").alias("partition"), F.col("pos.offset").alias("offset")
+    )
+    return obs.identified.join(aborted, ["event_id", "partition", "offset"], "inner").select(
+        "event_id", F.lit("aborted_visible").alias("kind"), F.lit(1).alias("copies"), *_position()
+    )
+
+
+def malformed(obs: Observation) -> DataFrame:
+    """A record without a usable event id, named by its position."""
+    return obs.records.where(F.col("event_id").isNull()).select(
+        F.concat(
+            F.lit("partition "), F.col("partition").cast("string"), F.lit(" offset "), F.col("offset").cast("string")
+        ).alias("event_id"),
+        F.lit("malformed").alias("kind"),
+        F.lit(1).cast("int").alias("copies"),
+        *_position(),
+    )
+
+
+def stale_overwrite(obs: Observation) -> DataFrame | None:
+    """A sink only: a record applied to its key's state after a newer version (publish_at, then
+    seq) had been."""
+    if not obs.sink:
+        return None
+    version = F.struct("publish_at", "seq")
+    before = Window.partitionBy("key").orderBy("apply_no").rowsBetween(Window.unboundedPreceding, -1)
+    return (
+        obs.records.where(F.col("state_applied") & F.col("key").isNotNull())
+        .withColumn("newest_before", F.max(version).over(before))
+        .where(version < F.col("newest_before"))
+        .groupBy("event_id")
+        .agg(
+            F.count(F.lit(1)).cast("int").alias("copies"),
+            F.array_sort(F.collect_set("partition")).alias("partitions"),
+            F.slice(F.array_sort(F.collect_list("offset")), 1, MAX_OFFSETS).alias("offsets"),
+        )
+        .select("event_id", F.lit("stale_overwrite").alias("kind"), "copies", "partitions", "offsets")
+    )
+
+
+ANOMALIES = (
+    duplicate,
+    lost_acked,
+    lost_unacked,
+    unknown_landed,
+    unexpected,
+    out_of_order,
+    aborted_visible,
+    malformed,
+    stale_overwrite,
+)
+KINDS = tuple(f.__name__ for f in ANOMALIES)
+
+
+def discrepancies(obs: Observation, reconciliation_id: str) -> DataFrame:
+    """Every kind's rows for one observation, in one frame."""
+    found = [rows for rows in (kind(obs) for kind in ANOMALIES) if rows is not None]
+    rows = found[0]
+    for more in found[1:]:
+        rows = rows.unionByName(more)
+    return rows.select(
+        F.lit(reconciliation_id).alias("reconciliation_id"),
+        F.lit(obs.isolation).alias("isolation"),
+        "event_id",
+        "kind",
+        F.col("copies").cast("int"),
+        F.col("partitions").cast("array<int>"),
+        F.col("offsets").cast("array<bigint>"),
+    )
+
+
+def totals(obs: Observation) -> DataFrame:
+    """One row: the ledger's events and acks, the distinct events and records read, the events
+    delivered exactly once, and the extra copies."""
+    return obs.joined.agg(
+        F.count(F.when(_in_ledger(), 1)).alias("ledger_events"),
+        F.count(F.when(F.col("status") == "acked", 1)).alias("ledger_acked"),
+        F.count(F.when(_in_topic(), 1)).alias("distinct_events"),
+        F.coalesce(F.sum("copies"), F.lit(0)).alias("records_with_id"),
+        F.count(F.when(_in_topic() & (F.col("copies") == 1) & _in_ledger(), 1)).alias("delivered_once"),
+        F.coalesce(F.sum(F.when(F.col("copies") > 1, F.col("copies") - 1)), F.lit(0)).alias("duplicate_copies"),
+    )

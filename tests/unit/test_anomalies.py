@@ -1,0 +1,146 @@
+"""Each anomaly function of the checker on a few rows made with createDataFrame, in local Spark:
+the planted events are found, each with its kind and copies, and nothing else is."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from checker import anomalies
+from checker.anomalies import Observation
+
+RECORD = "event_id string, key string, seq bigint, publish_at timestamp, partition int, offset bigint, value binary"
+LEDGER = (
+    "event_id string, key string, seq bigint, publish_at timestamp, status string, "
+    "aborted_positions array<struct<partition:int,offset:bigint>>"
+)
+SINK = RECORD + ", apply_no bigint, state_applied boolean"
+
+
+def at(second: int) -> datetime:
+    return datetime(2026, 11, 23, 12, 0, second, tzinfo=UTC)
+
+
+def rec(eid, p, o, key=None, seq=None):
+    return (eid, key, seq, at(0), p, o, None)
+
+
+def led(eid, status, aborted=()):
+    return (eid, None, None, at(0), status, [{"partition": p, "offset": o} for p, o in aborted])
+
+
+@pytest.fixture(scope="module")
+def planted(spark):
+    records = spark.createDataFrame(
+        [
+            rec("e1", 0, 0),  # delivered once
+            rec("e2", 0, 1),
+            rec("e2", 1, 0),  # duplicate: 2 copies
+            rec("e5", 1, 1),  # unknown in the ledger, yet landed
+            rec("x1", 2, 0),  # no ledger row
+            rec(None, 0, 9),  # malformed
+            rec("e6", 0, 5, "k1", 2),
+            rec("e7", 0, 6, "k1", 1),  # e7: lower seq after a higher one
+            rec("e8", 0, 20),  # at a position the ledger saw aborted
+        ],
+        RECORD,
+    )
+    ledger = spark.createDataFrame(
+        [
+            led("e1", "acked"),
+            led("e2", "acked"),
+            led("e3", "acked"),
+            led("e4", "failed"),
+            led("e5", "unknown"),
+            led("e6", "acked"),
+            led("e7", "acked"),
+            led("e8", "acked", aborted=[(0, 20)]),
+        ],
+        LEDGER,
+    )
+    return Observation(records, ledger, "read_committed")
+
+
+def found(rows) -> set[tuple]:
+    return {(r["event_id"], r["kind"], r["copies"]) for r in rows.collect()} if rows is not None else set()
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        (anomalies.duplicate, {("e2", "duplicate", 2)}),
+        (anomalies.lost_acked, {("e3", "lost_acked", 0)}),
+        (anomalies.lost_unacked, {("e4", "lost_unacked", 0)}),
+        (anomalies.unknown_landed, {("e5", "unknown_landed", 1)}),
+        (anomalies.unexpected, {("x1", "unexpected", 1)}),
+        (anomalies.out_of_order, {("e7", "out_of_order", 1)}),
+        (anomalies.aborted_visible, {("e8", "aborted_visible", 1)}),
+        (anomalies.malformed, {("partition 0 offset 9", "malformed", 1)}),
+        (anomalies.stale_overwrite, set()),
+    ],
+)
+def test_each_kind_finds_exactly_its_planted_event(planted, kind, expected):
+    assert found(kind(planted)) == expected
+
+
+def test_discrepancies_compose_every_kind_and_the_totals_count(planted):
+    rows = anomalies.discrepancies(planted, "run-1").collect()
+    assert {(r["event_id"], r["kind"]) for r in rows} == {
+        ("e2", "duplicate"),
+        ("e3", "lost_acked"),
+        ("e4", "lost_unacked"),
+        ("e5", "unknown_landed"),
+        ("x1", "unexpected"),
+        ("e7", "out_of_order"),
+        ("e8", "aborted_visible"),
+        ("partition 0 offset 9", "malformed"),
+    }
+    assert {(r["reconciliation_id"], r["isolation"]) for r in rows} == {("run-1", "read_committed")}
+    dup = next(r for r in rows if r["kind"] == "duplicate")
+    assert (dup["partitions"], dup["offsets"]) == ([0, 1], [0, 1])
+    t = anomalies.totals(planted).collect()[0].asDict()
+    assert t == {
+        "ledger_events": 8,
+        "ledger_acked": 6,
+        "distinct_events": 7,
+        "records_with_id": 8,
+        "delivered_once": 5,
+        "duplicate_copies": 1,
+    }  # e1, e5, e6, e7, e8: one copy each
+
+
+def test_read_uncommitted_counts_the_copies_read_committed_does_not_see(spark):
+    records = spark.createDataFrame([rec("e9", 0, 1), rec("e9", 0, 3), rec("e10", 0, 4)], RECORD)
+    ledger = spark.createDataFrame([led("e9", "acked"), led("e10", "acked")], LEDGER)
+    committed = spark.createDataFrame([("e9", 1), ("e10", 1)], "event_id string, copies int")
+    obs = Observation(records, ledger, "read_uncommitted", committed_copies=committed)
+    assert found(anomalies.aborted_visible(obs)) == {("e9", "aborted_visible", 1)}
+    assert found(anomalies.duplicate(obs)) == {("e9", "duplicate", 2)}
+
+
+def test_a_sink_applies_an_older_version_over_a_newer_one(spark):
+    def applied(eid, apply_no, second, state_applied=True):
+        return (eid, "k", 1, at(second), 0, apply_no, None, apply_no, state_applied)
+
+    sink = spark.createDataFrame(
+        [
+            applied("a", 1, 2),
+            applied("b", 2, 1),  # b is older than a: stale
+            applied("c", 3, 3),
+            applied("d", 4, 1, False),  # d was skipped, not applied
+        ],
+        SINK,
+    )
+    ledger = spark.createDataFrame([led(e, "acked") for e in "abcd"], LEDGER)
+    obs = Observation(sink, ledger, "read_committed", sink=True)
+    assert found(anomalies.stale_overwrite(obs)) == {("b", "stale_overwrite", 1)}
+    assert anomalies.stale_overwrite(Observation(sink, ledger, "read_committed")) is None, "topics have no state"
+
+
+def test_a_clean_observation_has_no_discrepancy(spark):
+    records = spark.createDataFrame([rec(f"e{i}", i % 3, i, f"k{i % 3}", i) for i in range(10)], RECORD)
+    ledger = spark.createDataFrame([led(f"e{i}", "acked") for i in range(10)], LEDGER)
+    obs = Observation(records, ledger, "read_uncommitted")
+    assert anomalies.discrepancies(obs, "clean").count() == 0
+    assert anomalies.totals(obs).collect()[0]["delivered_once"] == 10

@@ -1,0 +1,136 @@
+"""The catalog's verdicts and expectations for every mode x scenario pair and every consumer
+strategy, against DESIGN.md §2 and §3 written out here independently."""
+
+from __future__ import annotations
+
+import pytest
+
+from delivery_semantics import catalog
+
+# DESIGN.md §2: the kinds that break each mode's promise, and the scenarios that lift a guarantee.
+BREAKS = {
+    "at_most_once": ["duplicate"],
+    "at_least_once": ["lost_acked"],
+    "at_least_once_all": ["lost_acked"],
+    "idempotent": ["duplicate", "lost_acked"],
+    "transactional": ["duplicate", "lost_acked", "aborted_visible"],
+    "commit_before_process": ["duplicate"],
+    "process_then_commit": ["lost_acked"],
+    "process_then_commit_dedup": ["duplicate", "lost_acked", "stale_overwrite"],
+    "transactional_copy": ["duplicate", "lost_acked", "aborted_visible"],
+}
+LIFTED = {
+    ("at_least_once", "leader_kill"): "lost_acked",
+    ("at_least_once", "isolated_leader"): "lost_acked",
+    ("idempotent", "producer_crash"): "duplicate",
+}
+# DESIGN.md §3 states nothing for these pairs: acks=1 under leader_kill, acks=0 under isolated_leader.
+SILENT = {("at_least_once", "leader_kill"), ("at_most_once", "isolated_leader")}
+ALL_BAD = {"duplicate_events": 3, "lost_acked": 2, "lost_unacked": 1, "aborted_visible": 4, "stale_overwrites": 5}
+
+
+def all_subjects():
+    pairs = catalog.valid_pairs()
+    pairs += [(s, sc) for s in catalog.STRATEGIES for sc in catalog.CONSUMER_SCENARIOS]
+    return pairs
+
+
+def test_the_valid_pairs_are_the_25_of_design_md():
+    pairs = catalog.valid_pairs()
+    assert len(pairs) == 25
+    assert ("at_most_once", "lost_ack") not in pairs, "acks=0 never waits for an ack"
+    assert [m for m, s in pairs if s == "txn_abort"] == ["transactional"]
+    assert all(s != "consumer_crash" for _, s in pairs)
+
+
+@pytest.mark.parametrize(("name", "scenario"), all_subjects())
+def test_verdict_breaks_exactly_the_guarantees_in_force(name, scenario):
+    expected = [k for k in BREAKS[name] if LIFTED.get((name, scenario)) != k]
+    isolation = catalog.judged(name).isolation
+    assert catalog.verdict(name, scenario, isolation, ALL_BAD) == (("broken" if expected else "kept"), expected)
+    assert catalog.verdict(name, scenario, isolation, {}) == ("kept", [])
+    other = next(i for i in catalog.ISOLATIONS if i != isolation)
+    assert catalog.verdict(name, scenario, other, ALL_BAD) == ("n/a", [])
+
+
+@pytest.mark.parametrize(("name", "scenario"), all_subjects())
+def test_expectation_holds_for_its_own_counts_and_fails_for_each_flip(name, scenario):
+    exp = catalog.expectation(name, scenario)
+    if (name, scenario) in SILENT:
+        assert exp == {} and catalog.meets_expectation(name, scenario, ALL_BAD) is None
+        return
+    assert exp, f"DESIGN.md §3 says what {name} x {scenario} shows"
+    counts = {k: (1 if v == ">0" else 0) for k, v in exp.items() if k != "lost"}
+    if "lost" in exp:
+        counts["lost_unacked"] = 1 if exp["lost"] == ">0" else 0
+    assert catalog.meets_expectation(name, scenario, counts) is True
+    for k, v in exp.items():
+        flipped = dict(counts)
+        flipped["lost_unacked" if k == "lost" else k] = 0 if v == ">0" else 7
+        assert catalog.meets_expectation(name, scenario, flipped) is False, k
+
+
+def test_design_md_section_3_in_the_catalog():
+    assert catalog.expectation_text("at_least_once", "lost_ack") == "duplicate_events > 0, lost_acked = 0"
+    assert catalog.expectation_text("at_most_once", "leader_kill") == "lost > 0, duplicate_events = 0"
+    assert catalog.expectation("at_least_once", "isolated_leader") == {"lost_acked": ">0"}
+    assert catalog.expectation("transactional", "txn_abort")["aborted_visible"] == "=0"
+    assert catalog.expectation("process_then_commit", "consumer_crash") == {"duplicate_events": ">0", "lost": "=0"}
+    assert catalog.expectation_text("idempotent", "no_such_scenario") == "-"
+    assert catalog.meets_expectation("nobody", "none", {}) is None
+
+
+def test_isolation_and_promise_come_from_one_place():
+    assert {m: catalog.MODES[m].isolation for m in catalog.MODES} == {
+        "at_most_once": "read_uncommitted",
+        "at_least_once": "read_uncommitted",
+        "at_least_once_all": "read_uncommitted",
+        "idempotent": "read_uncommitted",
+        "transactional": "read_committed",
+    }
+    assert {s.isolation for s in catalog.STRATEGIES.values()} == {"read_committed"}
+    rows = {name: (side, iso, text) for name, side, iso, text in catalog.judged_rows()}
+    assert rows["transactional"] == ("producer", "read_committed", catalog.MODES["transactional"].promise.text)
+    assert rows["transactional_copy"][0] == "consumer" and len(rows) == 9
+
+
+@pytest.mark.parametrize(
+    ("mode", "scenario", "message"),
+    [
+        ("at_most_once", "lost_ack", "never waits for one"),
+        ("idempotent", "txn_abort", "needs the transactional mode"),
+        ("exactly_once", "none", "unknown mode 'exactly_once'"),
+        ("idempotent", "meteor", "unknown scenario 'meteor'"),
+        ("idempotent", "consumer_crash", "consumer-side scenario"),
+    ],
+)
+def test_pairs_that_cannot_work_are_refused(mode, scenario, message):
+    with pytest.raises(catalog.CatalogError, match=message):
+        catalog.check_pair(mode, scenario)
+
+
+def test_timelines_are_data_with_known_actions():
+    from delivery_semantics.nemesis import Nemesis
+
+    for s in catalog.SCENARIOS.values():
+        for step in s.timeline:
+            assert callable(getattr(Nemesis, step.action)), (s.name, step.action)
+            assert step.target in ("leader", "followers", "producer")
+        times = [st.at for st in s.timeline if st.after_share is None]
+        assert times == sorted(times), s.name
+        assert max(times, default=0) < catalog.LOAD_SECONDS, "every step lands inside the paced load"
+    assert catalog.SCENARIOS["producer_crash"].forks_load
+
+
+def test_forms_take_their_bounds_from_the_limits():
+    form = catalog.single_run_form()
+    assert form["mode"]["enum"] == list(catalog.MODES)
+    assert (form["messages"]["minimum"], form["messages"]["maximum"]) == catalog.LIMITS["messages"]
+    assert catalog.scheduled_load_form("at_most_once")["scenario"]["enum"] == [
+        "none",
+        "leader_kill",
+        "isolated_leader",
+        "producer_crash",
+    ]
+    assert catalog.consumer_run_form()["scenario"]["enum"] == ["none", "consumer_crash"]
+    assert "consumer_crash" not in catalog.matrix_form()["scenarios"]["default"]

@@ -1,0 +1,107 @@
+"""The DAG files parse with the connections patched, as the Astronomer template tests them, and
+parsing loads nothing of the platform but its catalog."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from delivery_semantics import catalog
+
+DAG_FILES = sorted(p for p in (REPO / "dags").glob("*.py") if p.name != "semantics_common.py")
+CONNECTIONS = {
+    "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": "kafka:9092"}}),
+    "AIRFLOW_CONN_LEDGER_DB": json.dumps(
+        {
+            "conn_type": "postgres",
+            "host": "db",
+            "port": 5432,
+            "login": "u",
+            "password": "not-a-secret",
+            "schema": "semantics",
+        }
+    ),
+    "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+    "AIRFLOW_CONN_TOXIPROXY_DEFAULT": json.dumps({"conn_type": "http", "host": "toxiproxy", "port": 8474}),
+}
+
+
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory):
+    home = tmp_path_factory.mktemp("airflow")
+    return {
+        **os.environ,
+        **CONNECTIONS,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO / "dags")]),
+    }
+
+
+def _in_fresh_python(code: str, env: dict) -> str:
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout.strip().splitlines()[-1]
+
+
+_DAGBAG = """
+import json
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder={folder!r})
+print(json.dumps({{"errors": {{k: str(v)[:500] for k, v in bag.import_errors.items()}}, "dags": {{
+    d.dag_id: {{"tags": sorted(d.tags), "retries": (d.default_args or {{}}).get("retries", 0), "doc": d.doc_md or "",
+               "params": {{k: d.params.get_param(k).schema for k in d.params}},
+               "descriptions": [d.params.get_param(k).description for k in d.params]}}
+    for d in bag.dags.values()}}}}))
+"""
+
+
+def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_env):
+    out = json.loads(_in_fresh_python(_DAGBAG.format(folder=str(REPO / "dags")), airflow_env))
+    assert out["errors"] == {}
+    dags = out["dags"]
+    assert set(dags) == {
+        "smoke",
+        "semantics_single_run",
+        "semantics_consumer_run",
+        "semantics_matrix",
+        "semantics_reconcile",
+        *(f"semantics_load_{m}" for m in catalog.MODES),
+    }
+    for dag_id, d in dags.items():
+        assert d["tags"] and d["retries"] >= 1 and len(d["doc"]) > 40, dag_id
+        assert all(d["descriptions"]), dag_id
+    single = dags["semantics_single_run"]["params"]
+    assert single["mode"]["enum"] == list(catalog.MODES)
+    assert single["messages"]["minimum"] == 1 and single["messages"]["maximum"] == catalog.LIMITS["messages"][1]
+    assert dags["semantics_consumer_run"]["params"]["strategy"]["enum"] == list(catalog.STRATEGIES)
+    assert dags["semantics_matrix"]["params"]["consumer_strategies"]["items"]["enum"] == list(catalog.STRATEGIES)
+    assert dags["semantics_load_at_most_once"]["params"]["scenario"]["enum"] == [
+        "none",
+        "leader_kill",
+        "isolated_leader",
+        "producer_crash",
+    ]
+
+
+_IMPORT_ONE = """
+import json, runpy, sys
+runpy.run_path({path!r})
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("dag_file", DAG_FILES, ids=lambda p: p.name)
+def test_parsing_a_dag_file_loads_only_the_catalog_of_the_platform(dag_file, airflow_env):
+    loaded = set(json.loads(_in_fresh_python(_IMPORT_ONE.format(path=str(dag_file)), airflow_env)))
+    platform = {m for m in loaded if m == "delivery_semantics" or m.startswith("delivery_semantics.")}
+    assert platform == {"delivery_semantics", "delivery_semantics.catalog"}
+    assert not {m for m in loaded if m.split(".")[0] in ("confluent_kafka", "psycopg2", "pyspark", "checker")}
