@@ -136,32 +136,3 @@ def write_results(
         jdbc.execute_in_transaction(
             [(f"DROP TABLE IF EXISTS {stg_disc}", []), (f"DROP TABLE IF EXISTS {stg_dedup}", [])]
         )
-
-
-# --------------------------------------------------------------------------- main
-
-
-def _counts(disc: DataFrame, totals: DataFrame, sink: bool) -> dict:
-    kinds = {
-        r["kind"]: (r["events"], r["copies"])
-        for r in disc.groupBy("kind").agg(F.count(F.lit(1)).alias("events"), F.sum("copies").alias("copies")).collect()
-    }
-    t = totals.collect()[0].asDict()
-    malformed = kinds.get("malformed", (0, 0))[0]
-    return {
-        "records_read": int(t["records_with_id"]) + malformed,
-        "ledger_events": t["ledger_events"],
-        "ledger_acked": t["ledger_acked"],
-        "distinct_events": t["distinct_events"],
-        "delivered_once": t["delivered_once"],
-        "duplicate_events": kinds.get("duplicate", (0, 0))[0],
-        "duplicate_copies": int(t["duplicate_copies"]),
-        "lost_acked": kinds.get("lost_acked", (0, 0))[0],
-        "lost_unacked": kinds.get("lost_unacked", (0, 0))[0],
-        "unknown_landed": kinds.get("unknown_landed", (0, 0))[0],
-        "unexpected": kinds.get("unexpected", (0, 0))[0],
-        "out_of_order": kinds.get("out_of_order", (0, 0))[0],
-        "aborted_visible": int(kinds.get("aborted_visible", (0, 0))[1] or 0),
-        "malformed": malformed,
-        "stale_overwrites": kinds.get("stale_overwrite", (0, 0))[0] if sink else None,
-    }
