@@ -1,4 +1,4 @@
-"""The DAGs: they parse, carry tags, retries and docs, and run for real with `airflow dags test`
+"""The DAGs run for real with `airflow dags test`
 (load, fault, Spark reconciliation through SparkSubmitOperator, report)."""
 
 from __future__ import annotations
@@ -27,36 +27,6 @@ def dags_test(dag_id: str, conf: dict, name: str, timeout: float = 1200):
     res = run(["airflow", "dags", "test", dag_id, "-c", json.dumps(conf)], timeout=timeout)
     (REPO / "artifacts" / f"dags-test-{name}.log").write_text(res.stdout + res.stderr)
     return res, res.stdout + res.stderr
-
-
-def test_dagbag_has_no_import_errors_and_every_dag_has_tags_retries_and_docs():
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    expected = {
-        "smoke",
-        "semantics_single_run",
-        "semantics_consumer_run",
-        "semantics_matrix",
-        "semantics_reconcile",
-        *(f"semantics_load_{m}" for m in catalog.MODES),
-    }
-    assert expected <= set(bag.dags)
-    for dag_id, dag in bag.dags.items():
-        assert dag.tags, dag_id
-        assert (dag.default_args or {}).get("retries", 0) >= 1, dag_id
-        assert dag.doc_md and len(dag.doc_md) > 40, dag_id
-    form = bag.dags["semantics_single_run"].params
-    assert form.get_param("mode").schema["enum"] == list(catalog.MODES)
-    assert form.get_param("messages").schema["minimum"] == 1
-    assert all(form.get_param(p).description for p in form)
-    consumer_form = bag.dags["semantics_consumer_run"].params
-    assert consumer_form.get_param("strategy").schema["enum"] == list(catalog.STRATEGIES)
-    assert consumer_form.get_param("crashes").schema["minimum"] == 1
-    assert bag.dags["semantics_matrix"].params.get_param("consumer_strategies").schema["items"]["enum"] == list(
-        catalog.STRATEGIES
-    )
 
 
 @pytest.mark.parametrize("mode", list(catalog.MODES))
