@@ -7,26 +7,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-import psycopg2
-import psycopg2.extras
 import pytest
 
 from delivery_semantics import consumer_workload, load, readback, reconcile
 from delivery_semantics.consumer_workload import ConsumerSpec, WorkloadError
 from delivery_semantics.endpoints import kafka_config, ledger_database
 from delivery_semantics.ledger import Ledger
+from delivery_semantics.report import query
 from delivery_semantics.sink import Sink, SinkRecord
 
 MESSAGES = 6000
-
-
-def _rows(sql: str, params=()) -> list[dict]:
-    with (
-        psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c,
-        c.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur,
-    ):
-        cur.execute(sql, params)
-        return [dict(r) for r in cur.fetchall()]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +32,7 @@ def consume(strategy: str, input_run: str, scenario: str = "consumer_crash", cra
     summaries by isolation)."""
     s = consumer_workload.start(ConsumerSpec(strategy, input_run, scenario=scenario, crashes=crashes))
     assert s.status == "completed"
-    run = _rows("SELECT * FROM consumer_runs WHERE consumer_run_id = %s", (s.consumer_run_id,))[0]
+    run = query("SELECT * FROM consumer_runs WHERE consumer_run_id = %s", (s.consumer_run_id,))[0]
     killed = [e for e in run["timeline"] if e["action"] == "consumer_killed"]
     assert len(killed) == run["crashes"] == (crashes if scenario == "consumer_crash" else 0)
     assert all(e["signal"] == "SIGKILL" for e in killed)
@@ -50,7 +40,7 @@ def consume(strategy: str, input_run: str, scenario: str = "consumer_crash", cra
     r = reconcile.run(run_id=s.consumer_run_id)
     assert r.returncode == 0, r.error
     summaries = {x["isolation"]: x for x in r.summaries}
-    row = _rows("SELECT * FROM v_run_results WHERE run_id = %s", (s.consumer_run_id,))[0]
+    row = query("SELECT * FROM v_run_results WHERE run_id = %s", (s.consumer_run_id,))[0]
     print(f"\n{strategy} + {scenario}: {summaries}\n crashes: {killed}")
     return run, killed, summaries, row
 
@@ -59,7 +49,7 @@ def sink_copies(consumer_run_id: str) -> Counter:
     return Counter(
         {
             r["event_id"]: r["n"]
-            for r in _rows(
+            for r in query(
                 "SELECT event_id, count(*) AS n FROM sink_events WHERE consumer_run_id = %s GROUP BY 1",
                 (consumer_run_id,),
             )
@@ -100,7 +90,7 @@ def test_dedup_sink_stays_exactly_once_and_fresh_across_two_crashes(input_run):
     copies = sink_copies(run["consumer_run_id"])
     assert (len(copies), max(copies.values())) == (MESSAGES, 1)
     # Every key's state is its newest event in the ledger.
-    stale = _rows(
+    stale = query(
         """
         SELECT st.key FROM sink_state st
         JOIN LATERAL (SELECT e.event_id FROM ledger_events e WHERE e.run_id = %s AND e.key = st.key
@@ -110,7 +100,7 @@ def test_dedup_sink_stays_exactly_once_and_fresh_across_two_crashes(input_run):
     )
     assert stale == []
     assert (
-        _rows("SELECT count(*) AS n FROM sink_state WHERE consumer_run_id = %s", (run["consumer_run_id"],))[0]["n"]
+        query("SELECT count(*) AS n FROM sink_state WHERE consumer_run_id = %s", (run["consumer_run_id"],))[0]["n"]
         == 16
     )
 
@@ -177,9 +167,9 @@ def test_dedup_sink_skips_a_seen_event_and_never_applies_an_older_version(input_
         assert sink.apply([newer], session=1) == 1
         assert sink.apply([newer, older, tie_lower_seq], session=2) == 2, "the seen event id is skipped"
         sink.close()
-        state = _rows("SELECT event_id FROM sink_state WHERE consumer_run_id = %s", (cid,))
+        state = query("SELECT event_id FROM sink_state WHERE consumer_run_id = %s", (cid,))
         assert state == [{"event_id": "e2"}], "an older version (or an equal time, lower seq) never overwrites"
-        applied = _rows(
+        applied = query(
             "SELECT event_id, state_applied FROM sink_events WHERE consumer_run_id = %s ORDER BY apply_no", (cid,)
         )
         assert applied == [
@@ -203,17 +193,17 @@ def test_dedup_sink_skips_a_seen_event_and_never_applies_an_older_version(input_
     ],
 )
 def test_bad_input_is_refused_before_any_side_effect(input_run, spec, message):
-    before = _rows("SELECT count(*) AS n FROM consumer_runs")[0]["n"]
+    before = query("SELECT count(*) AS n FROM consumer_runs")[0]["n"]
     args = {"strategy": "process_then_commit", "source_run_id": input_run, **spec}
     with pytest.raises(WorkloadError, match=message.replace("[", r"\[").replace("]", r"\]")):
         consumer_workload.start(ConsumerSpec(**args))
-    assert _rows("SELECT count(*) AS n FROM consumer_runs")[0]["n"] == before
+    assert query("SELECT count(*) AS n FROM consumer_runs")[0]["n"] == before
 
 
 def test_unreachable_broker_is_refused_before_any_side_effect(input_run):
-    before = _rows("SELECT count(*) AS n FROM consumer_runs")[0]["n"]
+    before = query("SELECT count(*) AS n FROM consumer_runs")[0]["n"]
     with pytest.raises(WorkloadError, match="did not answer"):
         consumer_workload.start(
             ConsumerSpec("process_then_commit", input_run), kafka_conf={"bootstrap.servers": "127.0.0.1:1"}
         )
-    assert _rows("SELECT count(*) AS n FROM consumer_runs")[0]["n"] == before
+    assert query("SELECT count(*) AS n FROM consumer_runs")[0]["n"] == before

@@ -5,22 +5,11 @@ from __future__ import annotations
 
 import json
 
-import psycopg2
-import psycopg2.extras
 import pytest
 from conftest import REPO, run
 
 from delivery_semantics import catalog
-from delivery_semantics.endpoints import ledger_database
-
-
-def _rows(sql: str, params=()) -> list[dict]:
-    with (
-        psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c,
-        c.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur,
-    ):
-        cur.execute(sql, params)
-        return [dict(r) for r in cur.fetchall()]
+from delivery_semantics.report import query
 
 
 def dags_test(dag_id: str, conf: dict, name: str, timeout: float = 1200):
@@ -33,7 +22,7 @@ def dags_test(dag_id: str, conf: dict, name: str, timeout: float = 1200):
 def test_single_run_dag_without_fault_keeps_every_promise(mode):
     res, out = dags_test("semantics_single_run", {"mode": mode, "scenario": "none", "messages": 2000}, f"single-{mode}")
     assert res.returncode == 0 and "state=success" in out, out[-3000:]
-    r = _rows(
+    r = query(
         """SELECT v.* FROM v_run_results v JOIN runs USING (run_id)
                  WHERE runs.airflow_run_id LIKE 'semantics_single_run/%%' AND v.mode = %s
                  ORDER BY v.created_at DESC LIMIT 1""",
@@ -51,7 +40,7 @@ def test_consumer_run_dag_makes_its_input_run_crashes_the_consumer_and_reports_i
         "consumer-dedup",
     )
     assert res.returncode == 0 and "state=success" in out, out[-3000:]
-    r = _rows("""SELECT v.*, c.crashes, c.sessions AS consumer_sessions FROM v_run_results v
+    r = query("""SELECT v.*, c.crashes, c.sessions AS consumer_sessions FROM v_run_results v
                  JOIN consumer_runs c ON c.consumer_run_id = v.run_id
                  WHERE c.airflow_run_id LIKE 'semantics_consumer_run/%%' ORDER BY v.created_at DESC LIMIT 1""")[0]
     assert (r["mode"], r["scenario"], r["side"], r["messages"], r["crashes"], r["consumer_sessions"]) == (
@@ -76,7 +65,7 @@ def test_matrix_dag_with_a_small_n_matches_design_expectations():
     }
     res, out = dags_test("semantics_matrix", conf, "matrix-small")
     assert res.returncode == 0 and "state=success" in out, out[-3000:]
-    runs = _rows("""SELECT r.run_id, r.mode, r.scenario FROM runs r
+    runs = query("""SELECT r.run_id, r.mode, r.scenario FROM runs r
                     WHERE r.airflow_run_id LIKE 'semantics_matrix/%%'
                     ORDER BY r.created_at DESC LIMIT 4""")
     assert sorted((r["mode"], r["scenario"]) for r in runs) == [
@@ -87,13 +76,13 @@ def test_matrix_dag_with_a_small_n_matches_design_expectations():
     ]
     results = {
         (r["mode"], r["scenario"]): r
-        for r in _rows("SELECT * FROM v_run_results WHERE run_id = ANY(%s)", ([r["run_id"] for r in runs],))
+        for r in query("SELECT * FROM v_run_results WHERE run_id = ANY(%s)", ([r["run_id"] for r in runs],))
     }
     assert len(results) == 4, "every run gets a summary row"
     assert all(r["meets_expectation"] for r in results.values()), {k: v["expectation"] for k, v in results.items()}
     assert results[("at_least_once", "lost_ack")]["duplicate_events"] > 0
     assert results[("idempotent", "lost_ack")]["duplicate_events"] == 0
-    consumer = _rows("""SELECT v.* FROM v_run_results v JOIN consumer_runs c ON c.consumer_run_id = v.run_id
+    consumer = query("""SELECT v.* FROM v_run_results v JOIN consumer_runs c ON c.consumer_run_id = v.run_id
                         WHERE c.airflow_run_id LIKE 'semantics_matrix/%%' ORDER BY v.created_at DESC LIMIT 1""")[0]
     assert (consumer["mode"], consumer["scenario"], consumer["meets_expectation"]) == (
         "process_then_commit",
@@ -125,9 +114,9 @@ def test_matrix_dag_with_a_small_n_matches_design_expectations():
 )
 def test_invalid_conf_is_refused_before_any_load(dag_id, conf, message):
     count = "SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM consumer_runs) AS n"
-    before = _rows(count)[0]["n"]
+    before = query(count)[0]["n"]
     res, out = dags_test(dag_id, conf, "invalid")
     assert res.returncode != 0 or "state=failed" in out
     assert message in out
     assert "starting task_id=run_load" not in out
-    assert _rows(count)[0]["n"] == before, "no run may be started"
+    assert query(count)[0]["n"] == before, "no run may be started"
