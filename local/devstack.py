@@ -52,6 +52,15 @@ PG_PORT = int(os.environ.get("SEMANTICS_PG_PORT", "5433"))
 TOXIPROXY_PORT = int(os.environ.get("SEMANTICS_TOXIPROXY_PORT", "8474"))
 PLATFORM_DB = "semantics"
 AIRFLOW_DB = "airflow"
+OUTBOX_DB = "outbox_demo"
+OUTBOX_OWNER = "outbox_app"
+OUTBOX_READER = "outbox_reader"
+SCRAM_USER = "semantics"
+TLS_DIR = VAR / "tls"
+TLS_CA = TLS_DIR / "ca.pem"
+TLS_KEYSTORE = TLS_DIR / "broker.p12"
+# The hostname the SASL_SSL listener advertises and its certificate names.
+SECURE_HOST = "localhost"
 MIN_JAVA = 17
 
 
@@ -74,6 +83,10 @@ class Broker:
     @property
     def client_port(self) -> int:
         return 19091 + self.node_id
+
+    @property
+    def secure_port(self) -> int:
+        return 29091 + self.node_id
 
     @property
     def internal_port(self) -> int:
@@ -105,6 +118,11 @@ def bootstrap_servers() -> str:
 
 
 # --------------------------------------------------------------------------- processes
+
+
+def secure_bootstrap_servers() -> str:
+    """The SASL_SSL listeners, direct: security is tested there, faults on the plaintext path."""
+    return ",".join(f"{SECURE_HOST}:{b.secure_port}" for b in BROKERS)
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -221,28 +239,39 @@ def check_prerequisites() -> None:
 SECRETS_FILE = VAR / "secrets.env"
 
 
+SECRET_NAMES = (
+    "SEMANTICS_DB_PASSWORD",
+    "AIRFLOW_DB_PASSWORD",
+    "AIRFLOW_ADMIN_PASSWORD",
+    "KAFKA_SCRAM_PASSWORD",  # the SCRAM-SHA-512 user of the SASL_SSL listener
+    "TLS_STORE_PASSWORD",  # the brokers' PKCS12 keystore
+    "OUTBOX_OWNER_PASSWORD",  # the application that writes the outbox database
+    "OUTBOX_READER_PASSWORD",  # the read-only role audits read it with
+)
+
+
 def _secrets() -> dict[str, str]:
-    """Passwords for the local roles, made once per stack and never committed or printed."""
-    if not SECRETS_FILE.exists():
+    """Passwords for the local roles, made once per stack (a name added later is made when first
+    needed) and never committed or printed."""
+    out = {}
+    if SECRETS_FILE.exists():
+        for line in SECRETS_FILE.read_text().splitlines():
+            if "=" in line:
+                k, v = line.split("=", 1)
+                out[k] = v
+    missing = [k for k in SECRET_NAMES if k not in out]
+    if missing:
         VAR.mkdir(parents=True, exist_ok=True)
         alphabet = string.ascii_letters + string.digits
-        values = {
-            k: "".join(secrets.choice(alphabet) for _ in range(24))
-            for k in ("SEMANTICS_DB_PASSWORD", "AIRFLOW_DB_PASSWORD", "AIRFLOW_ADMIN_PASSWORD")
-        }
-        SECRETS_FILE.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+        out.update({k: "".join(secrets.choice(alphabet) for _ in range(24)) for k in missing})
+        SECRETS_FILE.touch(mode=0o600)
         SECRETS_FILE.chmod(0o600)
-    out = {}
-    for line in SECRETS_FILE.read_text().splitlines():
-        if "=" in line:
-            k, v = line.split("=", 1)
-            out[k] = v
+        SECRETS_FILE.write_text("".join(f"{k}={v}\n" for k, v in out.items()))
     return out
 
 
 def secret(name: str) -> str:
-    """One of the stack's generated passwords (SEMANTICS_DB_PASSWORD, AIRFLOW_DB_PASSWORD,
-    AIRFLOW_ADMIN_PASSWORD)."""
+    """One of the stack's generated passwords (SECRET_NAMES)."""
     return _secrets()[name]
 
 
@@ -278,6 +307,42 @@ def environment() -> dict[str, str]:
                 "login": PLATFORM_DB,
                 "password": s["SEMANTICS_DB_PASSWORD"],
                 "schema": PLATFORM_DB,
+            }
+        ),
+        # The SASL_SSL listener, direct (no proxy): SCRAM-SHA-512 over TLS with the stack's CA.
+        "AIRFLOW_CONN_KAFKA_SECURE": json.dumps(
+            {
+                "conn_type": "kafka",
+                "login": SCRAM_USER,
+                "password": s["KAFKA_SCRAM_PASSWORD"],
+                "extra": {
+                    "bootstrap.servers": secure_bootstrap_servers(),
+                    "security.protocol": "SASL_SSL",
+                    "sasl.mechanism": "SCRAM-SHA-512",
+                    "ssl.ca.location": str(TLS_CA),
+                },
+            }
+        ),
+        # A team's own database: the outbox its application writes, and the read-only role an
+        # audit reads it with.
+        "AIRFLOW_CONN_OUTBOX_DB": json.dumps(
+            {
+                "conn_type": "postgres",
+                "host": HOST,
+                "port": PG_PORT,
+                "login": OUTBOX_READER,
+                "password": s["OUTBOX_READER_PASSWORD"],
+                "schema": OUTBOX_DB,
+            }
+        ),
+        "AIRFLOW_CONN_OUTBOX_APP": json.dumps(
+            {
+                "conn_type": "postgres",
+                "host": HOST,
+                "port": PG_PORT,
+                "login": OUTBOX_OWNER,
+                "password": s["OUTBOX_OWNER_PASSWORD"],
+                "schema": OUTBOX_DB,
             }
         ),
         "AIRFLOW_CONN_TOXIPROXY_DEFAULT": json.dumps({"conn_type": "http", "host": HOST, "port": TOXIPROXY_PORT}),
@@ -376,11 +441,10 @@ def _psql(sql: str, db: str = "postgres") -> str:
             "-v",
             "ON_ERROR_STOP=1",
             "-qAt",
-            "-c",
-            sql,
         ]
     )
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    # On stdin, not -c: the statements can hold a password, and `ps` shows arguments.
+    res = subprocess.run(cmd, input=sql, capture_output=True, text=True)
     if res.returncode != 0:
         raise StackError(f"postgres: {res.stderr.strip()}")
     return res.stdout.strip()
@@ -435,21 +499,35 @@ def start_postgres() -> str:
     )
     if res.returncode != 0:
         raise StackError(f"postgres: pg_ctl start failed: {res.stderr.strip() or res.stdout.strip()}; see {PG_LOG}")
-    _bootstrap_postgres()
     return "started"
 
 
-def _bootstrap_postgres() -> None:
+def bootstrap_postgres() -> str:
+    """Roles and databases, idempotently: the platform's, Airflow's, and a team's outbox database
+    with an owner that writes it and a read-only role that audits read it with."""
     s = _secrets()
     for role, db, pw in (
         (PLATFORM_DB, PLATFORM_DB, s["SEMANTICS_DB_PASSWORD"]),
         ("airflow", AIRFLOW_DB, s["AIRFLOW_DB_PASSWORD"]),
+        (OUTBOX_OWNER, OUTBOX_DB, s["OUTBOX_OWNER_PASSWORD"]),
+        (OUTBOX_READER, None, s["OUTBOX_READER_PASSWORD"]),
     ):
         exists = _psql(f"SELECT 1 FROM pg_roles WHERE rolname = '{role}'")
         verb = "ALTER" if exists else "CREATE"
         _psql(f"{verb} ROLE {role} LOGIN PASSWORD '{pw}'")
-        if not _psql(f"SELECT 1 FROM pg_database WHERE datname = '{db}'"):
+        if db and not _psql(f"SELECT 1 FROM pg_database WHERE datname = '{db}'"):
             _psql(f"CREATE DATABASE {db} OWNER {role}")
+    _psql(
+        f"ALTER ROLE {OUTBOX_READER} SET default_transaction_read_only = on;\n"
+        f"GRANT CONNECT ON DATABASE {OUTBOX_DB} TO {OUTBOX_READER};"
+    )
+    _psql(
+        f"GRANT USAGE ON SCHEMA public TO {OUTBOX_READER};\n"
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {OUTBOX_READER};\n"
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {OUTBOX_OWNER} IN SCHEMA public GRANT SELECT ON TABLES TO {OUTBOX_READER};",
+        db=OUTBOX_DB,
+    )
+    return f"roles ok; {OUTBOX_DB} readable by {OUTBOX_READER} (read-only)"
 
 
 def stop_postgres() -> None:
@@ -557,10 +635,15 @@ def _render_broker_config(b: Broker) -> Path:
         internal_port=b.internal_port,
         controller_port=b.controller_port,
         proxy_port=b.proxy_port,
+        secure_host=SECURE_HOST,
+        secure_port=b.secure_port,
+        keystore=TLS_KEYSTORE,
+        keystore_password=_secrets()["TLS_STORE_PASSWORD"],
         log_dir=b.data_dir / "data",
     )
     path = b.data_dir / "server.properties"
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
     path.write_text(text)
     return path
 
@@ -609,7 +692,12 @@ def broker_pid(b: Broker) -> int | None:
 def start_broker(b: Broker) -> str:
     if broker_pid(b):
         return "already running"
-    for port, what in ((b.client_port, "client"), (b.internal_port, "inter-broker"), (b.controller_port, "controller")):
+    for port, what in (
+        (b.client_port, "client"),
+        (b.secure_port, "SASL_SSL"),
+        (b.internal_port, "inter-broker"),
+        (b.controller_port, "controller"),
+    ):
         _require_port_free(port, f"{b.name} ({what} listener)")
     config = _render_broker_config(b)
     _format_storage(b, config)
@@ -645,6 +733,58 @@ def wait_for_cluster(timeout: float = 120) -> None:
         return len(md.brokers) == len(BROKERS)
 
     _wait_until(ready, timeout, "the 3-broker Kafka cluster", LOGS)
+
+
+def make_tls() -> str:
+    """A local CA, and one certificate for the brokers' SASL_SSL listeners that names localhost and
+    127.0.0.1, in a PKCS12 keystore. Made once; the keys never leave var/tls (mode 700)."""
+    if TLS_KEYSTORE.exists() and TLS_CA.exists():
+        return "CA and broker keystore present"
+    if not shutil.which("openssl"):
+        raise StackError("tls: openssl is missing (Debian: openssl)")
+    TLS_DIR.mkdir(parents=True, exist_ok=True)
+    TLS_DIR.chmod(0o700)
+    ca_key, key, csr, cert, ext = (TLS_DIR / n for n in ("ca.key", "broker.key", "broker.csr", "broker.pem", "san.ext"))
+    ext.write_text(f"subjectAltName=DNS:{SECURE_HOST},IP:{HOST}\n")
+    subj = "/O=delivery-semantics local stack/CN="
+    steps = (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", TLS_CA, "-days", "825",
+         "-subj", subj + "local CA"],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", subj + SECURE_HOST],
+        ["x509", "-req", "-in", csr, "-CA", TLS_CA, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+         "-days", "825", "-extfile", ext],
+        # The store password on the environment, not the command line.
+        ["pkcs12", "-export", "-in", cert, "-inkey", key, "-certfile", TLS_CA, "-name", "broker",
+         "-out", TLS_KEYSTORE, "-passout", "env:TLS_STORE_PASSWORD"],
+    )  # fmt: skip
+    env = {**os.environ, "TLS_STORE_PASSWORD": _secrets()["TLS_STORE_PASSWORD"]}
+    for args in steps:
+        res = subprocess.run(["openssl", *map(str, args)], capture_output=True, text=True, env=env)
+        if res.returncode != 0:
+            raise StackError(f"tls: openssl {args[0]} failed: {res.stderr.strip()[-400:]}")
+    for p in TLS_DIR.iterdir():
+        p.chmod(0o644 if p == TLS_CA else 0o600)  # the CA certificate is public; the keys are not
+    return f"local CA and broker certificate made in {TLS_DIR.relative_to(REPO) if TLS_DIR.is_relative_to(REPO) else TLS_DIR}"
+
+
+def add_scram_user() -> str:
+    """The SCRAM-SHA-512 user of the SASL_SSL listener, upserted through the plaintext listener."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers(), "socket.timeout.ms": 10000})
+    upsert = UserScramCredentialUpsertion(
+        SCRAM_USER,
+        ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+        _secrets()["KAFKA_SCRAM_PASSWORD"].encode(),
+    )
+    for fut in admin.alter_user_scram_credentials([upsert]).values():
+        fut.result(timeout=30)
+    return f"SCRAM-SHA-512 user {SCRAM_USER!r} on the SASL_SSL listeners {secure_bootstrap_servers()}"
 
 
 class NemesisBackend(Backend):
@@ -786,6 +926,8 @@ def start() -> None:
     for d in (LOGS, RUN):
         d.mkdir(parents=True, exist_ok=True)
     _report("postgres", start_postgres())
+    _report("postgres", bootstrap_postgres())
+    _report("tls", make_tls())
     _report("toxiproxy", start_toxiproxy())
     for b in BROKERS:
         _report(b.name, start_broker(b))
@@ -795,6 +937,7 @@ def start() -> None:
             raise StackError(f"{b.name}: exited during start-up; see {b.log_file}")
     wait_for_cluster()
     _report("kafka", f"3 brokers up, bootstrap {bootstrap_servers()}")
+    _report("kafka", add_scram_user())
     _report("schema", _migrate_schema())
     _report("airflow-db", migrate_airflow())
     write_airflow_passwords()
