@@ -21,8 +21,9 @@ def params(form: dict[str, dict]) -> dict[str, Param]:
 
 class PlatformSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator for an application of spark_apps/. At execute time it is given the
-    cached jars, the platform's Spark settings, and the ledger database and Kafka as environment:
-    never as arguments, never rendered."""
+    cached jars, the platform's Spark settings, and the ledger database, Kafka (with its SASL
+    credentials) and an audit's source database as environment: never as arguments, never
+    rendered."""
 
     def __init__(
         self,
@@ -31,10 +32,11 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
         conn_id: str = "spark_default",
         ledger_conn_id: str = "ledger_db",
         kafka_conn_id: str = "kafka_default",
+        source_conn_id: str | None = None,
         **kwargs,
     ):
         super().__init__(application=app, conn_id=conn_id, name=app.removesuffix(".py"), **kwargs)
-        self.ledger_conn_id, self.kafka_conn_id = ledger_conn_id, kafka_conn_id
+        self.ledger_conn_id, self.kafka_conn_id, self.source_conn_id = ledger_conn_id, kafka_conn_id, source_conn_id
 
     def execute(self, context):
         from delivery_semantics import endpoints

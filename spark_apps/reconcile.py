@@ -1,7 +1,7 @@
 """The checker: reconciles a Kafka topic against a ledger by event id, per isolation level.
 
-    spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --run-id RUN
-    spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --mapping mapping.json
+    spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --run-id RUN [--run-id RUN2 ...]
+    spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --audit audits/NAME.yaml --reconciliation-id ID
 
 Input is one of:
 - a run id of the platform's own (topic and ledger from the `runs`, `ledger_events` and
@@ -9,7 +9,7 @@ Input is one of:
 - a consumer run id of the platform's own (`consumer_runs`), checked against its input run's
   ledger: what it wrote to the sink table (`sink_events`), or, for the transactional copier, its
   output topic;
-- a mapping for an existing topic and ledger/outbox table (see docs/RECONCILE.md).
+- an audit of a team's own topic and outbox table (audits/NAME.yaml, see docs/RECONCILE.md).
 
 The topic is read as read_committed and read_uncommitted over an exact offset range. That range
 is fixed at the first reconciliation and recorded, so a rerun reads the same records. The ledger
@@ -23,70 +23,69 @@ Three tables are written: a summary (one row per run and isolation level), the d
 them to staging tables, and one database transaction merges them, so a rerun leaves every row as
 the first run did. Nothing is collected to the driver except the few summary rows.
 
-Database: SEMANTICS_JDBC_URL / _USER / _PASSWORD. Kafka: SEMANTICS_KAFKA_BOOTSTRAP_SERVERS (or
-the mapping). Exit codes: 0 done, 2 bad input or unreachable endpoint, 1 other failure.
+Everything else comes by environment, made at submit time from Airflow connections and never on
+the command line: the results database SEMANTICS_JDBC_URL / _USER / _PASSWORD, an audit's outbox
+database SEMANTICS_SOURCE_JDBC_*, and Kafka SEMANTICS_KAFKA_CONFIG / SEMANTICS_KAFKA_SPARK_OPTIONS.
+Exit codes: 0 done, 2 bad input or unreachable endpoint, 1 other failure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from pyspark.sql import SparkSession
 
 from checker.driver import reconcile
-from checker.sources import InputError, Jdbc, mapping_source, platform_run_source
+from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_source
+from delivery_semantics import audits
+
+PRINTED = (
+    "reconciliation_id",
+    "isolation",
+    "records_read",
+    "delivered_once",
+    "duplicate_events",
+    "lost_acked",
+    "lost_unacked",
+    "unknown_landed",
+    "unexpected",
+    "out_of_order",
+    "aborted_visible",
+    "malformed",
+    "stale_overwrites",
+    "verdict",
+    "broken_by",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="reconcile a Kafka topic against a ledger by event id")
     g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--run-id")
-    g.add_argument("--mapping")
-    ap.add_argument("--bootstrap-servers", default=os.environ.get("SEMANTICS_KAFKA_BOOTSTRAP_SERVERS"))
+    g.add_argument("--run-id", action="append", help="a platform run (repeatable: one application, many runs)")
+    g.add_argument("--audit", help="an audit file, audits/NAME.yaml")
+    ap.add_argument("--reconciliation-id", help="with --audit: the id of this audit run")
     args = ap.parse_args(argv)
-    spark = SparkSession.builder.appName(f"reconcile-{args.run_id or os.path.basename(args.mapping)}").getOrCreate()
+    if args.audit and not args.reconciliation_id:
+        ap.error("--audit needs --reconciliation-id")
+    name = f"audit-{args.reconciliation_id}" if args.audit else f"reconcile-{args.run_id[0]}"
+    spark = SparkSession.builder.appName(name).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
-        jdbc = Jdbc(spark)
-        if args.run_id:
-            if not args.bootstrap_servers:
-                raise InputError(
-                    "no bootstrap servers: pass --bootstrap-servers or set SEMANTICS_KAFKA_BOOTSTRAP_SERVERS"
-                )
-            src = platform_run_source(jdbc, args.run_id, args.bootstrap_servers)
+        jdbc, kafka = Jdbc(spark), Kafka.from_env()
+        if args.audit:
+            try:
+                audit = audits.load(args.audit)
+            except audits.AuditError as e:
+                raise InputError(str(e)) from None
+            outbox = Jdbc(spark, "SEMANTICS_SOURCE_JDBC", read_only=True)
+            jobs = [(audit_source(audit, args.reconciliation_id, kafka), outbox)]
         else:
-            src = mapping_source(args.mapping, args.bootstrap_servers)
-        summaries = reconcile(spark, jdbc, src)
-        for s in summaries:
-            print(
-                "RECONCILED "
-                + json.dumps(
-                    {
-                        k: s[k]
-                        for k in (
-                            "reconciliation_id",
-                            "isolation",
-                            "records_read",
-                            "delivered_once",
-                            "duplicate_events",
-                            "lost_acked",
-                            "lost_unacked",
-                            "unknown_landed",
-                            "unexpected",
-                            "out_of_order",
-                            "aborted_visible",
-                            "malformed",
-                            "stale_overwrites",
-                            "verdict",
-                            "broken_by",
-                        )
-                    }
-                ),
-                flush=True,
-            )
+            jobs = [(platform_run_source(jdbc, rid, kafka), None) for rid in args.run_id]
+        for src, outbox in jobs:
+            for s in reconcile(spark, jdbc, src, outbox):
+                print("RECONCILED " + json.dumps({k: s[k] for k in PRINTED}), flush=True)
         return 0
     except InputError as e:
         print(f"reconcile: {e}", file=sys.stderr)

@@ -1,12 +1,13 @@
 """Smoke job: count a topic's records through the Spark Kafka source and write the count to
 PostgreSQL over JDBC. Proves spark-submit, the cached connector jars, Kafka and JDBC all work.
 
-    spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/smoke_count.py --topic T [--bootstrap-servers B]
-Kafka defaults to SEMANTICS_KAFKA_BOOTSTRAP_SERVERS.
-The database comes from SEMANTICS_JDBC_URL / _USER / _PASSWORD in the environment.
+    spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/smoke_count.py --topic T
+Kafka comes from SEMANTICS_KAFKA_SPARK_OPTIONS (JSON of kafka.* options, made at submit time from
+the Kafka connection) and the database from SEMANTICS_JDBC_URL / _USER / _PASSWORD.
 """
 
 import argparse
+import json
 import os
 import sys
 
@@ -17,10 +18,10 @@ from pyspark.sql import functions as F
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--topic", required=True)
-    p.add_argument("--bootstrap-servers", default=os.environ.get("SEMANTICS_KAFKA_BOOTSTRAP_SERVERS"))
     args = p.parse_args()
     try:
         jdbc = {k: os.environ[f"SEMANTICS_JDBC_{k.upper()}"] for k in ("url", "user", "password")}
+        kafka = json.loads(os.environ["SEMANTICS_KAFKA_SPARK_OPTIONS"])
     except KeyError as e:
         print(f"smoke_count: {e.args[0]} is not set", file=sys.stderr)
         return 2
@@ -28,7 +29,7 @@ def main() -> int:
     spark = SparkSession.builder.appName(f"smoke-count-{args.topic}").getOrCreate()
     records = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap_servers)
+        .options(**kafka)
         .option("subscribe", args.topic)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")

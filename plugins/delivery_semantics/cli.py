@@ -4,7 +4,9 @@
     load resume --run-id RUN
     consumer_workload run --strategy process_then_commit --source-run RUN [--scenario consumer_crash]
     consumer_workload resume --consumer-run-id CRUN
-    reconcile --run-id RUN | --mapping FILE
+    reconcile --run-id RUN [--run-id RUN2 ...] | --mapping FILE
+    audit run NAME|FILE [--reconciliation-id ID]   (audits/NAME.yaml; see docs/RECONCILE.md)
+    audit validate [NAME|FILE ...] | audit list
     report [--runs R1,R2 | --matrix-run ID] [--html PATH]
 
 Bad input is refused with a one-line message and exit 2 before any side effect. `consumer_session`
@@ -149,21 +151,82 @@ def _consumer_session(args) -> int:
 def _reconcile_parser(sub) -> None:
     ap = sub.add_parser("reconcile", help="the Spark checker, with spark-submit")
     g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--run-id")
-    g.add_argument("--mapping")
+    g.add_argument("--run-id", action="append", help="a platform run (repeatable)")
+    g.add_argument("--mapping", help="an audit file (YAML or JSON), run once: the same as `audit run FILE`")
+    ap.add_argument("--reconciliation-id", help="with --mapping: the id of this run")
     ap.add_argument("--master", default="local[2]")
 
 
 def _reconcile(args) -> int:
     from delivery_semantics import reconcile
 
-    r = reconcile.run(run_id=args.run_id, mapping=args.mapping, master=args.master)
+    if args.mapping:
+        return _audit_run(args.mapping, args.reconciliation_id, args.master)
+    return _reconciled(reconcile.run(run_id=args.run_id, master=args.master))
+
+
+def _reconciled(r) -> int:
     if r.returncode != 0:
         print(r.error, file=sys.stderr)
         return r.returncode
     for s in r.summaries:
         print(json.dumps(s))
     return 0
+
+
+def _audit_parser(sub) -> None:
+    ap = sub.add_parser("audit", help="audits of a team's topic against its outbox: audits/NAME.yaml")
+    cmds = ap.add_subparsers(dest="action", required=True)
+    run = cmds.add_parser("run", help="check the endpoints, then reconcile once with Spark")
+    run.add_argument("audit", help="a name (audits/NAME.yaml) or a path")
+    run.add_argument("--reconciliation-id", help="default: audit:NAME:manual__<UTC time>")
+    run.add_argument("--master", default="local[2]")
+    val = cmds.add_parser("validate", help="validate audit files against the schema (default: every one)")
+    val.add_argument("audits", nargs="*")
+    val.add_argument("--endpoints", action="store_true", help="also check the connections, Kafka and the outbox")
+    cmds.add_parser("list", help="the audit files, their topic, mode and schedule")
+
+
+def _audit(args) -> int:
+    from delivery_semantics import audits
+
+    if args.action == "run":
+        return _audit_run(args.audit, args.reconciliation_id, args.master)
+    if args.action == "list":
+        for name, a in audits.discover():
+            print(
+                f"{name:24} invalid: {a}"
+                if isinstance(a, Exception)
+                else f"{name:24} {a.topic:24} {a.mode:18} {a.schedule or 'triggered only'}"
+            )
+        return 0
+    failed = 0
+    for item in args.audits or [a.path if not isinstance(a, Exception) else n for n, a in audits.discover()]:
+        try:
+            audit = audits.load(item)
+            if args.endpoints:
+                audits.preflight(audit)
+            print(f"{audit.path}: ok")
+        except audits.AuditError as e:
+            print(f"audit: {e}", file=sys.stderr)
+            failed = 2
+    return failed
+
+
+def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str) -> int:
+    """Refused with one line and exit 2 before Spark starts when the file or an endpoint is bad."""
+    from delivery_semantics import audits, reconcile
+    from delivery_semantics.endpoints import EndpointError
+
+    try:
+        audit = audits.load(name_or_path)
+        audits.preflight(audit)
+        rid = reconciliation_id or audits.reconciliation_id(audit)
+        result = reconcile.run(audit=audit, reconciliation_id=rid, master=master)
+    except (audits.AuditError, EndpointError) as e:
+        print(f"audit: {e}", file=sys.stderr)
+        return 2
+    return _reconciled(result)
 
 
 def _report_parser(sub) -> None:
@@ -206,14 +269,16 @@ def _run_and_summarise(args, work) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="semantics", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    for add in (_load_parser, _consumer_parser, _session_parser, _reconcile_parser, _report_parser):
+    for add in (_load_parser, _consumer_parser, _session_parser, _reconcile_parser, _audit_parser, _report_parser):
         add(sub)
     args = ap.parse_args(argv)
     if args.command == "load":
         return _run_and_summarise(args, _load)
     if args.command == "consumer_workload":
         return _run_and_summarise(args, _consumer)
-    return {"consumer_session": _consumer_session, "reconcile": _reconcile, "report": _report}[args.command](args)
+    return {"consumer_session": _consumer_session, "reconcile": _reconcile, "audit": _audit, "report": _report}[
+        args.command
+    ](args)
 
 
 if __name__ == "__main__":

@@ -86,20 +86,66 @@ def _ours(conn_id: str, c, extra: dict | None = None) -> Connection:
 
 
 def kafka_config(conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
-    """librdkafka client settings from the connection: its extra holds librdkafka keys as-is."""
+    """librdkafka client settings from the connection. Its extra holds librdkafka keys as-is
+    (`security.protocol`, `sasl.mechanism`, `ssl.ca.location`, ...), its login the SASL user and
+    its password field the SASL password, which is the only secret."""
     c = get_connection(conn_id)
     conf = {str(k): str(v) for k, v in c.extra.items()}
     if "bootstrap.servers" not in conf:
         if not c.host:
             raise EndpointError(f"connection {conn_id!r} names no bootstrap.servers (extra) or host")
         conf["bootstrap.servers"] = f"{c.host}:{c.port or 9092}"
+    if c.login:
+        conf.setdefault("sasl.username", c.login)
+    if c.password:
+        conf["sasl.password"] = c.password
     return conf
+
+
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+# Keys with the same name and meaning in librdkafka and the Java client.
+_JAVA_SAME_KEYS = {
+    "bootstrap.servers",
+    "security.protocol",
+    "sasl.mechanism",
+    "ssl.endpoint.identification.algorithm",
+    "client.id",
+    "client.rack",
+}
+
+
+def spark_kafka_options(conf: dict[str, str]) -> dict[str, str]:
+    """librdkafka settings as options of Spark's Kafka source (the Java client, `kafka.` prefix).
+    The SASL credentials become `kafka.sasl.jaas.config`, built here at submit time: the result
+    holds a secret and travels by environment only. Tuning keys of librdkafka's own are left out;
+    a security setting the Java client cannot take is refused rather than dropped."""
+    conf = {("sasl.mechanism" if k == "sasl.mechanisms" else k): v for k, v in conf.items()}
+    out = {f"kafka.{k}": v for k, v in conf.items() if k in _JAVA_SAME_KEYS}
+    if "ssl.ca.location" in conf:
+        out["kafka.ssl.truststore.type"] = "PEM"
+        out["kafka.ssl.truststore.location"] = conf["ssl.ca.location"]
+    if "ssl.certificate.location" in conf or "ssl.key.location" in conf:
+        raise EndpointError("TLS client certificates (ssl.certificate.location) are not supported for Spark yet")
+    protocol = conf.get("security.protocol", "PLAINTEXT").upper()
+    if protocol.startswith("SASL"):
+        mechanism = conf.get("sasl.mechanism", "GSSAPI").upper()
+        if mechanism not in _JAAS_MODULES:
+            raise EndpointError(f"sasl.mechanism {mechanism} is not supported: use one of {', '.join(_JAAS_MODULES)}")
+        if not conf.get("sasl.username") or not conf.get("sasl.password"):
+            raise EndpointError("SASL needs a user (the connection's login) and a password (its password field)")
+        user, password = (conf[k].replace("\\", "\\\\").replace('"', '\\"') for k in ("sasl.username", "sasl.password"))
+        out["kafka.sasl.jaas.config"] = f'{_JAAS_MODULES[mechanism]} required username="{user}" password="{password}";'
+    return out
 
 
 def mask_secrets(conf: dict) -> dict:
     """The config as stored with a run: secret values replaced."""
     return {
-        k: ("****" if any(s in k for s in ("password", "secret", "sasl.oauthbearer", "ssl.key")) else v)
+        k: ("****" if any(s in k for s in ("password", "secret", "sasl.oauthbearer", "ssl.key", "jaas")) else v)
         for k, v in conf.items()
     }
 
@@ -137,20 +183,21 @@ class Database:
             "connect_timeout": 5,
         }
 
-    def spark_env(self) -> dict[str, str]:
-        """How a Spark application receives the ledger database: environment, never arguments."""
-        return {
-            "SEMANTICS_JDBC_URL": self.jdbc_url,
-            "SEMANTICS_JDBC_USER": self.user,
-            "SEMANTICS_JDBC_PASSWORD": self.password,
-        }
+    def spark_env(self, prefix: str = "SEMANTICS_JDBC") -> dict[str, str]:
+        """How a Spark application receives a database: environment, never arguments."""
+        return {f"{prefix}_URL": self.jdbc_url, f"{prefix}_USER": self.user, f"{prefix}_PASSWORD": self.password}
 
 
-def ledger_database(conn_id: str = LEDGER_CONN_ID) -> Database:
+def database(conn_id: str) -> Database:
+    """A PostgreSQL database from its connection: the ledger's, or a team's own (an outbox)."""
     c = get_connection(conn_id)
     if not c.host or not c.schema:
         raise EndpointError(f"connection {conn_id!r} needs a host and a schema (the database name)")
     return Database(c.host, c.port or 5432, c.login, c.password, c.schema)
+
+
+def ledger_database(conn_id: str = LEDGER_CONN_ID) -> Database:
+    return database(conn_id)
 
 
 def child_process_env(kafka_conf: dict, db: Database) -> dict[str, str]:
@@ -205,14 +252,22 @@ def spark_jars() -> str:
     return ",".join(found)
 
 
-def spark_application_env(ledger_conn_id: str = LEDGER_CONN_ID, kafka_conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
-    """What a platform Spark application reads from its environment: the ledger database, Kafka,
-    and this package on the driver's path (the checker's verdict rules live here)."""
-    return {
+def spark_application_env(
+    ledger_conn_id: str = LEDGER_CONN_ID, kafka_conn_id: str = KAFKA_CONN_ID, source_conn_id: str | None = None
+) -> dict[str, str]:
+    """What a platform Spark application reads from its environment, never from its arguments
+    (`ps` shows those): the ledger database, an audit's source database, Kafka for librdkafka
+    and for Spark's Kafka source, and this package on the driver's path."""
+    kafka = kafka_config(kafka_conn_id)
+    env = {
         **ledger_database(ledger_conn_id).spark_env(),
-        "SEMANTICS_KAFKA_BOOTSTRAP_SERVERS": kafka_config(kafka_conn_id)["bootstrap.servers"],
+        "SEMANTICS_KAFKA_CONFIG": json.dumps(kafka),
+        "SEMANTICS_KAFKA_SPARK_OPTIONS": json.dumps(spark_kafka_options(kafka)),
         "PYTHONPATH": _pythonpath_with_package(),
     }
+    if source_conn_id:
+        env.update(database(source_conn_id).spark_env("SEMANTICS_SOURCE_JDBC"))
+    return env
 
 
 def prepare_spark_submit(op) -> None:
@@ -221,7 +276,10 @@ def prepare_spark_submit(op) -> None:
     op.application = str(spark_apps_dir() / op.application)
     op.jars = op.jars or spark_jars()
     op.conf = {**SPARK_CONF, **(op.conf or {})}
-    op.env_vars = {**(op.env_vars or {}), **spark_application_env(op.ledger_conn_id, op.kafka_conn_id)}
+    op.env_vars = {
+        **(op.env_vars or {}),
+        **spark_application_env(op.ledger_conn_id, op.kafka_conn_id, op.source_conn_id),
+    }
 
 
 def spark_apps_dir() -> Path:

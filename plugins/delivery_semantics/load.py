@@ -9,6 +9,7 @@ that fails validation or cannot reach its broker or database.
 from __future__ import annotations
 
 import random
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -93,6 +94,9 @@ def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, dict]:
         mode = catalog.get_mode(spec.mode)
     except catalog.ModeError as e:
         raise LoadError(str(e)) from None
+    # A run id names the default topic and is read back into SQL by the checker: a plain token only.
+    if spec.run_id is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", str(spec.run_id)):
+        raise LoadError(f"run id {spec.run_id!r}: use 1-100 characters of [A-Za-z0-9_.-]")
     for name in ("messages", "partitions", "keys", "txn_size", "batch_size"):
         v = getattr(spec, name)
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:

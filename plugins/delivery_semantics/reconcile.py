@@ -41,22 +41,32 @@ def command(app_args: list[str], master: str = "local[2]", conf: dict | None = N
 
 def run(
     *,
-    run_id: str | None = None,
-    mapping: str | None = None,
+    run_id: str | list[str] | None = None,
+    audit=None,
+    reconciliation_id: str | None = None,
     master: str = "local[2]",
     env: dict | None = None,
     conf: dict | None = None,
     timeout: float = 3600,
 ) -> Reconciled:
-    if (run_id is None) == (mapping is None):
-        raise ValueError("give exactly one of run_id or mapping")
-    args = ["--run-id", run_id] if run_id else ["--mapping", mapping]
+    """Platform runs by id (one application for all), or one run of an audit (an audits.Audit):
+    its Kafka and outbox connections are resolved here and handed over by environment."""
+    if (run_id is None) == (audit is None):
+        raise ValueError("give exactly one of run_id or audit")
+    if audit is not None:
+        from delivery_semantics import audits
+
+        args = ["--audit", str(audit.path), "--reconciliation-id", reconciliation_id or audits.reconciliation_id(audit)]
+        app_env = spark_application_env(kafka_conn_id=audit.kafka_conn_id, source_conn_id=audit.outbox_conn_id)
+    else:
+        args = [a for rid in ([run_id] if isinstance(run_id, str) else run_id) for a in ("--run-id", rid)]
+        app_env = spark_application_env()
     res = subprocess.run(
         command(args, master, conf),
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **spark_application_env(), **(env or {})},
+        env={**os.environ, **app_env, **(env or {})},
     )
     summaries = [json.loads(ln[len("RECONCILED ") :]) for ln in res.stdout.splitlines() if ln.startswith("RECONCILED ")]
     return Reconciled(res.returncode, summaries, res.stdout, res.stderr)

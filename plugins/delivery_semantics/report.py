@@ -217,3 +217,25 @@ def matrix_run_ids(matrix_run: str) -> list[str]:
             {"p": f"semantics_matrix/{matrix_run}/%"},
         )
     ]
+
+
+class BrokenPromise(RuntimeError):
+    """An audit run whose mode's promise is broken: it fails the audit's check task, so Airflow's
+    own alerting (on_failure_callback, notifiers) fires."""
+
+
+def audit_verdict(reconciliation_id: str) -> dict:
+    """An audit run's row of v_audit_results (at its mode's isolation level), printed; raises
+    BrokenPromise when the verdict is broken."""
+    rows = query("SELECT * FROM v_audit_results WHERE reconciliation_id = %s", (reconciliation_id,))
+    if not rows:
+        raise RuntimeError(f"no results for {reconciliation_id!r}: did the reconcile task run?")
+    row = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in rows[0].items()}
+    counts = ", ".join(
+        f"{k}={row[k]}"
+        for k in ("outbox_events", "records_read", "delivered_once", "lost_acked", "lost_unacked", "duplicate_events")
+    )
+    print(f"{row['audit']} {reconciliation_id}: {row['verdict']} ({counts})")
+    if row["verdict"] == "broken":
+        raise BrokenPromise(f"{row['audit']}: the {row['mode']} promise is broken by {row['broken_by']} ({counts})")
+    return row

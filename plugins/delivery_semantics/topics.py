@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import time
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 _LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -31,16 +31,49 @@ def admin_client(kafka_conf: dict) -> AdminClient:
 
 
 def check_reachable(kafka_conf: dict, timeout: float = 10.0) -> int:
-    """Number of brokers in the metadata; raises within `timeout` when none answers."""
-    try:
-        # Quiet: an unreachable cluster is reported once, in the error below, not per connect retry.
-        md = admin_client({"log_level": 2, **kafka_conf}).list_topics(timeout=timeout)
-    except KafkaException as e:
-        raise ConnectionError(
-            f"Kafka at {kafka_conf.get('bootstrap.servers')} did not answer within {timeout:.0f}s: "
-            f"{e.args[0].str() if e.args else e}"
-        ) from None
-    return len(md.brokers)
+    """Number of brokers in the metadata; raises within `timeout` when none answers, and at once
+    with the broker's word when it refuses the credentials or the TLS handshake."""
+    return len(_metadata(kafka_conf, None, timeout).brokers)
+
+
+def check_topic(kafka_conf: dict, topic: str, timeout: float = 10.0) -> int:
+    """Number of partitions of an existing topic; raises TopicError when it does not exist."""
+    t = _metadata(kafka_conf, validate_topic_name(topic), timeout).topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        raise TopicError(f"topic {topic!r} does not exist on {kafka_conf.get('bootstrap.servers')}")
+    return len(t.partitions)
+
+
+# A broker that answers but refuses: no point waiting for the timeout.
+_REFUSALS = {
+    getattr(KafkaError, n)
+    for n in ("_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "_SSL", "TOPIC_AUTHORIZATION_FAILED")
+    if hasattr(KafkaError, n)
+}
+
+
+def _metadata(kafka_conf: dict, topic: str | None, timeout: float):
+    refused: list[str] = []
+
+    def on_error(err) -> None:
+        if err.code() in _REFUSALS:
+            refused.append(err.str())
+
+    # Quiet: an unreachable cluster is reported once, in the error below, not per connect retry.
+    admin = admin_client({"log_level": 2, **kafka_conf, "error_cb": on_error})
+    where = kafka_conf.get("bootstrap.servers")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return admin.list_topics(topic, timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+        except KafkaException as e:
+            admin.poll(0)
+            if refused:
+                raise ConnectionError(f"Kafka at {where} refused the client: {refused[-1]}") from None
+            if time.monotonic() >= deadline:
+                raise ConnectionError(
+                    f"Kafka at {where} did not answer within {timeout:.0f}s: {e.args[0].str() if e.args else e}"
+                ) from None
 
 
 def ensure_topic(

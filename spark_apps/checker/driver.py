@@ -13,9 +13,11 @@ from delivery_semantics import catalog
 from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
 
 
-def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source) -> list[dict]:
+def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source, outbox: Jdbc | None = None) -> list[dict]:
+    """`jdbc` is the platform's database, which receives the results; `outbox` the database an
+    audit's outbox is read from, when it is another."""
     single_read = src.transactional is False and not src.sink
-    ledger = read_ledger(jdbc, src).cache()
+    ledger = read_ledger(outbox or jdbc, src).cache()
     if src.sink:
         start, end, recorded_before = {}, src.sink["end_offsets"], True
         reads = {READ_COMMITTED: read_sink(jdbc, src).cache()}

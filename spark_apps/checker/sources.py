@@ -1,25 +1,54 @@
-"""The checker's inputs: where the events are (a platform run, a consumer run, or a mapping for
-a team's own topic and outbox), and how they are read: the topic over an exact offset range with
-Spark's Kafka source, a sink table and the ledger with partitioned JDBC reads. Nothing here
-classifies, and nothing is collected to the driver but a few bounds.
+"""The checker's inputs: where the events are (a platform run, a consumer run, or an audit of a
+team's own topic and outbox), and how they are read: the topic over an exact offset range with
+Spark's Kafka source, a sink table and the ledger or outbox with partitioned JDBC reads. Nothing
+here classifies, and nothing is collected to the driver but a few bounds.
+
+Kafka's settings arrive by environment, made at submit time from the Kafka connection:
+SEMANTICS_KAFKA_CONFIG (librdkafka, for the offsets) and SEMANTICS_KAFKA_SPARK_OPTIONS (the
+`kafka.*` options of Spark's source, with `kafka.sasl.jaas.config` when SASL is on).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from delivery_semantics import catalog
+from delivery_semantics import audits, catalog
 from delivery_semantics.catalog import ISOLATIONS, READ_COMMITTED
 
 
 class InputError(Exception):
     """Bad input or an endpoint that cannot be reached: exit 2 with the message."""
+
+
+@dataclass(frozen=True)
+class Kafka:
+    """The cluster, as librdkafka settings and as the options of Spark's Kafka source."""
+
+    client: dict = field(repr=False)
+    spark_options: dict = field(repr=False)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.client.get("bootstrap.servers", "")
+
+    @classmethod
+    def from_env(cls) -> Kafka:
+        try:
+            return cls(
+                json.loads(os.environ["SEMANTICS_KAFKA_CONFIG"]),
+                json.loads(os.environ["SEMANTICS_KAFKA_SPARK_OPTIONS"]),
+            )
+        except KeyError as e:
+            raise InputError(
+                f"{e.args[0]} is not set: the submitting process makes it from the Kafka connection"
+            ) from None
 
 
 # --------------------------------------------------------------------------- inputs
@@ -30,7 +59,7 @@ class Source:
     """Where the events are and how to read the event id, key, sequence and publish time."""
 
     reconciliation_id: str
-    bootstrap_servers: str
+    kafka: Kafka
     topic: str
     mode: str | None
     scenario: str
@@ -38,13 +67,13 @@ class Source:
     key: dict = field(default_factory=lambda: {"record_key": True})
     seq: dict | None = None
     publish_at: dict | None = None  # header/json holding epoch millis, or {"timestamp": true}
-    kafka_options: dict = field(default_factory=dict)
     ledger: dict = field(default_factory=dict)
     sink: dict | None = None  # a consumer run's sink table instead of the topic
     # False: no transactional producer wrote the topic, so both isolation levels see the same
     # records and one read serves both. None: unknown, read both.
     transactional: bool | None = None
     judged_by_reader: bool = True  # False: the records are a derived copy (no dedup_events rows)
+    audit: str | None = None
 
     @property
     def isolations(self) -> tuple[str, ...]:
@@ -52,10 +81,10 @@ class Source:
         return (READ_COMMITTED,) if self.sink else ISOLATIONS
 
 
-def platform_source(run: dict, bootstrap: str) -> Source:
+def platform_source(run: dict, kafka: Kafka) -> Source:
     return Source(
         reconciliation_id=run["run_id"],
-        bootstrap_servers=bootstrap,
+        kafka=kafka,
         topic=run["topic"],
         mode=run["mode"],
         scenario=run["scenario"],
@@ -67,11 +96,11 @@ def platform_source(run: dict, bootstrap: str) -> Source:
     )
 
 
-def consumer_source(crun: dict, input_run: dict, bootstrap: str) -> Source:
+def consumer_source(crun: dict, input_run: dict, kafka: Kafka) -> Source:
     if crun["status"] != "completed":
         raise InputError(f"consumer run {crun['consumer_run_id']} is {crun['status']}: reconcile it once it completed")
     copier = crun["output_topic"] is not None
-    src = platform_source(input_run, bootstrap)
+    src = platform_source(input_run, kafka)
     src.reconciliation_id, src.mode, src.scenario = crun["consumer_run_id"], crun["strategy"], crun["scenario"]
     src.topic = crun["output_topic"] if copier else crun["input_topic"]
     src.judged_by_reader, src.transactional = False, copier
@@ -83,36 +112,22 @@ def consumer_source(crun: dict, input_run: dict, bootstrap: str) -> Source:
     return src
 
 
-def mapping_source(path: str, bootstrap_default: str | None) -> Source:
-    try:
-        with open(path) as f:
-            m = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"mapping {path}: {e}") from None
-    for k in ("reconciliation_id", "topic", "event_id", "ledger"):
-        if k not in m:
-            raise InputError(f"mapping {path}: missing {k!r}")
-    cols = m["ledger"].get("columns", {})
-    if "event_id" not in cols or not ("table" in m["ledger"] or "query" in m["ledger"]):
-        raise InputError(f"mapping {path}: ledger needs a table or query and columns.event_id")
-    bootstrap = m.get("bootstrap_servers") or bootstrap_default
-    if not bootstrap:
-        raise InputError(
-            "no bootstrap servers: set bootstrap_servers in the mapping or SEMANTICS_KAFKA_BOOTSTRAP_SERVERS"
-        )
+def audit_source(audit: audits.Audit, reconciliation_id: str, kafka: Kafka) -> Source:
+    """A team's topic against its outbox (audits/<name>.yaml, validated when loaded)."""
+    rec = audit.record
     return Source(
-        m["reconciliation_id"],
-        bootstrap,
-        m["topic"],
-        m.get("mode"),
-        m.get("scenario", "external"),
-        m["event_id"],
-        m.get("key", {"record_key": True}),
-        m.get("seq"),
-        m.get("publish_at"),
-        m.get("kafka_options", {}),
-        {"kind": "mapped", **m["ledger"]},
-        transactional=m.get("transactional"),
+        reconciliation_id,
+        kafka,
+        audit.topic,
+        audit.mode,
+        audits.AUDIT_SCENARIO,
+        rec["event_id"],
+        rec.get("key", {"record_key": True}),
+        rec.get("seq"),
+        rec.get("publish_at"),
+        {"kind": "outbox", "select": audits.outbox_select(audit), **audit.outbox},
+        transactional=audit.transactional,
+        audit=audit.name,
     )
 
 
@@ -120,14 +135,18 @@ def mapping_source(path: str, bootstrap_default: str | None) -> Source:
 
 
 class Jdbc:
-    def __init__(self, spark: SparkSession):
+    """A database from its environment variables (<prefix>_URL, _USER, _PASSWORD): the ledger's
+    (SEMANTICS_JDBC), or an audit's outbox (SEMANTICS_SOURCE_JDBC), which is only ever read, in
+    read-only sessions."""
+
+    def __init__(self, spark: SparkSession, prefix: str = "SEMANTICS_JDBC", read_only: bool = False):
         try:
-            self.url = os.environ["SEMANTICS_JDBC_URL"]
-            self.user = os.environ["SEMANTICS_JDBC_USER"]
-            self.password = os.environ["SEMANTICS_JDBC_PASSWORD"]
+            self.url = os.environ[f"{prefix}_URL"]
+            self.user = os.environ[f"{prefix}_USER"]
+            self.password = os.environ[f"{prefix}_PASSWORD"]
         except KeyError as e:
             raise InputError(f"{e.args[0]} is not set") from None
-        self.spark = spark
+        self.spark, self.read_only = spark, read_only
         # reWriteBatchedInserts: the driver sends a batch as multi-row INSERTs, not one per row.
         self.props = {
             "user": self.user,
@@ -135,6 +154,8 @@ class Jdbc:
             "driver": "org.postgresql.Driver",
             "reWriteBatchedInserts": "true",
         }
+        if read_only:
+            self.props["sessionInitStatement"] = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
 
     def read(self, query: str, **partitioning) -> DataFrame:
         reader = (
@@ -167,9 +188,11 @@ class Jdbc:
         props.setProperty("user", self.user)
         props.setProperty("password", self.password)
         try:
-            return jvm.java.sql.DriverManager.getConnection(self.url, props)
+            conn = jvm.java.sql.DriverManager.getConnection(self.url, props)
         except Exception as e:
             raise InputError(f"the database at {self.url} cannot be reached: {_java_message(e)}") from None
+        conn.setReadOnly(self.read_only)
+        return conn
 
     def scalar_rows(self, sql: str, params: list) -> list[list]:
         conn = self.connection()
@@ -227,11 +250,10 @@ def fixed_offsets(spark: SparkSession, jdbc: Jdbc, src: Source) -> tuple[dict, d
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     conf = {
-        "bootstrap.servers": src.bootstrap_servers,
+        **src.kafka.client,
         "group.id": f"reconcile-offsets-{secrets.token_hex(4)}",
         "enable.auto.commit": False,
         "socket.timeout.ms": 10000,
-        **{k: v for k, v in src.kafka_options.items() if not k.startswith("kafka.")},
     }
     c = Consumer(conf)
     try:
@@ -244,7 +266,7 @@ def fixed_offsets(spark: SparkSession, jdbc: Jdbc, src: Source) -> tuple[dict, d
             lo, hi = c.get_watermark_offsets(TopicPartition(src.topic, p), timeout=15)
             start[p], end[p] = lo, hi
     except KafkaException as e:
-        raise InputError(f"Kafka at {src.bootstrap_servers} cannot be read: {e.args[0].str()}") from None
+        raise InputError(f"Kafka at {src.kafka.bootstrap_servers} cannot be read: {e.args[0].str()}") from None
     finally:
         c.close()
     return start, end, False
@@ -257,7 +279,8 @@ def _field(spec: dict | None, dtype: str) -> F.Column | None:
     if not spec:
         return None
     if "header" in spec:
-        raw = F.expr(f"CAST(try_element_at(filter(headers, h -> h.key = '{spec['header']}'), 1).value AS STRING)")
+        name = F.lit(spec["header"])  # a literal: a header name is never parsed as SQL
+        raw = F.try_element_at(F.filter("headers", lambda h: h["key"] == name), F.lit(1))["value"].cast("string")
     elif "json" in spec:
         raw = F.get_json_object(F.col("value").cast("string"), spec["json"])
     elif spec.get("record_key"):
@@ -280,7 +303,7 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
     ending = json.dumps({src.topic: {str(p): o for p, o in end.items()}})
     reader = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", src.bootstrap_servers)
+        .options(**src.kafka.spark_options)
         .option("subscribe", src.topic)
         .option("startingOffsets", starting)
         .option("endingOffsets", ending)
@@ -288,8 +311,6 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
         .option("kafka.isolation.level", isolation)
         .option("failOnDataLoss", "false")
     )
-    for k, v in src.kafka_options.items():
-        reader = reader.option(k if k.startswith("kafka.") else f"kafka.{k}", v)
     df = reader.load()
     event_id = _field(src.event_id, "string")
     return df.select(
@@ -303,6 +324,14 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
     )
 
 
+def _run_id_literal(run_id: str) -> str:
+    """A platform run id as a SQL literal, for the JDBC source's `query`, which takes no
+    parameters. The ids were looked up with bound parameters first; this keeps any other text out."""
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,200}", run_id):
+        raise InputError(f"{run_id!r} is not a run id")
+    return f"'{run_id}'"
+
+
 def read_sink(jdbc: Jdbc, src: Source) -> DataFrame:
     """A consumer run's sink rows in the shape of topic records, in the order they were applied."""
     cid = src.sink["consumer_run_id"]
@@ -311,10 +340,10 @@ def read_sink(jdbc: Jdbc, src: Source) -> DataFrame:
         "FROM sink_events WHERE consumer_run_id = ?",
         [cid],
     )[0]
-    escaped = cid.replace("'", "''")
+    escaped = _run_id_literal(cid)
     df = jdbc.read(
         f'SELECT apply_no, event_id, key, seq, publish_at, source_partition AS "partition", '
-        f"source_offset AS \"offset\", state_applied FROM sink_events WHERE consumer_run_id = '{escaped}'",
+        f'source_offset AS "offset", state_applied FROM sink_events WHERE consumer_run_id = {escaped}',
         partitionColumn="apply_no",
         lowerBound=int(lo),
         upperBound=int(hi) + 1,
@@ -328,10 +357,10 @@ def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
     unknown, pending, aborted, written)."""
     led = src.ledger
     if led["kind"] == "platform":
-        run_id = led["run_id"].replace("'", "''")
+        run_id = _run_id_literal(led["run_id"])
         n_parts = max(1, min(64, led["messages"] // 250_000 + 1))
         events = jdbc.read(
-            f"SELECT n, event_id, key, seq, publish_at FROM ledger_events WHERE run_id = '{run_id}'",
+            f"SELECT n, event_id, key, seq, publish_at FROM ledger_events WHERE run_id = {run_id}",
             partitionColumn="n",
             lowerBound=0,
             upperBound=max(1, led["messages"]),
@@ -342,8 +371,7 @@ def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
             [led["run_id"]],
         )[0]
         outcomes = jdbc.read(
-            f'SELECT outcome_no, event_id, status, "partition", "offset" FROM ledger_outcomes '
-            f"WHERE run_id = '{run_id}'",
+            f'SELECT outcome_no, event_id, status, "partition", "offset" FROM ledger_outcomes WHERE run_id = {run_id}',
             partitionColumn="outcome_no",
             lowerBound=int(bounds[0]),
             upperBound=int(bounds[1]) + 1,
@@ -371,24 +399,23 @@ def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
             F.coalesce("aborted_positions", F.array()).alias("aborted_positions"),
         )
     cols = led["columns"]
-    base = led.get("query") or f"SELECT * FROM {led['table']}"
-    select = ", ".join(f"{cols[c]} AS {c}" for c in ("event_id", "key", "seq", "publish_at", "status") if c in cols)
-    query = f"SELECT {select} FROM ({base}) AS src"
-    part = led.get("partition_column")
-    df = jdbc.read(
-        query,
-        **(
-            {
-                "partitionColumn": part,
-                "lowerBound": led["lower_bound"],
-                "upperBound": led["upper_bound"],
-                "numPartitions": led.get("num_partitions", 8),
-            }
-            if part
-            else {}
-        ),
-    )
-    acked_values = [str(v) for v in led.get("acked_values", ["acked"])]
+    part = led.get("partitioning")
+    partitioning = {}
+    if part:
+        lo, hi = part.get("lower_bound"), part.get("upper_bound")
+        if lo is None:
+            lo, hi = jdbc.scalar_rows(
+                f"SELECT min({audits.PARTITION_KEY}), max({audits.PARTITION_KEY}) FROM ({led['select']}) AS o", []
+            )[0]
+        partitioning = {
+            "partitionColumn": audits.PARTITION_KEY,
+            "lowerBound": int(lo or 0),
+            "upperBound": int(hi or 0) + 1,
+            "numPartitions": part.get("num_partitions", 8),
+        }
+    df = jdbc.read(led["select"], **partitioning)
+    # As Spark casts them to string: a boolean status reads "true", not Python's "True".
+    acked_values = [str(v).lower() if isinstance(v, bool) else str(v) for v in led.get("acked_values", ["acked"])]
     status = (
         F.when(F.col("status").cast("string").isin(acked_values), "acked").otherwise("unknown")
         if "status" in cols
@@ -407,12 +434,12 @@ def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
     )
 
 
-def platform_run_source(jdbc: Jdbc, run_id: str, bootstrap: str) -> Source:
+def platform_run_source(jdbc: Jdbc, run_id: str, kafka: Kafka) -> Source:
     """A producer run, or a consumer run checked against its input run's ledger."""
     run_cols = ("run_id", "topic", "mode", "scenario", "messages")
     rows = jdbc.scalar_rows(f"SELECT {', '.join(run_cols)} FROM runs WHERE run_id = ?", [run_id])
     if rows:
-        return platform_source(dict(zip(run_cols, rows[0], strict=False)), bootstrap)
+        return platform_source(dict(zip(run_cols, rows[0], strict=False)), kafka)
     crun_cols = (
         "consumer_run_id",
         "source_run_id",
@@ -432,4 +459,4 @@ def platform_run_source(jdbc: Jdbc, run_id: str, bootstrap: str) -> Source:
         raise InputError(f"no run {run_id!r} in the ledger (neither a producer nor a consumer run)")
     crun = dict(zip(crun_cols, rows[0], strict=False))
     input_run = jdbc.scalar_rows(f"SELECT {', '.join(run_cols)} FROM runs WHERE run_id = ?", [crun["source_run_id"]])
-    return consumer_source(crun, dict(zip(run_cols, input_run[0], strict=False)), bootstrap)
+    return consumer_source(crun, dict(zip(run_cols, input_run[0], strict=False)), kafka)

@@ -265,7 +265,11 @@ def test_a_clean_run_is_all_zeros_and_kept():
 
 def test_unreachable_kafka_fails_with_a_clear_message(planted):
     s = load.start(load.LoadSpec(mode="at_least_once", messages=50))
-    r = reconcile.run(run_id=s.run_id, env={"SEMANTICS_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, timeout=300)
+    unreachable = {
+        "SEMANTICS_KAFKA_CONFIG": json.dumps({"bootstrap.servers": "127.0.0.1:1"}),
+        "SEMANTICS_KAFKA_SPARK_OPTIONS": json.dumps({"kafka.bootstrap.servers": "127.0.0.1:1"}),
+    }
+    r = reconcile.run(run_id=s.run_id, env=unreachable, timeout=300)
     assert r.returncode == 2
     assert "reconcile: Kafka at 127.0.0.1:1 cannot be read" in r.error
 
@@ -281,61 +285,3 @@ def test_unreachable_database_fails_with_a_clear_message():
 def test_unknown_run_is_refused():
     r = reconcile.run(run_id="no_such_run")
     assert r.returncode == 2 and "no run 'no_such_run' in the ledger" in r.error
-
-
-def test_a_mapped_external_topic_and_outbox_table(kafka_conf_module, tmp_path):
-    """A team's own topic (event id in a JSON field) against its own outbox table."""
-    tag = uuid.uuid4().hex[:8]
-    topic, table = f"orders-{tag}", f"test_outbox_{tag}"
-    topics.ensure_topic(kafka_conf_module, topic, partitions=2)
-    p = Producer({**kafka_conf_module, "acks": "all"})
-    sends = [("o1", 1), ("o2", 1), ("o3", 1), ("o5", 2), ("o9", 1)]  # o5 twice; o9 has no outbox row
-    for oid, times in sends:
-        for _ in range(times):
-            p.produce(topic, key=f"agg-{oid}", value=json.dumps({"id": f"{tag}-{oid}", "version": 1}).encode())
-    p.produce(topic, key="agg-x", value=b"not json at all")
-    p.flush(30)
-    with _db() as c, c.cursor() as cur:
-        cur.execute(f"CREATE TABLE {table} (id text, aggregate_id text, version int, state text)")
-        for oid, state in [
-            ("o1", "SENT"),
-            ("o2", "SENT"),
-            ("o3", "SENT"),
-            ("o4", "SENT"),
-            ("o5", "SENT"),
-            ("o6", "FAILED"),
-        ]:
-            cur.execute(f"INSERT INTO {table} VALUES (%s, %s, 1, %s)", (f"{tag}-{oid}", f"agg-{oid}", state))
-    mapping = tmp_path / "orders.json"
-    rid = f"orders-{tag}"
-    mapping.write_text(
-        json.dumps(
-            {
-                "reconciliation_id": rid,
-                "topic": topic,
-                "event_id": {"json": "$.id"},
-                "seq": {"json": "$.version"},
-                "ledger": {
-                    "table": table,
-                    "columns": {"event_id": "id", "key": "aggregate_id", "seq": "version", "status": "state"},
-                    "acked_values": ["SENT"],
-                },
-            }
-        )
-    )
-    try:
-        r = reconcile.run(mapping=str(mapping))
-        assert r.returncode == 0, r.error
-        d = _discrepancies(rid)
-        iso = "read_uncommitted"
-        assert d[(iso, "duplicate")] == {f"{tag}-o5": 2}
-        assert d[(iso, "lost_acked")] == {f"{tag}-o4": 0}
-        assert d[(iso, "lost_unacked")] == {f"{tag}-o6": 0}
-        assert d[(iso, "unexpected")] == {f"{tag}-o9": 1}
-        assert len(d[(iso, "malformed")]) == 1
-        s = _summary(rid)[iso]
-        assert (s["records_read"], s["delivered_once"], s["ledger_events"], s["ledger_acked"]) == (7, 3, 6, 5)
-        assert s["verdict"] == "n/a" and s["mode"] is None
-    finally:
-        with _db() as c, c.cursor() as cur:
-            cur.execute(f"DROP TABLE {table}")

@@ -34,7 +34,11 @@ CONNECTIONS = {
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow")
+    audits_dir = tmp_path_factory.mktemp("audits")
+    (audits_dir / "orders.yaml").write_text((REPO / "audits" / "orders.yaml").read_text())
+    (audits_dir / "broken.yaml").write_text("topic: t\nmode: at_least_once\n")
     return {
+        "SEMANTICS_AUDITS_DIR": str(audits_dir),
         **os.environ,
         **CONNECTIONS,
         "AIRFLOW_HOME": str(home),
@@ -57,7 +61,7 @@ import json
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder={folder!r})
 print(json.dumps({{"errors": {{k: str(v)[:500] for k, v in bag.import_errors.items()}}, "dags": {{
-    d.dag_id: {{"tags": sorted(d.tags), "retries": (d.default_args or {{}}).get("retries", 0), "doc": d.doc_md or "",
+    d.dag_id: {{"tags": sorted(d.tags), "schedule": str(d.schedule), "retries": (d.default_args or {{}}).get("retries", 0), "doc": d.doc_md or "",
                "params": {{k: d.params.get_param(k).schema for k in d.params}},
                "descriptions": [d.params.get_param(k).description for k in d.params]}}
     for d in bag.dags.values()}}}}))
@@ -75,9 +79,16 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
         "semantics_matrix",
         "semantics_reconcile",
         *(f"semantics_load_{m}" for m in catalog.MODES),
+        "audit_orders",
+        "audit_broken",
     }
     for dag_id, d in dags.items():
         assert d["tags"] and d["retries"] >= 1 and len(d["doc"]) > 40, dag_id
+    assert dags["audit_orders"]["schedule"] == "@hourly" and "invalid" not in dags["audit_orders"]["tags"]
+    # A file that fails the schema still gets a DAG: it shows the error instead of hiding it.
+    assert "invalid" in dags["audit_broken"]["tags"]
+    assert "broken.yaml: (top level): 'connections' is a required property" in dags["audit_broken"]["doc"]
+    for dag_id, d in dags.items():
         assert all(d["descriptions"]), dag_id
     single = dags["semantics_single_run"]["params"]
     assert single["mode"]["enum"] == list(catalog.MODES)
@@ -103,5 +114,6 @@ print(json.dumps(sorted(sys.modules)))
 def test_parsing_a_dag_file_loads_only_the_catalog_of_the_platform(dag_file, airflow_env):
     loaded = set(json.loads(_in_fresh_python(_IMPORT_ONE.format(path=str(dag_file)), airflow_env)))
     platform = {m for m in loaded if m == "delivery_semantics" or m.startswith("delivery_semantics.")}
-    assert platform == {"delivery_semantics", "delivery_semantics.catalog"}
+    assert platform <= {"delivery_semantics", "delivery_semantics.catalog", "delivery_semantics.audits"}
+    assert ("delivery_semantics.audits" in platform) == (dag_file.name == "semantics_audits.py")
     assert not {m for m in loaded if m.split(".")[0] in ("confluent_kafka", "psycopg2", "pyspark", "checker")}

@@ -45,6 +45,7 @@ def test_a_mode_preset_sets_every_key_it_depends_on():
         ({"mode": "idempotent", "messages": -1}, "messages must be a positive integer"),
         ({"mode": "idempotent", "messages": 10, "abort_ratio": 0.5}, "abort_ratio needs the transactional mode"),
         ({"mode": "idempotent", "messages": 10, "topic": "bad topic!"}, "topic"),
+        ({"mode": "idempotent", "messages": 10, "run_id": "x'; DROP TABLE runs; --"}, "run id"),
         ({"mode": "idempotent", "messages": 10, "payload_bytes": 2_000_000}, "does not fit message.max.bytes"),
         ({"mode": "idempotent", "messages": 10, "overrides": {"no.such.key": "1"}}, "librdkafka refused"),
     ],
@@ -85,36 +86,144 @@ def test_the_cli_refuses_bad_input_with_one_line_and_exit_2(args, message):
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
-def test_a_mapping_is_validated_before_spark_reads_anything(tmp_path):
-    from checker.sources import InputError, mapping_source
+ORDERS = REPO / "audits" / "orders.yaml"
 
-    path = tmp_path / "m.json"
-    path.write_text(
+
+def _audit(tmp_path, edit) -> str:
+    import yaml
+
+    spec = yaml.safe_load(ORDERS.read_text())
+    edit(spec)
+    path = tmp_path / "a.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda s: s.pop("mode"), r"\(top level\): 'mode' is a required property"),
+        (lambda s: s.update(mode="exactly_once"), "mode: 'exactly_once' is not a delivery mode"),
+        (
+            lambda s: s["outbox"].update(table="outbox) AS x) AS y; DROP TABLE t; SELECT * FROM (SELECT 1"),
+            r"outbox.table: 'outbox\) AS x.*is not a table name: a SQL identifier",
+        ),
+        (
+            lambda s: s["outbox"]["columns"].update(key="aggregate id"),
+            "outbox.columns.key: 'aggregate id' is not a SQL",
+        ),
+        (lambda s: s["outbox"]["partitioning"].update(column="seq_no; --"), "outbox.partitioning.column"),
+        (lambda s: s["outbox"].update(query="SELECT 1"), "outbox: query is free SQL: it needs allow_query: true"),
+        (lambda s: s["record"].update(event_id={"hdr": "x"}), r"record.event_id: .* is not a field: use one of"),
+        (lambda s: s["record"].update(seq={"json": "$.a'; DROP"}), "record.seq"),
+        (
+            lambda s: s.update(bootstrap_servers="k:9092"),
+            r"\(top level\): unknown field 'bootstrap_servers' \(Kafka comes from",
+        ),
+        (lambda s: s["connections"].pop("outbox"), "connections: 'outbox' is a required property"),
+        (lambda s: s.update(topic="bad topic"), "topic: 'bad topic' is not a Kafka topic name"),
+        (
+            lambda s: s.update(transactional=True),
+            "transactional: true, but mode at_least_once does not write transactions",
+        ),
+    ],
+)
+def test_an_audit_file_is_refused_naming_the_file_and_the_field(tmp_path, edit, message):
+    from delivery_semantics import audits
+
+    path = _audit(tmp_path, edit)
+    with pytest.raises(audits.AuditError, match=f"^{path}: {message}"):
+        audits.load(path)
+
+
+def test_identifiers_are_quoted_and_free_sql_only_where_allowed(tmp_path):
+    from delivery_semantics import audits
+
+    a = audits.load(ORDERS)
+    assert audits.outbox_select(a) == (
+        'SELECT "id" AS event_id, "aggregate_id" AS key, "version" AS seq, "created_at" AS publish_at, '
+        '"state" AS status, "seq_no" AS partition_key FROM "public"."outbox"'
+    )
+    with pytest.raises(audits.AuditError):
+        audits.quote_ident('x"; DROP TABLE t; --')
+
+    def free_sql(s):
+        s["outbox"] = {
+            "query": "SELECT id FROM outbox WHERE state <> 'TEST'",
+            "allow_query": True,
+            "columns": {"event_id": "id"},
+        }
+
+    q = audits.load(_audit(tmp_path, free_sql))
+    assert (
+        audits.outbox_select(q)
+        == "SELECT \"id\" AS event_id FROM (SELECT id FROM outbox WHERE state <> 'TEST') AS outbox_query"
+    )
+    assert audits.reconciliation_id(a, "scheduled__2026-11-23T10:00:00+00:00") == (
+        "audit:orders:scheduled__2026-11-23T10:00:00+00:00"
+    )
+
+
+def test_kafka_security_settings_become_the_java_clients_for_spark():
+    from delivery_semantics.endpoints import EndpointError, spark_kafka_options
+
+    conf = {
+        "bootstrap.servers": "b:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "svc",
+        "sasl.password": 'p"w\\',
+        "ssl.ca.location": "/etc/ca.pem",
+        "linger.ms": "5",
+    }
+    assert spark_kafka_options(conf) == {
+        "kafka.bootstrap.servers": "b:9093",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": "/etc/ca.pem",
+        "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="svc" '
+        'password="p\\"w\\\\";',
+    }
+    assert spark_kafka_options({"bootstrap.servers": "b:9092"}) == {"kafka.bootstrap.servers": "b:9092"}
+    with pytest.raises(EndpointError, match="needs a user"):
+        spark_kafka_options({**conf, "sasl.password": ""})
+    with pytest.raises(EndpointError, match="GSSAPI is not supported"):
+        spark_kafka_options({**conf, "sasl.mechanisms": "GSSAPI"})
+
+
+def test_the_kafka_connection_carries_the_sasl_secret_in_its_password_field(monkeypatch):
+    from delivery_semantics.endpoints import kafka_config, mask_secrets
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SECURED",
         json.dumps(
             {
-                "reconciliation_id": "x",
-                "topic": "t",
-                "event_id": {"header": "id"},
-                "ledger": {"table": "outbox", "columns": {"event_id": "id"}},
+                "conn_type": "kafka",
+                "login": "svc",
+                "password": "s3cret",
+                "extra": {"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL"},
             }
-        )
+        ),
     )
-    src = mapping_source(str(path), "k:9092")
-    assert (src.topic, src.ledger["kind"], src.bootstrap_servers) == ("t", "mapped", "k:9092")
-    with pytest.raises(InputError, match="no bootstrap servers"):
-        mapping_source(str(path), None)
-    path.write_text(
-        json.dumps(
-            {
-                "reconciliation_id": "x",
-                "topic": "t",
-                "event_id": {"header": "id"},
-                "ledger": {"table": "outbox", "columns": {}},
-            }
-        )
+    conf = kafka_config("secured")
+    assert (conf["sasl.username"], conf["sasl.password"]) == ("svc", "s3cret")
+    assert "s3cret" not in json.dumps(mask_secrets(conf))
+
+
+def test_the_connection_in_the_docs_gives_librdkafka_and_spark_their_settings(monkeypatch):
+    import re
+
+    from delivery_semantics.endpoints import kafka_config, spark_kafka_options
+
+    (example,) = re.findall(r"```json\n(.*?)```", (REPO / "docs" / "RECONCILE.md").read_text(), flags=re.S)
+    monkeypatch.setenv("AIRFLOW_CONN_DOCS_EXAMPLE", example)
+    conf = kafka_config("docs_example")
+    assert (conf["security.protocol"], conf["sasl.username"], conf["sasl.password"]) == (
+        "SASL_SSL",
+        "semantics",
+        "the SCRAM password",
     )
-    with pytest.raises(InputError, match=r"columns\.event_id"):
-        mapping_source(str(path), "k:9092")
-    path.write_text("{")
-    with pytest.raises(InputError, match=r"m\.json"):
-        mapping_source(str(path), "k:9092")
+    spark = spark_kafka_options(conf)
+    assert spark["kafka.ssl.truststore.location"] == "var/tls/ca.pem"
+    assert 'username="semantics" password="the SCRAM password";' in spark["kafka.sasl.jaas.config"]

@@ -1,0 +1,93 @@
+"""One DAG per audit file, `audit_<name>` for `audits/<name>.yaml` (Airflow's dynamic-DAG
+pattern: the folder is read when this file is parsed). Each checks its endpoints, reconciles its
+topic against its outbox with Spark on its own schedule, and fails its `check` task when the
+promise of the audit's mode is broken. See docs/RECONCILE.md.
+
+An audit file that does not validate still gets its DAG, with one task that fails with the file's
+error, so one bad file neither hides the others nor goes unnoticed."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import dag, task
+
+from delivery_semantics import audits
+from semantics_common import PlatformSparkSubmitOperator
+
+DEFAULTS = {"retries": 1, "retry_delay": pendulum.duration(minutes=1)}
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+
+def audit_dag(audit: audits.Audit):
+    @dag(
+        dag_id=audit.dag_id,
+        schedule=audit.schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["semantics", "audit"],
+        description=audit.spec.get("description") or f"{audit.topic} against its outbox",
+        doc_md=f"{__doc__}\n\nAudit file: `{audit.path.name}`, topic `{audit.topic}`, mode `{audit.mode}`.",
+        default_args=DEFAULTS,
+    )
+    def audit_run():
+        @task(retries=0)
+        def preflight(run_id=None) -> str:
+            """Refuses with the file's field or the endpoint named before Spark starts."""
+            from delivery_semantics import audits as a
+
+            loaded = a.load(audit.path)
+            a.preflight(loaded)
+            return a.reconciliation_id(loaded, run_id)
+
+        rid = preflight()
+        reconciled = PlatformSparkSubmitOperator(
+            task_id="reconcile",
+            app="reconcile.py",
+            application_args=["--audit", str(audit.path), "--reconciliation-id", rid],
+            kafka_conn_id=audit.kafka_conn_id,
+            source_conn_id=audit.outbox_conn_id,
+        )
+
+        @task(retries=0)
+        def check(reconciliation_id: str) -> dict:
+            from delivery_semantics import report
+
+            return report.audit_verdict(reconciliation_id)
+
+        reconciled >> check(rid)
+
+    return audit_run()
+
+
+def broken_audit_dag(name: str, error: Exception):
+    @dag(
+        dag_id=f"audit_{name}",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        tags=["semantics", "audit", "invalid"],
+        description=f"invalid audit file: {error}"[:200],
+        doc_md=f"{__doc__}\n\n**This audit file does not validate:** {error}",
+        default_args=DEFAULTS,
+    )
+    def invalid_audit():
+        @task(retries=0)
+        def validate() -> None:
+            from delivery_semantics import audits as a
+
+            a.load(a.audits_dir() / f"{name}.yaml")  # raises the file's error
+
+        validate()
+
+    return invalid_audit()
+
+
+for _name, _audit in audits.discover():
+    if isinstance(_audit, audits.Audit):
+        try:
+            audit_dag(_audit)
+        except Exception as _e:  # a schedule Airflow cannot read, say: the file's DAG shows it
+            broken_audit_dag(_name, audits.AuditError(f"{_audit.path}: schedule: {_e}"))
+    else:
+        broken_audit_dag(_name, _audit)

@@ -1,0 +1,265 @@
+"""Audits of a team's own pipeline, as files: `audits/<name>.yaml`, one per topic and outbox,
+validated against `audit.schema.json`. An audit names Airflow connections, never secrets; the
+table and column names in it are validated as SQL identifiers and quoted, and free SQL is taken
+only where the file says `allow_query: true`, and runs in a read-only transaction.
+
+The DAG file `dags/semantics_audits.py` makes one DAG per file; `local/semantics audit run NAME`
+runs one from the command line, and `local/semantics reconcile --mapping FILE` runs a file once.
+This module imports only yaml and jsonschema at its top: the DAG file parses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from delivery_semantics import catalog
+from delivery_semantics.catalog import CatalogError
+
+SCHEMA_PATH = Path(__file__).with_name("audit.schema.json")
+AUDIT_SCENARIO = "audit"
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+# Fields of the one-off mapping files this format replaced: a pointer rather than a bare refusal.
+_FORMER_FIELDS = {
+    "reconciliation_id": "the id is made per run (audit:<name>:<run>)",
+    "bootstrap_servers": "Kafka comes from connections.kafka",
+    "kafka_options": "client settings live in the Kafka connection's extra",
+    "ledger": "the table is described under outbox",
+    "event_id": "record fields go under record",
+}
+
+
+class AuditError(CatalogError):
+    """An audit that cannot be run: the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Audit:
+    name: str
+    path: Path
+    spec: dict
+
+    @property
+    def dag_id(self) -> str:
+        return f"audit_{self.name}"
+
+    @property
+    def topic(self) -> str:
+        return self.spec["topic"]
+
+    @property
+    def mode(self) -> str:
+        return self.spec["mode"]
+
+    @property
+    def schedule(self) -> str | None:
+        return self.spec.get("schedule")
+
+    @property
+    def kafka_conn_id(self) -> str:
+        return self.spec["connections"]["kafka"]
+
+    @property
+    def outbox_conn_id(self) -> str:
+        return self.spec["connections"]["outbox"]
+
+    @property
+    def record(self) -> dict:
+        return self.spec["record"]
+
+    @property
+    def outbox(self) -> dict:
+        return self.spec["outbox"]
+
+    @property
+    def transactional(self) -> bool | None:
+        return self.spec.get("transactional")
+
+    def where(self, field: str) -> str:
+        return f"{self.path}: {field}"
+
+
+def audits_dir() -> Path:
+    return Path(os.environ.get("SEMANTICS_AUDITS_DIR", Path(__file__).resolve().parents[2] / "audits"))
+
+
+def _schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def _field_path(error) -> str:
+    parts = []
+    for p in error.absolute_path:
+        parts.append(f"[{p}]" if isinstance(p, int) else ("." if parts else "") + str(p))
+    return "".join(parts) or "(top level)"
+
+
+def _message(error) -> str:
+    """jsonschema's error, said for a person editing the file."""
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    v = error.validator
+    if v == "additionalProperties":
+        extra = sorted(set(error.instance) - set(schema.get("properties", {})))
+        hints = [f"{k!r} ({_FORMER_FIELDS[k]})" for k in extra if k in _FORMER_FIELDS and not error.absolute_path]
+        allowed = ", ".join(schema.get("properties", {}))
+        return f"unknown field {', '.join(hints) or ', '.join(map(repr, extra))}; allowed: {allowed}"
+    if v == "pattern":
+        return f"{error.instance!r} is not {schema.get('description') or 'a string matching ' + schema['pattern']}"
+    if v == "oneOf" and "table" in json.dumps(schema.get("oneOf", "")):
+        return "give exactly one of table or query"
+    if v == "oneOf":
+        return (
+            f"{json.dumps(error.instance)} is not a field: use one of {{header: NAME}}, {{json: $.path}}, "
+            "{record_key: true}, {timestamp: true}"
+        )
+    if v == "dependentRequired" and "allow_query" in error.message:
+        return "query is free SQL: it needs allow_query: true (and runs in a read-only transaction)"
+    return error.message
+
+
+def validate(spec, where: str) -> None:
+    """Raises AuditError naming `where` (the file) and the first bad field."""
+    import jsonschema
+
+    if not isinstance(spec, dict):
+        raise AuditError(f"{where}: an audit is a mapping of fields, not {type(spec).__name__}")
+    errors = sorted(
+        jsonschema.Draft202012Validator(_schema()).iter_errors(spec),
+        key=lambda e: (len(list(e.absolute_path)), str(list(e.absolute_path))),
+    )
+    if errors:
+        e = jsonschema.exceptions.best_match(errors)
+        raise AuditError(f"{where}: {_field_path(e)}: {_message(e)}")
+    mode = catalog.MODES.get(spec["mode"])
+    if mode is None:
+        raise AuditError(
+            f"{where}: mode: {spec['mode']!r} is not a delivery mode; use one of {', '.join(catalog.MODES)}"
+        )
+    if spec.get("transactional") and not mode.transactional:
+        raise AuditError(f"{where}: transactional: true, but mode {mode.name} does not write transactions")
+
+
+def load(name_or_path: str | Path) -> Audit:
+    """An audit by name (audits/<name>.yaml) or by path; YAML or JSON."""
+    import yaml
+
+    p = Path(name_or_path)
+    if p.suffix not in (".yaml", ".yml", ".json"):
+        if not _NAME.match(str(name_or_path)):
+            raise AuditError(f"{name_or_path!r} is neither an audit name ([A-Za-z0-9_-]) nor a .yaml/.json file")
+        p = audits_dir() / f"{name_or_path}.yaml"
+    name = p.stem
+    if not _NAME.match(name):
+        raise AuditError(f"{p}: the file name makes the audit's name, and {name!r} is not [A-Za-z0-9_-]")
+    try:
+        spec = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise AuditError(f"{p}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise AuditError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    validate(spec, str(p))
+    return Audit(name, p, spec)
+
+
+def discover(directory: Path | None = None) -> list[tuple[str, Audit | AuditError]]:
+    """Every audits/*.yaml, each loaded or its error: one bad file does not hide the others."""
+    found = []
+    for p in sorted((directory or audits_dir()).glob("*.yaml")):
+        try:
+            found.append((p.stem, load(p)))
+        except AuditError as e:
+            found.append((p.stem, e))
+    return found
+
+
+def reconciliation_id(audit: Audit, run_id: str | None = None) -> str:
+    """One id per audit run: rerunning the same Airflow run reads the same offsets and rewrites
+    the same rows."""
+    return f"audit:{audit.name}:{run_id or 'manual__' + datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
+
+
+# --------------------------------------------------------------------------- SQL
+
+
+def quote_ident(name: str) -> str:
+    """A validated (schema-qualified) identifier, quoted: matched exactly, never parsed as SQL."""
+    parts = name.split(".")
+    if not 1 <= len(parts) <= 2 or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", p) for p in parts):
+        raise AuditError(f"{name!r} is not a SQL identifier")
+    return ".".join(f'"{p}"' for p in parts)
+
+
+PARTITION_KEY = "partition_key"
+
+
+def outbox_select(audit: Audit) -> str:
+    """The outbox rows as the checker reads them: each mapped column under its logical name (and
+    the partitioning column as `partition_key`). Identifiers quoted; a query only when allowed."""
+    ob = audit.outbox
+    items = [f"{quote_ident(col)} AS {logical}" for logical, col in ob["columns"].items()]
+    if "partitioning" in ob:
+        items.append(f"{quote_ident(ob['partitioning']['column'])} AS {PARTITION_KEY}")
+    if "table" in ob:
+        source = quote_ident(ob["table"])
+    elif ob.get("allow_query") is True:
+        source = f"({ob['query']}) AS outbox_query"
+    else:
+        raise AuditError(audit.where("outbox.query") + ": needs allow_query: true")
+    return f"SELECT {', '.join(items)} FROM {source}"
+
+
+# --------------------------------------------------------------------------- before anything runs
+
+
+def preflight(audit: Audit) -> None:
+    """Every endpoint the audit needs, checked before Spark starts or anything is written: the
+    connections exist, Kafka answers and accepts the credentials, the topic exists, the outbox
+    database answers and its table and columns are there. Raises AuditError with one line."""
+    from delivery_semantics import endpoints, topics
+
+    try:
+        kafka_conf = endpoints.kafka_config(audit.kafka_conn_id)
+        endpoints.spark_kafka_options(kafka_conf)
+        db = endpoints.database(audit.outbox_conn_id)
+    except endpoints.EndpointError as e:
+        raise AuditError(f"{audit.path}: connections: {e}") from None
+    try:
+        topics.check_topic(kafka_conf, audit.topic)
+    except (ConnectionError, topics.TopicError) as e:
+        raise AuditError(f"{audit.path}: connections.kafka ({audit.kafka_conn_id}): {e}") from None
+    check_outbox(audit, db)
+
+
+def check_outbox(audit: Audit, db) -> None:
+    """The outbox query with no rows, in a read-only transaction: the database answers, the role
+    may read, and every named table and column exists."""
+    import psycopg2
+    import psycopg2.errors
+
+    try:
+        conn = psycopg2.connect(**db.psycopg2_kwargs())
+    except psycopg2.OperationalError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise AuditError(
+            f"{audit.path}: connections.outbox ({audit.outbox_conn_id}): the database cannot be reached: {first}"
+        ) from None
+    try:
+        conn.set_session(readonly=True)
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT * FROM ({outbox_select(audit)}) AS checked LIMIT 0")
+    except psycopg2.Error as e:
+        field = "outbox.query" if "query" in audit.outbox else "outbox"
+        if isinstance(e, psycopg2.errors.UndefinedColumn):
+            field = "outbox.columns"
+        elif isinstance(e, psycopg2.errors.UndefinedTable):
+            field = "outbox.table"
+        msg = (e.diag.message_primary or str(e)).strip().splitlines()[0]
+        raise AuditError(f"{audit.path}: {field}: {msg} (in database {db.database})") from None
+    finally:
+        conn.close()
