@@ -189,7 +189,7 @@ def test_a_scheduled_audit_finds_every_planted_anomaly_over_sasl_ssl(orders):
         assert len(malformed) == 1
     assert got == {}, f"unplanted discrepancies: {got}"
     row = rows[0]
-    assert (row["outbox_events"], row["outbox_acked"], row["verdict"]) == (27, 24, "broken")
+    assert (row["outbox_events"], row["outbox_acked"], row["verdict"]) == (27, 25, "broken")
     assert "lost_acked" in row["broken_by"]
     assert "BrokenPromise" in out and "the at_least_once promise is broken by lost_acked" in out
 
@@ -298,7 +298,7 @@ INJECTION = "outbox) AS x) AS y; DROP TABLE canary; SELECT * FROM (SELECT 1"
         "fails-the-schema",
     ],
 )
-def test_bad_audits_are_refused_with_one_line_and_exit_2_before_anything_is_written(tmp_path, edit, message):
+def test_bad_audits_are_refused_with_one_line_and_exit_2_before_anything_is_written(orders, tmp_path, edit, message):
     with _outbox_owner() as c, c.cursor() as cur:
         cur.execute("CREATE TABLE IF NOT EXISTS canary (x int)")
     with psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c, c.cursor() as cur:
@@ -347,7 +347,7 @@ def test_every_audit_file_in_the_docs_is_a_file_in_the_repo_and_runs(orders):
             r["isolation"]: r
             for r in report.query("SELECT * FROM v_audit_results WHERE reconciliation_id = %s", (rid,))
         }
-        assert len(s) == 1 and s[next(iter(s))]["outbox_events"] == 24  # the SENT rows
+        assert len(s) == 1 and s[next(iter(s))]["outbox_events"] == 25  # the SENT rows
         assert _discrepancies(rid)
 
 
