@@ -211,27 +211,26 @@ def test_a_scheduled_audit_finds_every_planted_anomaly_over_sasl_ssl(orders):
 
 
 def test_a_platform_run_in_each_mode_over_sasl_ssl_reconciles_as_on_plaintext():
-    secure, plain = kafka_config("kafka_secure"), kafka_config()
+    """The same five runs produced over each listener; one Spark application, on the SASL_SSL
+    listener, reconciles all ten."""
     messages = 2000
-    results = {}
-    for name, conf, conn_id in (("sasl_ssl", secure, "kafka_secure"), ("plaintext", plain, "kafka_default")):
-        ids = {
-            mode: load.start(load.LoadSpec(mode=mode, messages=messages, seed=7), kafka_conf=conf).run_id
-            for mode in ("at_most_once", "at_least_once", "at_least_once_all", "idempotent", "transactional")
-        }
-        with watching_ps() as commands:
-            r = reconcile.run(run_id=list(ids.values()), env=spark_application_env(kafka_conn_id=conn_id))
-        assert r.returncode == 0, r.error
-        if name == "sasl_ssl":
-            _assert_no_secret({"ps -ef": "\n".join(commands), "spark output": r.stdout + r.stderr})
-        by_run = {s["reconciliation_id"]: s for s in r.summaries}
-        results[name] = {
-            (mode, s["isolation"]): {k: v for k, v in s.items() if k != "reconciliation_id"}
-            for mode, rid in ids.items()
-            for s in r.summaries
-            if s["reconciliation_id"] == rid
-        }
-        assert len(by_run) == 5
+    modes = ("at_most_once", "at_least_once", "at_least_once_all", "idempotent", "transactional")
+    ids = {
+        (listener, mode): load.start(
+            load.LoadSpec(mode=mode, messages=messages, seed=7), kafka_conf=kafka_config(conn_id)
+        ).run_id
+        for listener, conn_id in (("sasl_ssl", "kafka_secure"), ("plaintext", "kafka_default"))
+        for mode in modes
+    }
+    with watching_ps() as commands:
+        r = reconcile.run(run_id=list(ids.values()), env=spark_application_env(kafka_conn_id="kafka_secure"))
+    assert r.returncode == 0, r.error
+    _assert_no_secret({"ps -ef": "\n".join(commands), "spark output": r.stdout + r.stderr})
+    results: dict = {"sasl_ssl": {}, "plaintext": {}}
+    for s in r.summaries:
+        (listener, mode), _ = next((k, v) for k, v in ids.items() if v == s["reconciliation_id"])
+        results[listener][(mode, s["isolation"])] = {k: v for k, v in s.items() if k != "reconciliation_id"}
+    assert len(results["sasl_ssl"]) == len(results["plaintext"]) == 2 * len(modes)
     assert results["sasl_ssl"] == results["plaintext"]
     for (mode, _iso), s in results["sasl_ssl"].items():
         assert s["delivered_once"] == messages and s["lost_acked"] == s["duplicate_events"] == 0, mode
