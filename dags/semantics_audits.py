@@ -36,9 +36,7 @@ def audit_dag(audit: audits.Audit):
             """Refuses with the file's field or the endpoint named before Spark starts."""
             from delivery_semantics import audits as a
 
-            loaded = a.load(audit.path)
-            a.preflight(loaded)
-            return a.reconciliation_id(loaded, run_id)
+            return a.reconciliation_id(a.preflight(audit.path), run_id)
 
         rid = preflight()
         reconciled = PlatformSparkSubmitOperator(

@@ -109,8 +109,9 @@ def _message(error) -> str:
         return f"unknown field {', '.join(hints) or ', '.join(map(repr, extra))}; allowed: {allowed}"
     if v == "pattern":
         return f"{error.instance!r} is not {schema.get('description') or 'a string matching ' + schema['pattern']}"
-    if v == "oneOf" and "table" in json.dumps(schema.get("oneOf", "")):
-        return "give exactly one of table or query"
+    alternatives = schema.get("oneOf", [])
+    if v == "oneOf" and all(set(alt) == {"required"} for alt in alternatives):
+        return f"give exactly one of {' or '.join(alt['required'][0] for alt in alternatives)}"
     if v == "oneOf":
         return (
             f"{json.dumps(error.instance)} is not a field: use one of {{header: NAME}}, {{json: $.path}}, "
@@ -217,11 +218,15 @@ def outbox_select(audit: Audit) -> str:
 # --------------------------------------------------------------------------- before anything runs
 
 
-def preflight(audit: Audit) -> None:
-    """Every endpoint the audit needs, checked before Spark starts or anything is written: the
-    connections exist, Kafka answers and accepts the credentials, the topic exists, the outbox
-    database answers and its table and columns are there. Raises AuditError with one line."""
+def preflight(audit: Audit | str | Path) -> Audit:
+    """The audit (loaded first when given by name or path), with every endpoint it needs checked
+    before Spark starts or anything is written: the connections exist, Kafka answers and accepts
+    the credentials, the topic exists, the outbox database answers and its table and columns are
+    there. Raises AuditError with one line."""
     from delivery_semantics import endpoints, topics
+
+    if not isinstance(audit, Audit):
+        audit = load(audit)
 
     try:
         kafka_conf = endpoints.kafka_config(audit.kafka_conn_id)
@@ -234,6 +239,7 @@ def preflight(audit: Audit) -> None:
     except (ConnectionError, topics.TopicError) as e:
         raise AuditError(f"{audit.path}: connections.kafka ({audit.kafka_conn_id}): {e}") from None
     check_outbox(audit, db)
+    return audit
 
 
 def check_outbox(audit: Audit, db) -> None:

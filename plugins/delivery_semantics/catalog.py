@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+# A run id names the default topic and is read back into SQL by the checker: a plain token only.
+RUN_ID_PATTERN = r"[A-Za-z0-9_.-]{1,100}"
 READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
 ISOLATIONS = (READ_COMMITTED, READ_UNCOMMITTED)

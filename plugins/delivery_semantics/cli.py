@@ -203,9 +203,7 @@ def _audit(args) -> int:
     failed = 0
     for item in args.audits or [a.path if not isinstance(a, Exception) else n for n, a in audits.discover()]:
         try:
-            audit = audits.load(item)
-            if args.endpoints:
-                audits.preflight(audit)
+            audit = audits.preflight(item) if args.endpoints else audits.load(item)
             print(f"{audit.path}: ok")
         except audits.AuditError as e:
             print(f"audit: {e}", file=sys.stderr)
@@ -219,8 +217,7 @@ def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str) ->
     from delivery_semantics.endpoints import EndpointError
 
     try:
-        audit = audits.load(name_or_path)
-        audits.preflight(audit)
+        audit = audits.preflight(name_or_path)
         rid = reconciliation_id or audits.reconciliation_id(audit)
         result = reconcile.run(audit=audit, reconciliation_id=rid, master=master)
     except (audits.AuditError, EndpointError) as e:

@@ -94,8 +94,7 @@ def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, dict]:
         mode = catalog.get_mode(spec.mode)
     except catalog.ModeError as e:
         raise LoadError(str(e)) from None
-    # A run id names the default topic and is read back into SQL by the checker: a plain token only.
-    if spec.run_id is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", str(spec.run_id)):
+    if spec.run_id is not None and not re.fullmatch(catalog.RUN_ID_PATTERN, str(spec.run_id)):
         raise LoadError(f"run id {spec.run_id!r}: use 1-100 characters of [A-Za-z0-9_.-]")
     for name in ("messages", "partitions", "keys", "txn_size", "batch_size"):
         v = getattr(spec, name)

@@ -327,7 +327,7 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
 def _run_id_literal(run_id: str) -> str:
     """A platform run id as a SQL literal, for the JDBC source's `query`, which takes no
     parameters. The ids were looked up with bound parameters first; this keeps any other text out."""
-    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,200}", run_id):
+    if not re.fullmatch(catalog.RUN_ID_PATTERN, run_id):
         raise InputError(f"{run_id!r} is not a run id")
     return f"'{run_id}'"
 

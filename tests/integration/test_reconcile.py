@@ -81,27 +81,23 @@ def planted(kafka_conf_module):
 
     tp = Producer({**conf, "transactional.id": f"plant-{tag}"})
     tp.init_transactions(30)
-    aborted_pos = []
-    tp.begin_transaction()
-    tp.produce(
-        topic,
-        key="kD",
-        value=b"payload",
-        headers=[("event_id", e(19).encode()), ("seq", b"0")],
-        on_delivery=lambda err, msg: aborted_pos.append((msg.partition(), msg.offset())),
-    )
-    tp.flush(30)
-    tp.abort_transaction(30)
-    committed_pos = []
-    tp.begin_transaction()
-    tp.produce(
-        topic,
-        key="kD",
-        value=b"payload",
-        headers=[("event_id", e(19).encode()), ("seq", b"0")],
-        on_delivery=lambda err, msg: committed_pos.append((msg.partition(), msg.offset())),
-    )
-    tp.commit_transaction(30)
+
+    def in_transaction(commit: bool) -> list:
+        positions = []
+        tp.begin_transaction()
+        tp.produce(
+            topic,
+            key="kD",
+            value=b"payload",
+            headers=[("event_id", e(19).encode()), ("seq", b"0")],
+            on_delivery=lambda err, msg: positions.append((msg.partition(), msg.offset())),
+        )
+        tp.flush(30)
+        (tp.commit_transaction if commit else tp.abort_transaction)(30)
+        return positions
+
+    aborted_pos = in_transaction(commit=False)
+    committed_pos = in_transaction(commit=True)
 
     lg = Ledger()
     lg.migrate()
