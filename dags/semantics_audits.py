@@ -3,6 +3,12 @@ pattern: the folder is read when this file is parsed). Each checks its endpoints
 topic against its outbox with Spark on its own schedule, and fails its `check` task when the
 promise of the audit's mode is broken. See docs/RECONCILE.md.
 
+A continuous audit (one with `window:`) reconciles one window per run: from the previous window's
+end to this run's data interval end. Windows depend on the ones before them, so the reconcile
+task waits for the previous run's (`depends_on_past`), and a backfill runs them in order. The
+check also fails when more discrepancies are open than `alerts.max_open_discrepancies`; the
+audit's notifier is called for any failed task.
+
 An audit file that does not validate still gets its DAG, with one task that fails with the file's
 error, so one bad file neither hides the others nor goes unnoticed."""
 
@@ -19,6 +25,9 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 
 def audit_dag(audit: audits.Audit):
+    windowed = audit.windowed
+    default_args = {**DEFAULTS, "on_failure_callback": audits.failure_callback(audit)}
+
     @dag(
         dag_id=audit.dag_id,
         schedule=audit.schedule,
@@ -28,30 +37,39 @@ def audit_dag(audit: audits.Audit):
         tags=["semantics", "audit"],
         description=audit.spec.get("description") or f"{audit.topic} against its outbox",
         doc_md=f"{__doc__}\n\nAudit file: `{audit.path.name}`, topic `{audit.topic}`, mode `{audit.mode}`.",
-        default_args=DEFAULTS,
+        default_args=default_args,
     )
     def audit_run():
         @task(retries=0)
-        def preflight(run_id=None) -> str:
-            """Refuses with the file's field or the endpoint named before Spark starts."""
+        def preflight(run_id=None, data_interval_end=None, dag_run=None) -> str:
+            """Refuses with the file's field or the endpoint named before Spark starts. Returns the
+            reconciliation id, or a continuous audit's window end."""
             from delivery_semantics import audits as a
 
+            if audit.windowed:
+                end = a.window_end(data_interval_end or dag_run.run_after)
+                a.preflight(audit.path, [end])
+                return end.isoformat()
             return a.reconciliation_id(a.preflight(audit.path), run_id)
 
         rid = preflight()
         reconciled = PlatformSparkSubmitOperator(
             task_id="reconcile",
             app="reconcile.py",
-            application_args=["--audit", str(audit.path), "--reconciliation-id", rid],
+            application_args=["--audit", str(audit.path), "--window-end" if windowed else "--reconciliation-id", rid],
             kafka_conn_id=audit.kafka_conn_id,
             source_conn_id=audit.outbox_conn_id,
+            sink_conn_id=audit.sink_conn_id,
+            depends_on_past=windowed,
         )
 
         @task(retries=0)
-        def check(reconciliation_id: str) -> dict:
+        def check(reconciled_as: str) -> dict:
             from delivery_semantics import report
 
-            return report.audit_verdict(reconciliation_id)
+            if windowed:
+                return report.window_verdict(audit.name, reconciled_as, audit.alerts.get("max_open_discrepancies"))
+            return report.audit_verdict(reconciled_as)
 
         reconciled >> check(rid)
 

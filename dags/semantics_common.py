@@ -33,10 +33,12 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
         ledger_conn_id: str = "ledger_db",
         kafka_conn_id: str = "kafka_default",
         source_conn_id: str | None = None,
+        sink_conn_id: str | None = None,
         **kwargs,
     ):
         super().__init__(application=app, conn_id=conn_id, name=app.removesuffix(".py"), **kwargs)
-        self.ledger_conn_id, self.kafka_conn_id, self.source_conn_id = ledger_conn_id, kafka_conn_id, source_conn_id
+        self.ledger_conn_id, self.kafka_conn_id = ledger_conn_id, kafka_conn_id
+        self.source_conn_id, self.sink_conn_id = source_conn_id, sink_conn_id
 
     def execute(self, context):
         from delivery_semantics import endpoints

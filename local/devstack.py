@@ -50,6 +50,9 @@ BROKER_IDS = (1, 2, 3)
 BROKER_HEAP = os.environ.get("SEMANTICS_BROKER_HEAP", "768m")
 PG_PORT = int(os.environ.get("SEMANTICS_PG_PORT", "5433"))
 TOXIPROXY_PORT = int(os.environ.get("SEMANTICS_TOXIPROXY_PORT", "8474"))
+# Where audit alerts are mailed on the local stack: nothing listens there unless a test starts
+# its mail catcher (tests/integration/test_continuous_audits.py).
+SMTP_PORT = int(os.environ.get("SEMANTICS_SMTP_PORT", "8025"))
 PLATFORM_DB = "semantics"
 AIRFLOW_DB = "airflow"
 OUTBOX_DB = "outbox_demo"
@@ -346,6 +349,14 @@ def environment() -> dict[str, str]:
             }
         ),
         "AIRFLOW_CONN_TOXIPROXY_DEFAULT": json.dumps({"conn_type": "http", "host": HOST, "port": TOXIPROXY_PORT}),
+        "AIRFLOW_CONN_SMTP_ALERTS": json.dumps(
+            {
+                "conn_type": "smtp",
+                "host": HOST,
+                "port": SMTP_PORT,
+                "extra": {"from_email": "semantics@localhost", "disable_ssl": True, "disable_tls": True},
+            }
+        ),
         "SEMANTICS_SPARK_JARS": jars,
         "SPARK_LOCAL_IP": HOST,
     }

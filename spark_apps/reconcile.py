@@ -2,6 +2,7 @@
 
     spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --run-id RUN [--run-id RUN2 ...]
     spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --audit audits/NAME.yaml --reconciliation-id ID
+    spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --audit audits/NAME.yaml --window-end T [...]
 
 Input is one of:
 - a run id of the platform's own (topic and ledger from the `runs`, `ledger_events` and
@@ -9,7 +10,9 @@ Input is one of:
 - a consumer run id of the platform's own (`consumer_runs`), checked against its input run's
   ledger: what it wrote to the sink table (`sink_events`), or, for the transactional copier, its
   output topic;
-- an audit of a team's own topic and outbox table (audits/NAME.yaml, see docs/RECONCILE.md).
+- an audit of a team's own topic and outbox table (audits/NAME.yaml, see docs/RECONCILE.md);
+  a continuous audit (one with `window:`) reconciles the windows ending at each --window-end, in
+  order, with checker/incremental.py, and its sink table when it names one.
 
 The topic is read as read_committed and read_uncommitted over an exact offset range. That range
 is fixed at the first reconciliation and recorded, so a rerun reads the same records. The ledger
@@ -34,10 +37,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from pyspark.sql import SparkSession
 
 from checker.driver import reconcile
+from checker.incremental import reconcile_window
 from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_source
 from delivery_semantics import audits
 
@@ -66,10 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--run-id", action="append", help="a platform run (repeatable: one application, many runs)")
     g.add_argument("--audit", help="an audit file, audits/NAME.yaml")
     ap.add_argument("--reconciliation-id", help="with --audit: the id of this audit run")
+    ap.add_argument("--window-end", action="append", help="with a continuous audit: a window's end (repeatable)")
     args = ap.parse_args(argv)
-    if args.audit and not args.reconciliation_id:
-        ap.error("--audit needs --reconciliation-id")
-    name = f"audit-{args.reconciliation_id}" if args.audit else f"reconcile-{args.run_id[0]}"
+    if args.audit and not (args.reconciliation_id or args.window_end):
+        ap.error("--audit needs --reconciliation-id, or --window-end for a continuous audit")
+    name = f"audit-{args.reconciliation_id or args.window_end[0]}" if args.audit else f"reconcile-{args.run_id[0]}"
     spark = SparkSession.builder.appName(name).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
@@ -80,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             except audits.AuditError as e:
                 raise InputError(str(e)) from None
             outbox = Jdbc(spark, "SEMANTICS_SOURCE_JDBC", read_only=True)
+            if args.window_end:
+                return _windows(spark, jdbc, kafka, audit, args.window_end, outbox)
             jobs = [(audit_source(audit, args.reconciliation_id, kafka), outbox)]
         else:
             jobs = [(platform_run_source(jdbc, rid, kafka), None) for rid in args.run_id]
@@ -92,6 +100,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         spark.stop()
+
+
+def _windows(spark, jdbc, kafka, audit, ends: list[str], outbox) -> int:
+    if not audit.windowed:
+        raise InputError(f"{audit.path}: --window-end is for a continuous audit, and this one has no window")
+    try:
+        ends_at = sorted(audits.window_end(e) for e in ends)
+    except audits.AuditError as e:
+        raise InputError(str(e)) from None
+    sink = Jdbc(spark, "SEMANTICS_SINK_JDBC", read_only=True) if audit.sink else None
+    for end in ends_at:
+        src = audit_source(audit, audits.window_id(audit, end), kafka)
+        started = time.monotonic()
+        row = reconcile_window(spark, jdbc, src, audit, end, outbox, sink)
+        print("WINDOW " + json.dumps({**row, "elapsed_s": round(time.monotonic() - started, 2)}), flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from delivery_semantics import catalog
@@ -22,6 +22,10 @@ from delivery_semantics.catalog import CatalogError
 
 SCHEMA_PATH = Path(__file__).with_name("audit.schema.json")
 AUDIT_SCENARIO = "audit"
+DEFAULT_SINK_STRATEGY = "process_then_commit"
+# The consumer strategies a sink table can be judged against: the copier's output is a topic.
+SINK_STRATEGIES = ("commit_before_process", "process_then_commit", "process_then_commit_dedup")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 # Fields of the one-off mapping files this format replaced: a pointer rather than a bare refusal.
 _FORMER_FIELDS = {
@@ -79,6 +83,30 @@ class Audit:
     def transactional(self) -> bool | None:
         return self.spec.get("transactional")
 
+    @property
+    def windowed(self) -> bool:
+        return "window" in self.spec
+
+    @property
+    def grace(self) -> timedelta:
+        return parse_duration(self.spec["window"]["grace"])
+
+    @property
+    def sink(self) -> dict | None:
+        return self.spec.get("sink")
+
+    @property
+    def sink_conn_id(self) -> str | None:
+        return self.spec["connections"].get("sink")
+
+    @property
+    def sink_strategy(self) -> str:
+        return (self.sink or {}).get("strategy", DEFAULT_SINK_STRATEGY)
+
+    @property
+    def alerts(self) -> dict:
+        return self.spec.get("alerts", {})
+
     def where(self, field: str) -> str:
         return f"{self.path}: {field}"
 
@@ -119,6 +147,9 @@ def _message(error) -> str:
         )
     if v == "dependentRequired" and "allow_query" in error.message:
         return "query is free SQL: it needs allow_query: true (and runs in a read-only transaction)"
+    if v == "dependentRequired":
+        needs = {f: d for f, d in error.validator_value.items() if f in error.instance and set(d) - set(error.instance)}
+        return "; ".join(f"{f} needs {', '.join(d)}" for f, d in needs.items()) or error.message
     return error.message
 
 
@@ -142,6 +173,18 @@ def validate(spec, where: str) -> None:
         )
     if spec.get("transactional") and not mode.transactional:
         raise AuditError(f"{where}: transactional: true, but mode {mode.name} does not write transactions")
+    if "max_open_discrepancies" in spec.get("alerts", {}) and "window" not in spec:
+        raise AuditError(f"{where}: alerts.max_open_discrepancies: counts a continuous audit's windows: it needs window")
+    strategy = spec.get("sink", {}).get("strategy")
+    if strategy is not None and strategy not in SINK_STRATEGIES:
+        raise AuditError(
+            f"{where}: sink.strategy: {strategy!r} is not a sink strategy; use one of {', '.join(SINK_STRATEGIES)}"
+        )
+
+
+def parse_duration(text: str) -> timedelta:
+    """'90s', '15m', '2h', '1d' (the schema's pattern)."""
+    return timedelta(seconds=int(text[:-1]) * _DURATION_UNITS[text[-1]])
 
 
 def load(name_or_path: str | Path) -> Audit:
@@ -177,6 +220,23 @@ def discover(directory: Path | None = None) -> list[tuple[str, Audit | AuditErro
         except AuditError as e:
             found.append((p.stem, e))
     return found
+
+
+def window_id(audit: Audit, window_end: datetime) -> str:
+    """A continuous audit's window is named by its end, so a rerun and a backfill of the same
+    window are one reconciliation."""
+    return f"audit:{audit.name}:{window_end.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def window_end(text: str | datetime) -> datetime:
+    """A window's end from an ISO 8601 time with its zone, in UTC and whole seconds."""
+    try:
+        t = text if isinstance(text, datetime) else datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise AuditError(f"{text!r} is not an ISO 8601 time (such as 2026-11-23T14:00:00Z)") from None
+    if t.tzinfo is None:
+        raise AuditError(f"{text!r} has no time zone: give one, such as 2026-11-23T14:00:00Z")
+    return t.astimezone(UTC).replace(microsecond=0)
 
 
 def reconciliation_id(audit: Audit, run_id: str | None = None) -> str:
@@ -215,14 +275,60 @@ def outbox_select(audit: Audit) -> str:
     return f"SELECT {', '.join(items)} FROM {source}"
 
 
+def sink_select(audit: Audit) -> str:
+    """The sink rows as the checker reads them, each mapped column under its logical name."""
+    items = [f"{quote_ident(col)} AS {logical}" for logical, col in audit.sink["columns"].items()]
+    return f"SELECT {', '.join(items)} FROM {quote_ident(audit.sink['table'])}"
+
+
+def time_bounded(select: str, column: str, since: datetime | None, until: datetime) -> str:
+    """`select` (whose logical column `column` is a time) restricted to [since, until). The bounds
+    are datetimes this module formats, never text from a file."""
+    low = f"{column} >= TIMESTAMPTZ '{since.astimezone(UTC).isoformat()}' AND " if since else ""
+    return (
+        f"SELECT * FROM ({select}) AS bounded WHERE {low}{column} < TIMESTAMPTZ '{until.astimezone(UTC).isoformat()}'"
+    )
+
+
+# --------------------------------------------------------------------------- alerts
+
+
+NOTIFIERS = {
+    "smtp": "airflow.providers.smtp.notifications.smtp.SmtpNotifier",
+    "slack": "airflow.providers.slack.notifications.slack.SlackNotifier",
+}
+
+
+def failure_callback(audit: Audit):
+    """The audit's notifier as an Airflow failure callback, or None. The provider is imported when
+    the callback fires, not when the DAG file is parsed."""
+    spec = audit.alerts.get("notifier")
+    if not spec:
+        return None
+    ((kind, kwargs),) = spec.items()
+
+    def notify(context):
+        import importlib
+
+        module, _, cls = NOTIFIERS[kind].rpartition(".")
+        try:
+            notifier = getattr(importlib.import_module(module), cls)(**kwargs)
+        except ImportError as e:
+            raise AuditError(f"{audit.path}: alerts.notifier.{kind}: its provider is not installed ({e})") from None
+        notifier(context)
+
+    return notify
+
+
 # --------------------------------------------------------------------------- before anything runs
 
 
-def preflight(audit: Audit | str | Path) -> Audit:
+def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Audit:
     """The audit (loaded first when given by name or path), with every endpoint it needs checked
     before Spark starts or anything is written: the connections exist, Kafka answers and accepts
-    the credentials, the topic exists, the outbox database answers and its table and columns are
-    there. Raises AuditError with one line."""
+    the credentials, the topic exists, the outbox (and sink) database answers and its table and
+    columns are there; and a continuous audit's windows come in order. Raises AuditError with one
+    line."""
     from delivery_semantics import endpoints, topics
 
     if not isinstance(audit, Audit):
@@ -232,6 +338,7 @@ def preflight(audit: Audit | str | Path) -> Audit:
         kafka_conf = endpoints.kafka_config(audit.kafka_conn_id)
         endpoints.spark_kafka_options(kafka_conf)
         db = endpoints.database(audit.outbox_conn_id)
+        sink_db = endpoints.database(audit.sink_conn_id) if audit.sink else None
     except endpoints.EndpointError as e:
         raise AuditError(f"{audit.path}: connections: {e}") from None
     try:
@@ -239,12 +346,42 @@ def preflight(audit: Audit | str | Path) -> Audit:
     except (ConnectionError, topics.TopicError) as e:
         raise AuditError(f"{audit.path}: connections.kafka ({audit.kafka_conn_id}): {e}") from None
     check_outbox(audit, db)
+    if sink_db is not None:
+        check_sink(audit, sink_db)
+    if window_ends:
+        check_window_order(audit, window_ends)
     return audit
 
 
+def check_window_order(audit: Audit, window_ends: list[datetime]) -> None:
+    """Each window follows the latest one recorded, or is a recorded one run again: a window's rows
+    depend on the windows before it."""
+    from delivery_semantics import report
+
+    recorded = {
+        r["window_end"] for r in report.query("SELECT window_end FROM audit_windows WHERE audit = %s", (audit.name,))
+    }
+    latest = max(recorded, default=None)
+    for end in sorted(window_ends):
+        if end not in recorded and latest is not None and end < latest:
+            raise AuditError(
+                f"{audit.path}: the window ending {end.isoformat()} was never run and a later one (ending "
+                f"{latest.isoformat()}) was: windows run in order; rerun a recorded window or run one after the latest"
+            )
+        latest = max(latest or end, end)
+
+
 def check_outbox(audit: Audit, db) -> None:
-    """The outbox query with no rows, in a read-only transaction: the database answers, the role
-    may read, and every named table and column exists."""
+    _check_select(audit, db, outbox_select(audit), "outbox", f"connections.outbox ({audit.outbox_conn_id})")
+
+
+def check_sink(audit: Audit, db) -> None:
+    _check_select(audit, db, sink_select(audit), "sink", f"connections.sink ({audit.sink_conn_id})")
+
+
+def _check_select(audit: Audit, db, select: str, section: str, connection: str) -> None:
+    """The query with no rows, in a read-only transaction: the database answers, the role may
+    read, and every named table and column exists."""
     import psycopg2
     import psycopg2.errors
 
@@ -252,19 +389,18 @@ def check_outbox(audit: Audit, db) -> None:
         conn = psycopg2.connect(**db.psycopg2_kwargs())
     except psycopg2.OperationalError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise AuditError(
-            f"{audit.path}: connections.outbox ({audit.outbox_conn_id}): the database cannot be reached: {first}"
-        ) from None
+        raise AuditError(f"{audit.path}: {connection}: the database cannot be reached: {first}") from None
     try:
         conn.set_session(readonly=True)
         with conn.cursor() as cur:
-            cur.execute(f"SELECT * FROM ({outbox_select(audit)}) AS checked LIMIT 0")
+            cur.execute(f"SELECT * FROM ({select}) AS checked LIMIT 0")
     except psycopg2.Error as e:
-        field = "outbox.query" if "query" in audit.outbox else "outbox"
+        spec = audit.spec[section]
+        field = f"{section}.query" if "query" in spec else section
         if isinstance(e, psycopg2.errors.UndefinedColumn):
-            field = "outbox.columns"
+            field = f"{section}.columns"
         elif isinstance(e, psycopg2.errors.UndefinedTable):
-            field = "outbox.table"
+            field = f"{section}.table"
         msg = (e.diag.message_primary or str(e)).strip().splitlines()[0]
         raise AuditError(f"{audit.path}: {field}: {msg} (in database {db.database})") from None
     finally:

@@ -6,6 +6,7 @@
     consumer_workload resume --consumer-run-id CRUN
     reconcile --run-id RUN [--run-id RUN2 ...] | --mapping FILE
     audit run NAME|FILE [--reconciliation-id ID]   (audits/NAME.yaml; see docs/RECONCILE.md)
+    audit run NAME|FILE --window-end T [--window-end T2 ...]   (a continuous audit's windows, in order)
     audit validate [NAME|FILE ...] | audit list
     report [--runs R1,R2 | --matrix-run ID] [--html PATH]
 
@@ -180,6 +181,11 @@ def _audit_parser(sub) -> None:
     run = cmds.add_parser("run", help="check the endpoints, then reconcile once with Spark")
     run.add_argument("audit", help="a name (audits/NAME.yaml) or a path")
     run.add_argument("--reconciliation-id", help="default: audit:NAME:manual__<UTC time>")
+    run.add_argument(
+        "--window-end",
+        action="append",
+        help="a continuous audit: reconcile the window ending at this ISO 8601 time (repeatable, run in order)",
+    )
     run.add_argument("--master", default="local[2]")
     val = cmds.add_parser("validate", help="validate audit files against the schema (default: every one)")
     val.add_argument("audits", nargs="*")
@@ -191,7 +197,7 @@ def _audit(args) -> int:
     from delivery_semantics import audits
 
     if args.action == "run":
-        return _audit_run(args.audit, args.reconciliation_id, args.master)
+        return _audit_run(args.audit, args.reconciliation_id, args.master, args.window_end)
     if args.action == "list":
         for name, a in audits.discover():
             print(
@@ -211,15 +217,25 @@ def _audit(args) -> int:
     return failed
 
 
-def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str) -> int:
+def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str, window_ends=None) -> int:
     """Refused with one line and exit 2 before Spark starts when the file or an endpoint is bad."""
     from delivery_semantics import audits, reconcile
     from delivery_semantics.endpoints import EndpointError
 
     try:
-        audit = audits.preflight(name_or_path)
+        audit = audits.load(name_or_path)
+        if window_ends and not audit.windowed:
+            raise audits.AuditError(f"{audit.path}: --window-end is for a continuous audit (one with window:)")
+        if audit.windowed and not window_ends:
+            raise audits.AuditError(f"{audit.path}: a continuous audit runs by window: give --window-end")
+        if window_ends and reconciliation_id:
+            raise audits.AuditError("a window's reconciliation id is made from its end: give --window-end only")
+        ends = [audits.window_end(e) for e in window_ends or ()]
+        audits.preflight(audit, ends)
         rid = reconciliation_id or audits.reconciliation_id(audit)
-        result = reconcile.run(audit=audit, reconciliation_id=rid, master=master)
+        result = reconcile.run(
+            audit=audit, reconciliation_id=rid, master=master, window_ends=[e.isoformat() for e in ends] or None
+        )
     except (audits.AuditError, EndpointError) as e:
         print(f"audit: {e}", file=sys.stderr)
         return 2

@@ -253,11 +253,14 @@ def spark_jars() -> str:
 
 
 def spark_application_env(
-    ledger_conn_id: str = LEDGER_CONN_ID, kafka_conn_id: str = KAFKA_CONN_ID, source_conn_id: str | None = None
+    ledger_conn_id: str = LEDGER_CONN_ID,
+    kafka_conn_id: str = KAFKA_CONN_ID,
+    source_conn_id: str | None = None,
+    sink_conn_id: str | None = None,
 ) -> dict[str, str]:
     """What a platform Spark application reads from its environment, never from its arguments
-    (`ps` shows those): the ledger database, an audit's source database, Kafka for librdkafka
-    and for Spark's Kafka source, and this package on the driver's path."""
+    (`ps` shows those): the ledger database, an audit's source and sink databases, Kafka for
+    librdkafka and for Spark's Kafka source, and this package on the driver's path."""
     kafka = kafka_config(kafka_conn_id)
     env = {
         **ledger_database(ledger_conn_id).spark_env(),
@@ -267,6 +270,8 @@ def spark_application_env(
     }
     if source_conn_id:
         env.update(database(source_conn_id).spark_env("SEMANTICS_SOURCE_JDBC"))
+    if sink_conn_id:
+        env.update(database(sink_conn_id).spark_env("SEMANTICS_SINK_JDBC"))
     return env
 
 
@@ -278,7 +283,7 @@ def prepare_spark_submit(op) -> None:
     op.conf = {**SPARK_CONF, **(op.conf or {})}
     op.env_vars = {
         **(op.env_vars or {}),
-        **spark_application_env(op.ledger_conn_id, op.kafka_conn_id, op.source_conn_id),
+        **spark_application_env(op.ledger_conn_id, op.kafka_conn_id, op.source_conn_id, op.sink_conn_id),
     }
 
 

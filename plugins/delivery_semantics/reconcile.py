@@ -44,20 +44,28 @@ def run(
     run_id: str | list[str] | None = None,
     audit=None,
     reconciliation_id: str | None = None,
+    window_ends: list[str] | None = None,
     master: str = "local[2]",
     env: dict | None = None,
     conf: dict | None = None,
     timeout: float = 3600,
 ) -> Reconciled:
-    """Platform runs by id (one application for all), or one run of an audit (an audits.Audit):
-    its Kafka and outbox connections are resolved here and handed over by environment."""
+    """Platform runs by id (one application for all), one run of an audit (an audits.Audit), or
+    windows of a continuous audit (one application for all, in order): the audit's Kafka, outbox
+    and sink connections are resolved here and handed over by environment."""
     if (run_id is None) == (audit is None):
         raise ValueError("give exactly one of run_id or audit")
     if audit is not None:
         from delivery_semantics import audits
 
-        args = ["--audit", str(audit.path), "--reconciliation-id", reconciliation_id or audits.reconciliation_id(audit)]
-        app_env = spark_application_env(kafka_conn_id=audit.kafka_conn_id, source_conn_id=audit.outbox_conn_id)
+        args = ["--audit", str(audit.path)]
+        if window_ends:
+            args += [a for end in window_ends for a in ("--window-end", end)]
+        else:
+            args += ["--reconciliation-id", reconciliation_id or audits.reconciliation_id(audit)]
+        app_env = spark_application_env(
+            kafka_conn_id=audit.kafka_conn_id, source_conn_id=audit.outbox_conn_id, sink_conn_id=audit.sink_conn_id
+        )
     else:
         args = [a for rid in ([run_id] if isinstance(run_id, str) else run_id) for a in ("--run-id", rid)]
         app_env = spark_application_env()
@@ -68,5 +76,7 @@ def run(
         timeout=timeout,
         env={**os.environ, **app_env, **(env or {})},
     )
-    summaries = [json.loads(ln[len("RECONCILED ") :]) for ln in res.stdout.splitlines() if ln.startswith("RECONCILED ")]
+    summaries = [
+        json.loads(ln.split(" ", 1)[1]) for ln in res.stdout.splitlines() if ln.startswith(("RECONCILED ", "WINDOW "))
+    ]
     return Reconciled(res.returncode, summaries, res.stdout, res.stderr)

@@ -239,3 +239,43 @@ def audit_verdict(reconciliation_id: str) -> dict:
     if row["verdict"] == "broken":
         raise BrokenPromise(f"{row['audit']}: the {row['mode']} promise is broken by {row['broken_by']} ({counts})")
     return row
+
+
+WINDOW_COUNTS = (
+    "records_read",
+    "outbox_due",
+    "delivered",
+    "lost_acked",
+    "duplicate_events",
+    "late",
+    "unexpected",
+    "pending_outbox",
+    "pending_records",
+    "sink_lost",
+    "sink_duplicates",
+    "stale_overwrites",
+    "end_to_end_lost",
+    "open_discrepancies",
+)
+
+
+def window_verdict(audit: str, window_end: str, max_open: int | None = None) -> dict:
+    """A continuous audit window's row of audit_windows, printed; raises BrokenPromise when the
+    mode's or the sink's promise is broken, or when more discrepancies are open than `max_open`.
+    Pending events alone never fail it: they are not yet past the grace."""
+    rows = query("SELECT * FROM audit_windows WHERE audit = %s AND window_end = %s::timestamptz", (audit, window_end))
+    if not rows:
+        raise RuntimeError(f"no window of {audit} ends at {window_end}: did the reconcile task run?")
+    row = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in rows[0].items()}
+    counts = ", ".join(f"{k}={row[k]}" for k in WINDOW_COUNTS if row[k] is not None)
+    print(f"{audit} window ending {row['window_end']}: {row['verdict']}, sink {row['sink_verdict'] or '-'} ({counts})")
+    broken = []
+    if row["verdict"] == "broken":
+        broken.append(f"the {row['mode']} promise is broken by {row['broken_by']}")
+    if row["sink_verdict"] == "broken":
+        broken.append(f"the sink's {row['sink_strategy']} promise is broken by {row['sink_broken_by']}")
+    if max_open is not None and row["open_discrepancies"] > max_open:
+        broken.append(f"{row['open_discrepancies']} discrepancies are open (alerts.max_open_discrepancies {max_open})")
+    if broken:
+        raise BrokenPromise(f"{audit}, window ending {row['window_end']}: {'; '.join(broken)} ({counts})")
+    return row

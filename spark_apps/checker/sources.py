@@ -247,6 +247,13 @@ def fixed_offsets(spark: SparkSession, jdbc: Jdbc, src: Source) -> tuple[dict, d
     )
     if rows:
         return ({int(r[0]): int(r[1]) for r in rows}, {int(r[0]): int(r[2]) for r in rows}, True)
+    marks = topic_offsets(src)
+    return {p: m[0] for p, m in marks.items()}, {p: m[1] for p, m in marks.items()}, False
+
+
+def topic_offsets(src: Source, at_millis: int | None = None) -> dict[int, tuple[int, int, int | None]]:
+    """Per partition: (log start, log end, and with `at_millis` the first offset whose timestamp is
+    at or after it, None when there is none yet)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     conf = {
@@ -261,15 +268,20 @@ def fixed_offsets(spark: SparkSession, jdbc: Jdbc, src: Source) -> tuple[dict, d
         t = md.topics.get(src.topic)
         if t is None or t.error is not None:
             raise InputError(f"topic {src.topic!r}: {t.error if t else 'not found'}")
-        start, end = {}, {}
+        marks = {}
         for p in sorted(t.partitions):
             lo, hi = c.get_watermark_offsets(TopicPartition(src.topic, p), timeout=15)
-            start[p], end[p] = lo, hi
+            marks[p] = (lo, hi, None)
+        if at_millis is not None:
+            found = c.offsets_for_times([TopicPartition(src.topic, p, at_millis) for p in marks], timeout=15)
+            for tp in found:
+                lo, hi, _ = marks[tp.partition]
+                marks[tp.partition] = (lo, hi, tp.offset if tp.offset >= 0 else None)
     except KafkaException as e:
         raise InputError(f"Kafka at {src.kafka.bootstrap_servers} cannot be read: {e.args[0].str()}") from None
     finally:
         c.close()
-    return start, end, False
+    return marks
 
 
 # --------------------------------------------------------------------------- reading
@@ -321,6 +333,7 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
         F.col("partition"),
         F.col("offset"),
         F.col("value"),
+        F.col("timestamp").alias("record_at"),
     )
 
 
@@ -421,17 +434,15 @@ def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
         if "status" in cols
         else F.lit("acked")
     )
-    for c in ("key", "seq", "publish_at"):
-        if c not in cols:
-            df = df.withColumn(c, F.lit(None))
-    return df.select(
-        F.col("event_id").cast("string"),
-        F.col("key").cast("string"),
-        F.col("seq").cast("bigint"),
-        F.col("publish_at").cast("timestamp"),
-        status.alias("status"),
-        F.array().cast("array<struct<partition:int,offset:bigint>>").alias("aborted_positions"),
+    types = {"event_id": "string", "key": "string", "seq": "bigint", "publish_at": "timestamp", "status": "string"}
+    return typed(df.withColumn("status", status), types).withColumn(
+        "aborted_positions", F.array().cast("array<struct<partition:int,offset:bigint>>")
     )
+
+
+def typed(df: DataFrame, types: dict[str, str]) -> DataFrame:
+    """The logical columns a file mapped, cast to their types; NULL for those it left out."""
+    return df.select(*((F.col(c) if c in df.columns else F.lit(None)).cast(t).alias(c) for c, t in types.items()))
 
 
 def platform_run_source(jdbc: Jdbc, run_id: str, kafka: Kafka) -> Source:

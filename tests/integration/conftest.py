@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -55,6 +56,22 @@ def fresh_topic(kafka_conf):
             topics.delete_topic(kafka_conf, name)
         except Exception:
             pass
+
+
+def recreate_topic(conf: dict, name: str, partitions: int = 3) -> None:
+    """The topic deleted if it exists and made anew, empty."""
+    try:
+        topics.delete_topic(conf, name)
+    except Exception:
+        pass
+    for _ in range(30):  # deletion completes asynchronously: until the topic is made anew
+        try:
+            if topics.ensure_topic(conf, name, partitions=partitions):
+                return
+        except Exception:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"topic {name} could not be made afresh")
 
 
 def run(cmd: list[str], timeout: float = 600, env: dict | None = None, check: bool = False):

@@ -19,10 +19,10 @@ import psycopg2
 import pytest
 import yaml
 from confluent_kafka import Producer
-from conftest import REPO, run
+from conftest import REPO, recreate_topic, run
 
 import devstack
-from delivery_semantics import audits, load, reconcile, report, topics
+from delivery_semantics import audits, load, reconcile, report
 from delivery_semantics.endpoints import database, kafka_config, ledger_database, spark_application_env
 
 ORDERS = REPO / "audits" / "orders.yaml"
@@ -83,19 +83,7 @@ def orders():
     audit = audits.load(ORDERS)
     conf = kafka_config(audit.kafka_conn_id)
     assert conf["security.protocol"] == "SASL_SSL"
-    try:
-        topics.delete_topic(conf, audit.topic)
-    except Exception:
-        pass
-    for _ in range(30):  # deletion completes asynchronously: until the topic is made anew
-        try:
-            if topics.ensure_topic(conf, audit.topic, partitions=3):
-                break
-        except Exception:
-            pass
-        time.sleep(1)
-    else:
-        raise AssertionError(f"topic {audit.topic} could not be made afresh")
+    recreate_topic(conf, audit.topic)
     tag = uuid.uuid4().hex[:6]
     e = lambda name: f"{tag}-{name}"
     outbox = [(e(f"c{i:02d}"), f"agg-c{i}", 1, "SENT") for i in range(20)] + [
@@ -336,6 +324,8 @@ def test_every_audit_file_in_the_docs_is_a_file_in_the_repo_and_runs(orders):
         assert first.startswith("# audits/"), f"a YAML example in RECONCILE.md must start with its path: {first}"
         path = REPO / first[2:].split()[0]
         assert path.read_text() == block, f"{path} and its copy in docs/RECONCILE.md differ"
+        if audits.load(path).windowed:
+            continue  # its pipeline is built, and the file run, by test_continuous_audits.py
         audits.preflight(path)
         if path == ORDERS:
             continue  # run by its DAG above, and by `audit run orders` in the docs' commands

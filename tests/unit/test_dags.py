@@ -35,7 +35,8 @@ CONNECTIONS = {
 def airflow_env(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow")
     audits_dir = tmp_path_factory.mktemp("audits")
-    (audits_dir / "orders.yaml").write_text((REPO / "audits" / "orders.yaml").read_text())
+    for name in ("orders.yaml", "orders_stream.yaml"):
+        (audits_dir / name).write_text((REPO / "audits" / name).read_text())
     (audits_dir / "broken.yaml").write_text("topic: t\nmode: at_least_once\n")
     return {
         "SEMANTICS_AUDITS_DIR": str(audits_dir),
@@ -80,6 +81,7 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
         "semantics_reconcile",
         *(f"semantics_load_{m}" for m in catalog.MODES),
         "audit_orders",
+        "audit_orders_stream",
         "audit_broken",
     }
     for dag_id, d in dags.items():

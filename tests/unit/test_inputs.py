@@ -87,12 +87,13 @@ def test_the_cli_refuses_bad_input_with_one_line_and_exit_2(args, message):
 
 
 ORDERS = REPO / "audits" / "orders.yaml"
+STREAM = REPO / "audits" / "orders_stream.yaml"
 
 
-def _audit(tmp_path, edit) -> str:
+def _audit(tmp_path, edit, base=ORDERS) -> str:
     import yaml
 
-    spec = yaml.safe_load(ORDERS.read_text())
+    spec = yaml.safe_load(base.read_text())
     edit(spec)
     path = tmp_path / "a.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -134,6 +135,56 @@ def test_an_audit_file_is_refused_naming_the_file_and_the_field(tmp_path, edit, 
     path = _audit(tmp_path, edit)
     with pytest.raises(audits.AuditError, match=f"^{path}: {message}"):
         audits.load(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda s: s["window"].update(grace="15 minutes"), "window.grace: '15 minutes' is not a duration"),
+        (lambda s: s.pop("window"), r"\(top level\): sink needs window"),
+        (
+            lambda s: [s.pop(k) for k in ("window", "sink")],
+            "alerts.max_open_discrepancies: counts a continuous audit's windows: it needs window",
+        ),
+        (lambda s: s["connections"].pop("sink"), "connections: 'sink' is a required property"),
+        (lambda s: s["outbox"]["columns"].pop("publish_at"), "outbox.columns: 'publish_at' is a required property"),
+        (
+            lambda s: s["sink"].update(strategy="transactional_copy"),
+            "sink.strategy: 'transactional_copy' is not a sink",
+        ),
+        (lambda s: s["sink"]["columns"].update(applied_at="applied at"), "sink.columns.applied_at: 'applied at'"),
+        (lambda s: s["alerts"].update(notifier={"pager": {}}), r"alerts.notifier: unknown field 'pager'"),
+        (lambda s: s["alerts"].update(max_open_discrepancies=-1), "alerts.max_open_discrepancies: -1 is less than"),
+    ],
+)
+def test_a_continuous_audit_file_is_refused_naming_the_file_and_the_field(tmp_path, edit, message):
+    from delivery_semantics import audits
+
+    path = _audit(tmp_path, edit, STREAM)
+    with pytest.raises(audits.AuditError, match=f"^{path}: {message}"):
+        audits.load(path)
+
+
+def test_window_ends_and_ids_are_exact_and_in_utc():
+    from datetime import UTC, datetime, timedelta
+
+    from delivery_semantics import audits
+
+    a = audits.load(STREAM)
+    assert (a.windowed, a.grace, a.sink_strategy) == (True, timedelta(minutes=10), "process_then_commit")
+    end = audits.window_end("2026-11-23T15:00:00.250+01:00")
+    assert end == datetime(2026, 11, 23, 14, 0, tzinfo=UTC)
+    assert audits.window_id(a, end) == "audit:orders_stream:2026-11-23T14:00:00Z"
+    for bad in ("2026-11-23T14:00:00", "yesterday"):
+        with pytest.raises(audits.AuditError):
+            audits.window_end(bad)
+    assert audits.time_bounded("SELECT 1 AS t", "t", None, end) == (
+        "SELECT * FROM (SELECT 1 AS t) AS bounded WHERE t < TIMESTAMPTZ '2026-11-23T14:00:00+00:00'"
+    )
+    assert audits.sink_select(a) == (
+        'SELECT "event_id" AS event_id, "order_id" AS key, "version" AS version, "applied_at" AS applied_at '
+        'FROM "public"."order_applies"'
+    )
 
 
 def test_identifiers_are_quoted_and_free_sql_only_where_allowed(tmp_path):

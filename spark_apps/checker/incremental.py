@@ -1,0 +1,317 @@
+"""Composes a continuous audit's window: find where the previous window ended, read this window's
+records, outbox rows and sink rows, look up the state the earlier windows left for exactly these
+ids and keys, classify with checker/windows.py, and merge the rows in one transaction.
+
+The lookups go through staging tables of this window's ids, joined in the database on the state
+tables' keys: a window's cost follows the window, not the audit's history. A window's rows depend
+only on the windows before it, so a rerun (or a backfill over recorded windows) writes them again
+unchanged. Windows run in order: a window before the latest recorded one, never run, is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import secrets
+from datetime import UTC, datetime
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from checker.sources import InputError, Jdbc, Source, read_ledger, read_topic, topic_offsets, typed
+from checker.windows import LOSSES, OUTBOX_TOPIC, TOPIC_SINK, Window, discrepancies
+from delivery_semantics import audits, catalog
+
+COUNTED = {  # audit_windows column: (stage, kind, what is counted)
+    "duplicate_events": (OUTBOX_TOPIC, "duplicate"),
+    "lost_acked": (OUTBOX_TOPIC, "lost_acked"),
+    "lost_unacked": (OUTBOX_TOPIC, "lost_unacked"),
+    "unknown_landed": (OUTBOX_TOPIC, "unknown_landed"),
+    "unexpected": (OUTBOX_TOPIC, "unexpected"),
+    "late": (OUTBOX_TOPIC, "late"),
+    "out_of_order": (OUTBOX_TOPIC, "out_of_order"),
+    "malformed": (OUTBOX_TOPIC, "malformed"),
+    "sink_duplicates": (TOPIC_SINK, "duplicate"),
+    "sink_lost": (TOPIC_SINK, "lost"),
+    "sink_unexpected": (TOPIC_SINK, "unexpected"),
+    "sink_late": (TOPIC_SINK, "late"),
+    "stale_overwrites": (TOPIC_SINK, "stale_overwrite"),
+    "end_to_end_lost": ("outbox_sink", "lost"),
+    "end_to_end_late": ("outbox_sink", "late"),
+}
+SINK_COUNTS = tuple(c for c, (stage, _) in COUNTED.items() if stage != OUTBOX_TOPIC)
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")
+
+
+def _ts(t: datetime | None) -> str:
+    """A timestamp literal for the JDBC source's `query`, which takes no parameters: formatted
+    here from a datetime, never from text."""
+    return "NULL::timestamptz" if t is None else f"TIMESTAMPTZ '{_iso(t)}'"
+
+
+def _name(audit: audits.Audit) -> str:
+    """The audit's name as a literal; the name was validated as [A-Za-z0-9_-] when it was loaded."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,200}", audit.name):
+        raise InputError(f"{audit.name!r} is not an audit name")
+    return f"'{audit.name}'"
+
+
+class Bounds:
+    """Where a window starts and ends, in time and in offsets: recorded by its first run."""
+
+    def __init__(self, jdbc: Jdbc, src: Source, audit: audits.Audit, end: datetime):
+        self.end = end
+        a, t = audit.name, _iso(end)
+        recorded = jdbc.scalar_rows(
+            'SELECT "partition", start_offset, end_offset FROM audit_window_offsets '
+            "WHERE audit = ? AND window_end = ?::timestamptz ORDER BY 1",
+            [a, t],
+        )
+        prev = jdbc.scalar_rows(
+            "SELECT extract(epoch FROM max(window_end))::bigint FROM audit_windows "
+            "WHERE audit = ? AND window_end < ?::timestamptz",
+            [a, t],
+        )[0][0]
+        self.start = datetime.fromtimestamp(int(prev), UTC) if prev is not None else None
+        self.recorded_before = bool(recorded)
+        if recorded:
+            self.offsets = {int(r[0]): (int(r[1]), int(r[2])) for r in recorded}
+            return
+        later = jdbc.scalar_rows(
+            "SELECT min(window_end)::text FROM audit_windows WHERE audit = ? AND window_end > ?::timestamptz", [a, t]
+        )[0][0]
+        if later:
+            raise InputError(
+                f"audit {a}: the window ending {t} was never run and a later one (ending {later}) was: "
+                "windows run in order; rerun a recorded window or run one after the latest"
+            )
+        previous_end = {}
+        if prev:
+            previous_end = {
+                int(r[0]): int(r[1])
+                for r in jdbc.scalar_rows(
+                    'SELECT "partition", end_offset FROM audit_window_offsets WHERE audit = ? AND window_end = ?::timestamptz',
+                    [a, _iso(self.start)],
+                )
+            }
+        marks = topic_offsets(src, int(end.timestamp() * 1000))
+        self.offsets = {}
+        for p, (low, high, at_end) in marks.items():
+            start = max(previous_end.get(p, low), low)
+            self.offsets[p] = (start, max(start, high if at_end is None else at_end))
+
+
+def reconcile_window(
+    spark: SparkSession,
+    jdbc: Jdbc,
+    src: Source,
+    audit: audits.Audit,
+    end: datetime,
+    outbox_db: Jdbc,
+    sink_db: Jdbc | None,
+) -> dict:
+    """One window of a continuous audit, read, classified and merged. Returns its audit_windows row."""
+    b = Bounds(jdbc, src, audit, end)
+    grace = audit.grace
+    isolation = catalog.get_mode(audit.mode).isolation
+    token = secrets.token_hex(6)
+    staged: list[str] = []
+
+    def stage(df: DataFrame, what: str) -> str:
+        table = f"stg_window_{what}_{token}"
+        staged.append(table)
+        jdbc.write(df, table)
+        return table
+
+    try:
+        records = read_topic(
+            spark, src, isolation, {p: o[0] for p, o in b.offsets.items()}, {p: o[1] for p, o in b.offsets.items()}
+        ).cache()
+        since = b.start - 2 * grace if b.start else None
+        bounded = audits.time_bounded(src.ledger["select"], "publish_at", since, end)
+        outbox_src = dataclasses.replace(src, ledger={**src.ledger, "select": bounded})
+        outbox = (
+            read_ledger(outbox_db, outbox_src)
+            .select("event_id", "status", F.col("publish_at").alias("created_at"))
+            .where(F.col("event_id").isNotNull())
+            .cache()
+        )
+        sink = None
+        if sink_db is not None:
+            sink = _read_sink(sink_db, audit, b.start, end).cache()
+
+        ids = records.select("event_id").unionByName(outbox.select("event_id"))
+        if sink is not None:
+            ids = ids.unionByName(sink.select("event_id"))
+        ids_table = stage(ids.where(F.col("event_id").isNotNull()).distinct(), "ids")
+        jdbc.execute_in_transaction([(f"CREATE INDEX ON {ids_table} (event_id)", []), (f"ANALYZE {ids_table}", [])])
+        name, t, start = _name(audit), _ts(end), _ts(b.start)
+        prior = jdbc.read(
+            f"SELECT DISTINCT s.event_id, s.side FROM audit_sightings s JOIN {ids_table} i ON i.event_id = s.event_id "
+            f"WHERE s.audit = {name} AND s.window_end < {t}"
+        ).cache()
+        losses = ", ".join(f"'{k}'" for k in LOSSES)
+        open_losses = jdbc.read(
+            f"SELECT l.event_id, l.stage, l.window_end AS lost_in_window, l.occurred_at FROM audit_discrepancies l "
+            f"JOIN {ids_table} i ON i.event_id = l.event_id WHERE l.audit = {name} AND l.window_end < {t} "
+            f"AND l.kind IN ({losses}) AND NOT EXISTS (SELECT 1 FROM audit_discrepancies r WHERE r.audit = l.audit "
+            "AND r.event_id = l.event_id AND r.stage = l.stage AND r.kind = 'late' AND r.window_end > l.window_end "
+            f"AND r.window_end < {t})"
+        ).cache()
+        carried = jdbc.read(
+            f"SELECT event_id, first_at, copies, partitions, offsets FROM audit_pending "
+            f"WHERE audit = {name} AND window_end = {start}"
+        ).cache()
+        w = Window(end, b.start, grace, isolation, records, outbox, prior, open_losses, carried)
+        if sink is not None:
+            keys_table = stage(sink.select("key").where(F.col("key").isNotNull()).distinct(), "keys")
+            w.sink = sink
+            w.sink_versions = jdbc.read(
+                f"SELECT s.key, max(s.version) AS max_version FROM audit_sightings s JOIN {keys_table} k ON k.key = s.key "
+                f"WHERE s.audit = {name} AND s.side = 'sink' AND s.window_end < {t} GROUP BY s.key"
+            ).cache()
+            due_since = _ts(b.start - grace) if b.start else "'-infinity'::timestamptz"
+            w.topic_due_for_sink = jdbc.read(
+                f"SELECT s.event_id, s.first_at FROM audit_sightings s WHERE s.audit = {name} AND s.side = 'topic' "
+                f"AND s.window_end < {t} AND s.first_at >= {due_since} AND s.first_at < {_ts(end - grace)} "
+                "AND NOT EXISTS (SELECT 1 FROM audit_sightings e WHERE e.audit = s.audit AND e.side = 'topic' "
+                "AND e.event_id = s.event_id AND e.window_end < s.window_end)"
+            ).cache()
+
+        disc = discrepancies(w).coalesce(spark.sparkContext.defaultParallelism).cache()
+        counted = {
+            (r["stage"], r["kind"]): int(r["n"])
+            for r in disc.groupBy("stage", "kind").agg(F.count(F.lit(1)).alias("n")).collect()
+        }
+        row = _window_row(src, audit, b, isolation, w.totals(), counted)
+        stg_disc = stage(disc, "disc")
+        stg_seen = stage(w.sightings(), "seen")
+        stg_pending = stage(w.pending(), "pending")
+        _merge(jdbc, audit, b, row, stg_disc, stg_seen, stg_pending, token)
+        return row
+    finally:
+        if staged:
+            jdbc.execute_in_transaction([(f"DROP TABLE IF EXISTS {t}", []) for t in staged])
+
+
+def _read_sink(sink_db: Jdbc, audit: audits.Audit, start: datetime | None, end: datetime) -> DataFrame:
+    df = sink_db.read(audits.time_bounded(audits.sink_select(audit), "applied_at", start, end))
+    types = {"event_id": "string", "key": "string", "version": "bigint", "applied_at": "timestamp"}
+    return typed(df, types).where(F.col("event_id").isNotNull())
+
+
+def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, totals: dict, counted: dict) -> dict:
+    counts = {col: counted.get(sk, 0) for col, sk in COUNTED.items()}
+    verdict, broken = catalog.verdict(
+        audit.mode, audits.AUDIT_SCENARIO, isolation, {**counts, "aborted_visible": 0, "stale_overwrites": 0}
+    )
+    row = {
+        "audit": audit.name,
+        "window_end": _iso(b.end),
+        "window_start": _iso(b.start) if b.start else None,
+        "grace_seconds": int(audit.grace.total_seconds()),
+        "reconciliation_id": src.reconciliation_id,
+        "topic": src.topic,
+        "mode": audit.mode,
+        "isolation": isolation,
+        **totals,
+        **counts,
+        "promise": catalog.get_mode(audit.mode).promise.text,
+        "verdict": verdict,
+        "broken_by": ",".join(broken) or None,
+        "sink_table": None,
+        "sink_strategy": None,
+        "sink_promise": None,
+        "sink_verdict": None,
+        "sink_broken_by": None,
+    }
+    if audit.sink:
+        strategy = catalog.get_strategy(audit.sink_strategy)
+        sink_verdict, sink_broken = catalog.verdict(
+            strategy.name,
+            audits.AUDIT_SCENARIO,
+            strategy.isolation,
+            {
+                "lost_acked": counts["sink_lost"],
+                "duplicate_events": counts["sink_duplicates"],
+                "stale_overwrites": counts["stale_overwrites"],
+            },
+        )
+        row.update(
+            sink_table=audit.sink["table"],
+            sink_strategy=strategy.name,
+            sink_promise=strategy.promise.text,
+            sink_verdict=sink_verdict,
+            sink_broken_by=",".join(sink_broken) or None,
+        )
+    else:
+        row.update({c: None for c in SINK_COUNTS})
+    return row
+
+
+def _merge(jdbc: Jdbc, audit: audits.Audit, b: Bounds, row: dict, stg_disc, stg_seen, stg_pending, token) -> None:
+    a, t = audit.name, row["window_end"]
+    key = "audit = ? AND window_end = ?::timestamptz"
+    stmts: list[tuple[str, list]] = []
+    if not b.recorded_before:
+        for p, (lo, hi) in sorted(b.offsets.items()):
+            stmts.append(
+                (
+                    'INSERT INTO audit_window_offsets (audit, window_end, "partition", start_offset, end_offset) '
+                    "VALUES (?, ?::timestamptz, ?, ?, ?)",
+                    [a, t, p, lo, hi],
+                )
+            )
+    for table in ("audit_discrepancies", "audit_sightings", "audit_pending"):
+        stmts.append((f"DELETE FROM {table} WHERE {key}", [a, t]))
+    stmts += [
+        (
+            'INSERT INTO audit_discrepancies (audit, window_end, stage, kind, event_id, copies, "partitions", '
+            '"offsets", occurred_at, delay_ms, lost_in_window) SELECT ?, ?::timestamptz, stage, kind, event_id, '
+            f'copies, "partitions", "offsets", occurred_at, delay_ms, lost_in_window FROM {stg_disc}',
+            [a, t],
+        ),
+        (
+            'INSERT INTO audit_sightings (audit, side, event_id, window_end, copies, first_at, "partition", "offset", '
+            'key, version, created_at) SELECT ?, side, event_id, ?::timestamptz, copies, first_at, "partition", '
+            f'"offset", key, version, created_at FROM {stg_seen}',
+            [a, t],
+        ),
+        (
+            'INSERT INTO audit_pending (audit, window_end, event_id, first_at, copies, "partitions", "offsets") '
+            f'SELECT ?, ?::timestamptz, event_id, first_at, copies, "partitions", "offsets" FROM {stg_pending}',
+            [a, t],
+        ),
+    ]
+    cols = [c for c in row]
+    casts = {"window_end": "::timestamptz", "window_start": "::timestamptz"}
+    stmts.append(
+        (
+            f"INSERT INTO audit_windows ({', '.join(cols)}, open_discrepancies) "
+            f"VALUES ({', '.join('?' + casts.get(c, '') for c in cols)}, 0) ON CONFLICT (audit, window_end) DO UPDATE SET "
+            + ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in ("audit", "window_end")),
+            [row[c] for c in cols],
+        )
+    )
+    losses = ", ".join(f"'{k}'" for k in LOSSES)
+    stmts.append(
+        (
+            "UPDATE audit_windows w SET open_discrepancies = (SELECT count(*) FROM audit_discrepancies d "
+            "WHERE d.audit = w.audit AND ((d.window_end = w.window_end AND d.kind NOT IN "
+            f"({losses}, 'late')) OR (d.window_end <= w.window_end AND d.kind IN ({losses}) AND NOT EXISTS ("
+            "SELECT 1 FROM audit_discrepancies r WHERE r.audit = d.audit AND r.event_id = d.event_id "
+            "AND r.stage = d.stage AND r.kind = 'late' AND r.window_end > d.window_end "
+            f"AND r.window_end <= w.window_end)))) WHERE w.{key}",
+            [a, t],
+        )
+    )
+    stmts.append(
+        ("INSERT INTO reconcile_jobs (reconciliation_id, staged_as) VALUES (?, ?)", [row["reconciliation_id"], token])
+    )
+    jdbc.execute_in_transaction(stmts)
+    row["open_discrepancies"] = int(
+        jdbc.scalar_rows(f"SELECT open_discrepancies FROM audit_windows WHERE {key}", [a, t])[0][0]
+    )

@@ -1,0 +1,386 @@
+"""A continuous audit's window, classified: one function per kind and stage, over DataFrames, as
+checker/anomalies.py does for a whole topic. Reading the window and the state the earlier
+windows left, and writing this window's rows, are in checker/incremental.py.
+
+A window ends at `end` and follows the window that ended at `start` (None for the first, which
+reads everything before its end). With `grace` g:
+- outbox_topic: an outbox row created in [start - g, end - g) is due. Due and never seen in the
+  topic, in this window or an earlier one: lost. A record with no outbox row whose timestamp is
+  past end - g: unexpected; within the grace: pending, carried to the next window. A record of an
+  event an earlier window declared lost: late (the loss stays, resolved by this row). An event id
+  read twice in the window, or read in an earlier window: duplicate.
+- topic_sink: a record first seen at [start - g, end - g) and never applied: lost. Applied twice,
+  in the window or across windows: duplicate. Applied after a newer version of its key: stale.
+  Applied and never in the topic: unexpected.
+- outbox_sink: an acked outbox row created in [start - 2g, end - 2g) never applied: lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cached_property
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import Window as W
+from pyspark.sql import functions as F
+
+from checker import anomalies
+
+OUTBOX_TOPIC, TOPIC_SINK, OUTBOX_SINK = "outbox_topic", "topic_sink", "outbox_sink"
+LOSSES = ("lost_acked", "lost_unacked", "lost")
+DISCREPANCY_COLUMNS = (
+    "stage",
+    "kind",
+    "event_id",
+    "copies",
+    "partitions",
+    "offsets",
+    "occurred_at",
+    "delay_ms",
+    "lost_in_window",
+)
+
+
+@dataclass
+class Window:
+    end: datetime
+    start: datetime | None
+    grace: timedelta
+    isolation: str
+    records: DataFrame  # event_id, key, seq, partition, offset, record_at (the topic's timestamp)
+    outbox: DataFrame  # event_id, status, created_at: rows created in [start - 2g, end)
+    prior: DataFrame  # event_id, side: the looked-up ids seen in an earlier window
+    open_losses: DataFrame  # event_id, stage, lost_in_window, occurred_at: losses unresolved at start
+    carried: DataFrame  # event_id, first_at, copies, partitions, offsets: the previous window's pending records
+    sink: DataFrame | None = None  # event_id, key, version, applied_at: rows applied in [start, end)
+    sink_versions: DataFrame | None = None  # key, max_version: the newest version applied before start
+    topic_due_for_sink: DataFrame | None = None  # event_id, first_at: first seen earlier, at [start - g, end - g)
+
+    # ------------------------------------------------------------------ time ranges
+
+    def _since(self, shift: int) -> datetime | None:
+        return self.start - shift * self.grace if self.start else None
+
+    def _within(self, column: str, shift: int) -> Column:
+        """column in [start - shift*g, end - shift*g); unbounded below in the first window."""
+        c = F.col(column) < F.lit(self.end - shift * self.grace)
+        since = self._since(shift)
+        return c if since is None else c & (F.col(column) >= F.lit(since))
+
+    def _past_grace(self, column: str) -> Column:
+        return F.col(column) < F.lit(self.end - self.grace)
+
+    # ------------------------------------------------------------------ shared frames
+
+    @cached_property
+    def copies(self) -> DataFrame:
+        """Per event id read in this window: copies, where, and the first copy."""
+        first = F.min(F.struct("record_at", "partition", "offset", "key", "seq"))
+        return (
+            self.records.where(F.col("event_id").isNotNull())
+            .groupBy("event_id")
+            .agg(
+                F.count(F.lit(1)).cast("int").alias("copies"),
+                F.array_sort(F.collect_set("partition")).alias("partitions"),
+                F.slice(F.array_sort(F.collect_list("offset")), 1, anomalies.MAX_OFFSETS).alias("offsets"),
+                first.alias("first"),
+            )
+            .select(
+                "event_id",
+                "copies",
+                "partitions",
+                "offsets",
+                F.col("first.record_at").alias("first_at"),
+                F.col("first.partition").alias("partition"),
+                F.col("first.offset").alias("offset"),
+                F.col("first.key").alias("key"),
+                F.col("first.seq").alias("version"),
+            )
+            .cache()
+        )
+
+    def _prior(self, side: str) -> DataFrame:
+        return self.prior.where(F.col("side") == side).select("event_id").distinct()
+
+    @cached_property
+    def seen_in_topic(self) -> DataFrame:
+        """Event ids seen in the topic up to this window's end."""
+        return self._prior("topic").unionByName(self.copies.select("event_id")).distinct()
+
+    @cached_property
+    def matchable_outbox(self) -> DataFrame:
+        """The outbox rows a record of this window can match: created in [start - g, end)."""
+        since = self._since(1)
+        rows = self.outbox if since is None else self.outbox.where(F.col("created_at") >= F.lit(since))
+        return rows.select("event_id", "created_at").dropDuplicates(["event_id"])
+
+    @cached_property
+    def due(self) -> DataFrame:
+        return self.outbox.where(self._within("created_at", 1))
+
+    @cached_property
+    def records_classified(self) -> DataFrame:
+        losses = self.open_losses.where(F.col("stage") == OUTBOX_TOPIC).select(
+            "event_id", "lost_in_window", "occurred_at"
+        )
+        return (
+            self.copies.join(self._prior("topic").withColumn("seen_before", F.lit(True)), "event_id", "left")
+            .join(self.matchable_outbox, "event_id", "left")
+            .join(losses, "event_id", "left")
+            .withColumn("seen_before", F.coalesce("seen_before", F.lit(False)))
+            .cache()
+        )
+
+    @cached_property
+    def unmatched(self) -> DataFrame:
+        """Records with no outbox row yet: this window's new ones, and the carried ones."""
+        new = self.records_classified.where(
+            F.col("created_at").isNull() & ~F.col("seen_before") & F.col("lost_in_window").isNull()
+        ).select("event_id", "first_at", "copies", "partitions", "offsets")
+        carried = self.carried.join(self.matchable_outbox, "event_id", "left_anti").select(
+            "event_id", "first_at", "copies", "partitions", "offsets"
+        )
+        return new.unionByName(carried).cache()
+
+    @cached_property
+    def applies(self) -> DataFrame:
+        return self.sink.groupBy("event_id").agg(
+            F.count(F.lit(1)).cast("int").alias("copies"),
+            F.min(F.struct("applied_at", "key", "version")).alias("first"),
+        )
+
+    @cached_property
+    def seen_in_sink(self) -> DataFrame:
+        return self._prior("sink").unionByName(self.applies.select("event_id")).distinct()
+
+    # ------------------------------------------------------------------ outbox_topic
+
+    def duplicate(self) -> DataFrame:
+        return _rows(
+            self.records_classified.where((F.col("copies") > 1) | F.col("seen_before")), OUTBOX_TOPIC, "duplicate"
+        )
+
+    def late(self) -> DataFrame:
+        return _late(self.records_classified.where(F.col("lost_in_window").isNotNull()), OUTBOX_TOPIC, "first_at")
+
+    def lost(self) -> DataFrame:
+        kind = F.when(F.col("status") == "acked", "lost_acked").otherwise("lost_unacked")
+        return _rows(
+            self.due.join(self.seen_in_topic, "event_id", "left_anti").withColumn("occurred_at", F.col("created_at")),
+            OUTBOX_TOPIC,
+            kind,
+        )
+
+    def unknown_landed(self) -> DataFrame:
+        return _rows(
+            self.due.where(F.col("status") != "acked").join(self.seen_in_topic, "event_id", "left_semi"),
+            OUTBOX_TOPIC,
+            "unknown_landed",
+        )
+
+    def unexpected(self) -> DataFrame:
+        return _rows(
+            self.unmatched.where(self._past_grace("first_at")).withColumn("occurred_at", F.col("first_at")),
+            OUTBOX_TOPIC,
+            "unexpected",
+        )
+
+    def out_of_order(self) -> DataFrame:
+        return _rows(anomalies.out_of_order(self._observation), OUTBOX_TOPIC, "out_of_order")
+
+    def malformed(self) -> DataFrame:
+        return _rows(anomalies.malformed(self._observation), OUTBOX_TOPIC, "malformed")
+
+    @property
+    def _observation(self) -> anomalies.Observation:
+        return anomalies.Observation(self.records, None, self.isolation)
+
+    # ------------------------------------------------------------------ topic_sink and outbox_sink
+
+    def sink_duplicate(self) -> DataFrame | None:
+        if self.sink is None:
+            return None
+        seen = self._prior("sink").withColumn("seen_before", F.lit(True))
+        return _rows(
+            self.applies.join(seen, "event_id", "left").where((F.col("copies") > 1) | F.col("seen_before").isNotNull()),
+            TOPIC_SINK,
+            "duplicate",
+        )
+
+    def stale_overwrite(self) -> DataFrame | None:
+        """Applied after a newer version of its key had been, in this window or an earlier one."""
+        if self.sink is None:
+            return None
+        before = W.partitionBy("key").orderBy("applied_at", "version").rowsBetween(W.unboundedPreceding, -1)
+        newest = F.greatest(F.max("version").over(before), F.col("max_version"))
+        stale = (
+            self.sink.where(F.col("key").isNotNull() & F.col("version").isNotNull())
+            .join(self.sink_versions, "key", "left")
+            .withColumn("newest_before", newest)
+            .where(F.col("version") < F.col("newest_before"))
+            .groupBy("event_id")
+            .agg(F.count(F.lit(1)).cast("int").alias("copies"), F.min("applied_at").alias("occurred_at"))
+        )
+        return _rows(stale, TOPIC_SINK, "stale_overwrite")
+
+    def sink_lost(self) -> DataFrame | None:
+        if self.sink is None:
+            return None
+        new = self.records_classified.where(~F.col("seen_before") & self._within("first_at", 1)).select(
+            "event_id", "first_at"
+        )
+        due = self.topic_due_for_sink.select("event_id", "first_at").unionByName(new)
+        return _rows(
+            due.join(self.seen_in_sink, "event_id", "left_anti").withColumn("occurred_at", F.col("first_at")),
+            TOPIC_SINK,
+            "lost",
+        )
+
+    def sink_unexpected(self) -> DataFrame | None:
+        if self.sink is None:
+            return None
+        return _rows(
+            self.applies.join(self.seen_in_topic, "event_id", "left_anti").withColumn(
+                "occurred_at", F.col("first.applied_at")
+            ),
+            TOPIC_SINK,
+            "unexpected",
+        )
+
+    def sink_late(self) -> DataFrame | None:
+        if self.sink is None:
+            return None
+        applied = self.applies.withColumn("first_at", F.col("first.applied_at"))
+        late = [
+            _late(
+                applied.join(
+                    self.open_losses.where(F.col("stage") == stage).select("event_id", "lost_in_window", "occurred_at"),
+                    "event_id",
+                ),
+                stage,
+                "first_at",
+            )
+            for stage in (TOPIC_SINK, OUTBOX_SINK)
+        ]
+        return late[0].unionByName(late[1])
+
+    def end_to_end_lost(self) -> DataFrame | None:
+        if self.sink is None:
+            return None
+        due = self.outbox.where((F.col("status") == "acked") & self._within("created_at", 2))
+        return _rows(
+            due.join(self.seen_in_sink, "event_id", "left_anti").withColumn("occurred_at", F.col("created_at")),
+            OUTBOX_SINK,
+            "lost",
+        )
+
+    # ------------------------------------------------------------------ what the window leaves
+
+    def pending(self) -> DataFrame:
+        """Records within the grace with no outbox row: the next window's `carried`."""
+        return self.unmatched.where(~self._past_grace("first_at"))
+
+    def sightings(self) -> DataFrame:
+        """This window's rows of the seen-id index."""
+        created = F.coalesce("created_at", "occurred_at")
+        topic = self.records_classified.select(
+            F.lit("topic").alias("side"),
+            "event_id",
+            "copies",
+            "first_at",
+            "partition",
+            "offset",
+            "key",
+            "version",
+            created.alias("created_at"),
+        )
+        if self.sink is None:
+            return topic
+        sink = self.applies.select(
+            F.lit("sink").alias("side"),
+            "event_id",
+            "copies",
+            F.col("first.applied_at").alias("first_at"),
+            F.lit(None).cast("int").alias("partition"),
+            F.lit(None).cast("bigint").alias("offset"),
+            F.col("first.key").alias("key"),
+            F.col("first.version").alias("version"),
+            F.lit(None).cast("timestamp").alias("created_at"),
+        )
+        return topic.unionByName(sink)
+
+    def totals(self) -> dict:
+        """The window's counts that are not discrepancies (a few rows collected)."""
+        due = self.due.join(self.seen_in_topic.withColumn("seen", F.lit(True)), "event_id", "left")
+        d = due.agg(F.count(F.lit(1)).alias("due"), F.count("seen").alias("delivered")).collect()[0]
+        pending_outbox = (
+            self.outbox.where(~self._past_grace("created_at")).join(self.seen_in_topic, "event_id", "left_anti").count()
+        )
+        dup = self.records_classified.agg(
+            F.coalesce(
+                F.sum(F.when(F.col("seen_before"), F.col("copies")).when(F.col("copies") > 1, F.col("copies") - 1)),
+                F.lit(0),
+            )
+        ).collect()[0][0]
+        return {
+            "records_read": self.records.count(),
+            "outbox_due": int(d["due"]),
+            "delivered": int(d["delivered"]),
+            "duplicate_copies": int(dup),
+            "pending_outbox": pending_outbox,
+            "pending_records": self.pending().count(),
+            "sink_rows": self.sink.count() if self.sink is not None else None,
+        }
+
+
+KINDS = (
+    Window.duplicate,
+    Window.late,
+    Window.lost,
+    Window.unknown_landed,
+    Window.unexpected,
+    Window.out_of_order,
+    Window.malformed,
+    Window.sink_duplicate,
+    Window.stale_overwrite,
+    Window.sink_lost,
+    Window.sink_unexpected,
+    Window.sink_late,
+    Window.end_to_end_lost,
+)
+
+
+def discrepancies(w: Window) -> DataFrame:
+    """Every kind's rows for one window, in one frame."""
+    found = [rows for rows in (kind(w) for kind in KINDS) if rows is not None]
+    rows = found[0]
+    for more in found[1:]:
+        rows = rows.unionByName(more)
+    return rows
+
+
+def _rows(df: DataFrame, stage: str, kind: str | Column) -> DataFrame:
+    """A kind's rows in the shape of audit_discrepancies."""
+    cols = set(df.columns)
+
+    def have(name: str, default: Column) -> Column:
+        return F.col(name) if name in cols else default
+
+    return df.select(
+        F.lit(stage).alias("stage"),
+        (F.lit(kind) if isinstance(kind, str) else kind).alias("kind"),
+        "event_id",
+        have("copies", F.lit(0)).cast("int").alias("copies"),
+        have("partitions", F.array()).cast("array<int>").alias("partitions"),
+        have("offsets", F.array()).cast("array<bigint>").alias("offsets"),
+        have("occurred_at", F.lit(None)).cast("timestamp").alias("occurred_at"),
+        have("delay_ms", F.lit(None)).cast("bigint").alias("delay_ms"),
+        have("lost_in_window", F.lit(None)).cast("timestamp").alias("lost_in_window"),
+    )
+
+
+def _late(df: DataFrame, stage: str, at: str) -> DataFrame:
+    """Copies of events an earlier window declared lost, with the delay since the loss's origin."""
+    delay = (F.unix_millis(F.col(at)) - F.unix_millis(F.col("occurred_at"))).alias("delay_ms")
+    return _rows(df.select("*", delay), stage, "late")
