@@ -40,17 +40,21 @@ def audit_dag(audit: audits.Audit):
         default_args=default_args,
     )
     def audit_run():
+        def reconciled_as(a, run_id, data_interval_end, dag_run) -> str:
+            """The run's reconciliation id, or a continuous audit's window end: made from the run
+            alone, so each task finds it (and `airflow tasks test` runs any of them)."""
+            if audit.windowed:
+                return a.window_end(data_interval_end or dag_run.run_after).isoformat()
+            return a.reconciliation_id(audit, run_id)
+
         @task(retries=0)
         def preflight(run_id=None, data_interval_end=None, dag_run=None) -> str:
-            """Refuses with the file's field or the endpoint named before Spark starts. Returns the
-            reconciliation id, or a continuous audit's window end."""
+            """Refuses with the file's field or the endpoint named before Spark starts."""
             from delivery_semantics import audits as a
 
-            if audit.windowed:
-                end = a.window_end(data_interval_end or dag_run.run_after)
-                a.preflight(audit.path, [end])
-                return end.isoformat()
-            return a.reconciliation_id(a.preflight(audit.path), run_id)
+            rid = reconciled_as(a, run_id, data_interval_end, dag_run)
+            a.preflight(audit.path, [a.window_end(rid)] if audit.windowed else ())
+            return rid
 
         rid = preflight()
         reconciled = PlatformSparkSubmitOperator(
@@ -64,14 +68,16 @@ def audit_dag(audit: audits.Audit):
         )
 
         @task(retries=0)
-        def check(reconciled_as: str) -> dict:
+        def check(run_id=None, data_interval_end=None, dag_run=None) -> dict:
+            from delivery_semantics import audits as a
             from delivery_semantics import report
 
+            rid = reconciled_as(a, run_id, data_interval_end, dag_run)
             if windowed:
-                return report.window_verdict(audit.name, reconciled_as, audit.alerts.get("max_open_discrepancies"))
-            return report.audit_verdict(reconciled_as)
+                return report.window_verdict(audit.name, rid, audit.alerts.get("max_open_discrepancies"))
+            return report.audit_verdict(rid)
 
-        reconciled >> check(rid)
+        reconciled >> check()
 
     return audit_run()
 

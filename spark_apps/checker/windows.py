@@ -106,18 +106,18 @@ class Window:
     @cached_property
     def seen_in_topic(self) -> DataFrame:
         """Event ids seen in the topic up to this window's end."""
-        return self._prior("topic").unionByName(self.copies.select("event_id")).distinct()
+        return self._prior("topic").unionByName(self.copies.select("event_id")).distinct().cache()
 
     @cached_property
     def matchable_outbox(self) -> DataFrame:
         """The outbox rows a record of this window can match: created in [start - g, end)."""
         since = self._since(1)
         rows = self.outbox if since is None else self.outbox.where(F.col("created_at") >= F.lit(since))
-        return rows.select("event_id", "created_at").dropDuplicates(["event_id"])
+        return rows.select("event_id", "created_at").dropDuplicates(["event_id"]).cache()
 
     @cached_property
     def due(self) -> DataFrame:
-        return self.outbox.where(self._within("created_at", 1))
+        return self.outbox.where(self._within("created_at", 1)).cache()
 
     @cached_property
     def records_classified(self) -> DataFrame:
@@ -145,14 +145,18 @@ class Window:
 
     @cached_property
     def applies(self) -> DataFrame:
-        return self.sink.groupBy("event_id").agg(
-            F.count(F.lit(1)).cast("int").alias("copies"),
-            F.min(F.struct("applied_at", "key", "version")).alias("first"),
+        return (
+            self.sink.groupBy("event_id")
+            .agg(
+                F.count(F.lit(1)).cast("int").alias("copies"),
+                F.min(F.struct("applied_at", "key", "version")).alias("first"),
+            )
+            .cache()
         )
 
     @cached_property
     def seen_in_sink(self) -> DataFrame:
-        return self._prior("sink").unionByName(self.applies.select("event_id")).distinct()
+        return self._prior("sink").unionByName(self.applies.select("event_id")).distinct().cache()
 
     # ------------------------------------------------------------------ outbox_topic
 
@@ -311,27 +315,34 @@ class Window:
         return topic.unionByName(sink)
 
     def totals(self) -> dict:
-        """The window's counts that are not discrepancies (a few rows collected)."""
-        due = self.due.join(self.seen_in_topic.withColumn("seen", F.lit(True)), "event_id", "left")
-        d = due.agg(F.count(F.lit(1)).alias("due"), F.count("seen").alias("delivered")).collect()[0]
-        pending_outbox = (
-            self.outbox.where(~self._past_grace("created_at")).join(self.seen_in_topic, "event_id", "left_anti").count()
-        )
-        dup = self.records_classified.agg(
-            F.coalesce(
-                F.sum(F.when(F.col("seen_before"), F.col("copies")).when(F.col("copies") > 1, F.col("copies") - 1)),
-                F.lit(0),
-            )
-        ).collect()[0][0]
-        return {
-            "records_read": self.records.count(),
-            "outbox_due": int(d["due"]),
-            "delivered": int(d["delivered"]),
-            "duplicate_copies": int(dup),
-            "pending_outbox": pending_outbox,
-            "pending_records": self.pending().count(),
-            "sink_rows": self.sink.count() if self.sink is not None else None,
+        """The window's counts that are not discrepancies, in one job (one row collected)."""
+        seen = self.seen_in_topic
+        counted = {
+            "records_read": self.records,
+            "outbox_due": self.due,
+            "delivered": self.due.join(seen, "event_id", "left_semi"),
+            "pending_outbox": self.outbox.where(~self._past_grace("created_at")).join(seen, "event_id", "left_anti"),
+            "pending_records": self.pending(),
+            **({"sink_rows": self.sink} if self.sink is not None else {}),
         }
+        extra = F.when(F.col("seen_before"), F.col("copies")).when(F.col("copies") > 1, F.col("copies") - 1)
+        parts = [df.select(F.lit(name).alias("total"), F.lit(1).alias("n")) for name, df in counted.items()]
+        parts.append(self.records_classified.select(F.lit("duplicate_copies").alias("total"), extra.alias("n")))
+        rows = parts[0]
+        for more in parts[1:]:
+            rows = rows.unionByName(more)
+        got = {r["total"]: int(r["n"] or 0) for r in rows.groupBy("total").agg(F.sum("n").alias("n")).collect()}
+        return {
+            name: got.get(name, 0)
+            for name in (
+                "records_read",
+                "outbox_due",
+                "delivered",
+                "duplicate_copies",
+                "pending_outbox",
+                "pending_records",
+            )
+        } | {"sink_rows": got.get("sink_rows", 0) if self.sink is not None else None}
 
 
 KINDS = (
