@@ -174,7 +174,9 @@ def validate(spec, where: str) -> None:
     if spec.get("transactional") and not mode.transactional:
         raise AuditError(f"{where}: transactional: true, but mode {mode.name} does not write transactions")
     if "max_open_discrepancies" in spec.get("alerts", {}) and "window" not in spec:
-        raise AuditError(f"{where}: alerts.max_open_discrepancies: counts a continuous audit's windows: it needs window")
+        raise AuditError(
+            f"{where}: alerts.max_open_discrepancies: counts a continuous audit's windows: it needs window"
+        )
     strategy = spec.get("sink", {}).get("strategy")
     if strategy is not None and strategy not in SINK_STRATEGIES:
         raise AuditError(
@@ -350,7 +352,25 @@ def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Au
         check_sink(audit, sink_db)
     if window_ends:
         check_window_order(audit, window_ends)
+    check_notifier(audit)
     return audit
+
+
+def check_notifier(audit: Audit) -> None:
+    """The notifier's provider is installed: a failure would otherwise go unreported."""
+    import importlib.util
+
+    for kind in audit.alerts.get("notifier", {}):
+        module = NOTIFIERS[kind].rpartition(".")[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            provider = module.split(".")[2]
+            raise AuditError(
+                f"{audit.path}: alerts.notifier.{kind}: apache-airflow-providers-{provider} is not installed"
+            )
 
 
 def check_window_order(audit: Audit, window_ends: list[datetime]) -> None:

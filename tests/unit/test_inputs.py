@@ -278,3 +278,14 @@ def test_the_connection_in_the_docs_gives_librdkafka_and_spark_their_settings(mo
     spark = spark_kafka_options(conf)
     assert spark["kafka.ssl.truststore.location"] == "var/tls/ca.pem"
     assert 'username="semantics" password="the SCRAM password";' in spark["kafka.sasl.jaas.config"]
+
+
+def test_a_notifier_whose_provider_is_missing_is_refused_before_anything_runs(tmp_path):
+    from delivery_semantics import audits
+
+    audits.check_notifier(audits.load(STREAM))  # smtp: a provider Airflow installs with it
+    slack = audits.load(_audit(tmp_path, lambda s: s["alerts"].update(notifier={"slack": {"channel": "#x"}}), STREAM))
+    with pytest.raises(
+        audits.AuditError, match="alerts.notifier.slack: apache-airflow-providers-slack is not installed"
+    ):
+        audits.check_notifier(slack)
