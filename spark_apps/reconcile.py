@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         for src, outbox in jobs:
             for s in reconcile(spark, jdbc, src, outbox):
                 print("RECONCILED " + json.dumps({k: s[k] for k in PRINTED}), flush=True)
+            spark.catalog.clearCache()  # one run's cached reads are not the next one's
         return 0
     except InputError as e:
         print(f"reconcile: {e}", file=sys.stderr)
@@ -114,6 +115,7 @@ def _windows(spark, jdbc, kafka, audit, ends: list[str], outbox) -> int:
         src = audit_source(audit, audits.window_id(audit, end), kafka)
         started = time.monotonic()
         row = reconcile_window(spark, jdbc, src, audit, end, outbox, sink)
+        spark.catalog.clearCache()
         print("WINDOW " + json.dumps({**row, "elapsed_s": round(time.monotonic() - started, 2)}), flush=True)
     return 0
 

@@ -286,6 +286,6 @@ def test_a_notifier_whose_provider_is_missing_is_refused_before_anything_runs(tm
     audits.check_notifier(audits.load(STREAM))  # smtp: a provider Airflow installs with it
     slack = audits.load(_audit(tmp_path, lambda s: s["alerts"].update(notifier={"slack": {"channel": "#x"}}), STREAM))
     with pytest.raises(
-        audits.AuditError, match="alerts.notifier.slack: apache-airflow-providers-slack is not installed"
+        audits.AuditError, match=r"alerts\.notifier\.slack: apache-airflow-providers-slack is not installed"
     ):
         audits.check_notifier(slack)
