@@ -340,8 +340,9 @@ def test_every_audit_file_in_the_docs_is_a_file_in_the_repo_and_runs(orders):
         assert _discrepancies(rid)
 
 
-# The scheduled-audit test above runs this one, with more checks.
-RUN_ELSEWHERE = {"airflow dags test audit_orders"}
+# Run above with more checks: the scheduled audit by its DAG, and `audit run FILE` (the same
+# command and Spark application) by the test of the docs' audit files.
+RUN_ELSEWHERE = {"airflow dags test audit_orders", "local/semantics audit run orders"}
 
 
 def test_every_command_in_the_docs_runs(orders):

@@ -94,9 +94,14 @@ def window(spark):
     )
 
 
-def test_every_planted_kind_is_found_in_its_stage_and_nothing_else(window):
+@pytest.fixture(scope="module")
+def found(window):
+    return windows.discrepancies(window).collect()
+
+
+def test_every_planted_kind_is_found_in_its_stage_and_nothing_else(found):
     got = {}
-    for r in windows.discrepancies(window).collect():
+    for r in found:
         got.setdefault((r["stage"], r["kind"]), {})[r["event_id"]] = r["copies"]
     malformed = got.pop((OUTBOX_TOPIC, "malformed"))
     assert len(malformed) == 1
@@ -118,11 +123,8 @@ def test_every_planted_kind_is_found_in_its_stage_and_nothing_else(window):
     }
 
 
-def test_late_copies_carry_their_delay_and_the_window_of_the_loss(window):
-    late = {
-        (r["stage"], r["event_id"]): (r["delay_ms"], r["lost_in_window"])
-        for r in windows.discrepancies(window).where("kind = 'late'").collect()
-    }
+def test_late_copies_carry_their_delay_and_the_window_of_the_loss(found):
+    late = {(r["stage"], r["event_id"]): (r["delay_ms"], r["lost_in_window"]) for r in found if r["kind"] == "late"}
     minutes = 60_000
     assert {k: v[0] for k, v in late.items()} == {
         (OUTBOX_TOPIC, "l"): 70 * minutes,  # outbox row 11:30, record 12:40
