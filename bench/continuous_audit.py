@@ -3,7 +3,9 @@ events each (outbox, topic and sink), each reconciled by its own spark-submit as
 runs it. The ratio of the last window's time to the first's says whether the cost follows the
 window or the history (issue 15 asks for at most 1.3 at 10 windows of 1M).
 
-    bench/run continuous_audit [--windows 10] [--events 1000000] [--no-sink]
+    bench/run continuous_audit [--windows 10] [--events 1000000] [--no-sink] [--reuse]
+
+--reuse skips the build and reconciles the pipeline built before in the same hour afresh.
 
 The pipeline is synthetic and clean: outbox rows COPYed into outbox_demo, their records produced
 to a fresh topic on the plaintext listener, and the sink's apply log COPYed, all on a clock that
@@ -80,8 +82,6 @@ def build(windows: int, events: int, sink: bool, ends: list[datetime]) -> None:
         except Exception:
             pass
         time.sleep(1)
-    for table in STATE_TABLES:
-        report.query(f"DELETE FROM {table} WHERE audit = %s RETURNING 1", (NAME,))
     db = psycopg2.connect(**database("outbox_app").psycopg2_kwargs())
     with db, db.cursor() as cur:
         cur.execute("DROP TABLE IF EXISTS public.bench_events, public.bench_applies")
@@ -140,14 +140,18 @@ def main() -> int:
     ap.add_argument("--windows", type=int, default=10)
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--no-sink", dest="sink", action="store_false")
+    ap.add_argument("--reuse", action="store_true", help="the pipeline built before, in the same hour")
     args = ap.parse_args()
     if args.windows < 2 or args.events < 1:
         ap.error("--windows must be at least 2 and --events at least 1")
     last = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     ends = [last - timedelta(hours=args.windows - 1 - w) for w in range(args.windows)]
     audit = audits.load(audit_file(args.sink))
-    print(f"building {args.windows} windows of {args.events} events (sink: {args.sink})", flush=True)
-    build(args.windows, args.events, args.sink, ends)
+    for table in STATE_TABLES:
+        report.query(f"DELETE FROM {table} WHERE audit = %s RETURNING 1", (NAME,))
+    if not args.reuse:
+        print(f"building {args.windows} windows of {args.events} events (sink: {args.sink})", flush=True)
+        build(args.windows, args.events, args.sink, ends)
 
     rows = []
     for end in ends:
@@ -156,7 +160,9 @@ def main() -> int:
         wall = time.monotonic() - t
         assert r.returncode == 0, r.error
         s = r.summaries[0]
-        assert (s["records_read"], s["lost_acked"], s["duplicate_events"]) == (args.events, 0, 0), s
+        # A record stamped in the window's last second may land in the next one: a clean pipeline.
+        assert abs(s["records_read"] - args.events) < args.events // 1000, s
+        assert (s["lost_acked"], s["duplicate_events"], s["sink_lost"], s["open_discrepancies"]) == (0, 0, 0, 0), s
         rows.append((end, wall, s["elapsed_s"], s["outbox_due"], s["sink_rows"]))
         print(
             f"  window {len(rows)} ending {end:%H:%M}: {wall:.1f} s spark-submit, {s['elapsed_s']:.1f} s in the application",
