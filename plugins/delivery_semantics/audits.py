@@ -295,9 +295,9 @@ def time_bounded(select: str, column: str, since: datetime | None, until: dateti
 # --------------------------------------------------------------------------- alerts
 
 
-NOTIFIERS = {
-    "smtp": "airflow.providers.smtp.notifications.smtp.SmtpNotifier",
-    "slack": "airflow.providers.slack.notifications.slack.SlackNotifier",
+NOTIFIERS = {  # kind: (module, class, provider package)
+    "smtp": ("airflow.providers.smtp.notifications.smtp", "SmtpNotifier", "apache-airflow-providers-smtp"),
+    "slack": ("airflow.providers.slack.notifications.slack", "SlackNotifier", "apache-airflow-providers-slack"),
 }
 
 
@@ -312,12 +312,9 @@ def failure_callback(audit: Audit):
     def notify(context):
         import importlib
 
-        module, _, cls = NOTIFIERS[kind].rpartition(".")
-        try:
-            notifier = getattr(importlib.import_module(module), cls)(**kwargs)
-        except ImportError as e:
-            raise AuditError(f"{audit.path}: alerts.notifier.{kind}: its provider is not installed ({e})") from None
-        notifier(context)
+        check_notifier(audit)
+        module, cls, _ = NOTIFIERS[kind]
+        getattr(importlib.import_module(module), cls)(**kwargs)(context)
 
     return notify
 
@@ -361,16 +358,13 @@ def check_notifier(audit: Audit) -> None:
     import importlib.util
 
     for kind in audit.alerts.get("notifier", {}):
-        module = NOTIFIERS[kind].rpartition(".")[0]
+        module, _, provider = NOTIFIERS[kind]
         try:
             found = importlib.util.find_spec(module) is not None
         except ModuleNotFoundError:
             found = False
         if not found:
-            provider = module.split(".")[2]
-            raise AuditError(
-                f"{audit.path}: alerts.notifier.{kind}: apache-airflow-providers-{provider} is not installed"
-            )
+            raise AuditError(f"{audit.path}: alerts.notifier.{kind}: {provider} is not installed")
 
 
 def check_window_order(audit: Audit, window_ends: list[datetime]) -> None:

@@ -39,6 +39,7 @@ COUNTED = {  # audit_windows column: (stage, kind, what is counted)
     "end_to_end_lost": ("outbox_sink", "lost"),
     "end_to_end_late": ("outbox_sink", "late"),
 }
+_LOSSES = ", ".join(f"'{k}'" for k in LOSSES)  # the loss kinds as SQL literals
 SINK_COUNTS = tuple(c for c, (stage, _) in COUNTED.items() if stage != OUTBOX_TOPIC)
 
 
@@ -153,11 +154,10 @@ def reconcile_window(
             f"SELECT DISTINCT s.event_id, s.side FROM audit_sightings s JOIN {ids_table} i ON i.event_id = s.event_id "
             f"WHERE s.audit = {name} AND s.window_end < {t}"
         ).cache()
-        losses = ", ".join(f"'{k}'" for k in LOSSES)
         open_losses = jdbc.read(
             f"SELECT l.event_id, l.stage, l.window_end AS lost_in_window, l.occurred_at FROM audit_discrepancies l "
             f"JOIN {ids_table} i ON i.event_id = l.event_id WHERE l.audit = {name} AND l.window_end < {t} "
-            f"AND l.kind IN ({losses}) AND NOT EXISTS (SELECT 1 FROM audit_discrepancies r WHERE r.audit = l.audit "
+            f"AND l.kind IN ({_LOSSES}) AND NOT EXISTS (SELECT 1 FROM audit_discrepancies r WHERE r.audit = l.audit "
             "AND r.event_id = l.event_id AND r.stage = l.stage AND r.kind = 'late' AND r.window_end > l.window_end "
             f"AND r.window_end < {t})"
         ).cache()
@@ -296,12 +296,11 @@ def _merge(jdbc: Jdbc, audit: audits.Audit, b: Bounds, row: dict, stg_disc, stg_
             [row[c] for c in cols],
         )
     )
-    losses = ", ".join(f"'{k}'" for k in LOSSES)
     stmts.append(
         (
             "UPDATE audit_windows w SET open_discrepancies = (SELECT count(*) FROM audit_discrepancies d "
             "WHERE d.audit = w.audit AND ((d.window_end = w.window_end AND d.kind NOT IN "
-            f"({losses}, 'late')) OR (d.window_end <= w.window_end AND d.kind IN ({losses}) AND NOT EXISTS ("
+            f"({_LOSSES}, 'late')) OR (d.window_end <= w.window_end AND d.kind IN ({_LOSSES}) AND NOT EXISTS ("
             "SELECT 1 FROM audit_discrepancies r WHERE r.audit = d.audit AND r.event_id = d.event_id "
             "AND r.stage = d.stage AND r.kind = 'late' AND r.window_end > d.window_end "
             f"AND r.window_end <= w.window_end)))) WHERE w.{key}",
