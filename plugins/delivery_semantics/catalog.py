@@ -9,6 +9,7 @@ the Spark checker's driver imports it too.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -408,7 +409,11 @@ LIMITS = {
     "seed": (0, 2**31 - 1),
     "crashes": (1, 5),
     "batch_size": (1, 10_000),
+    "producers": (1, 32),
 }
+# Producers per run unless a run asks otherwise: one Python producer keeps about one core busy, and
+# the brokers need the rest (docs/BENCHMARKS.md, "Several producers per run").
+DEFAULT_PRODUCERS = max(1, (os.cpu_count() or 2) // 2)
 # A consumer run without a given input reads a fresh run of this mode: no producer-side fault, so
 # whatever the checker finds in what the consumer wrote is the consumer's doing.
 CONSUMER_INPUT_MODE = "idempotent"
@@ -435,6 +440,9 @@ def load_form(messages: int = 20_000) -> dict[str, dict]:
             "description": "share of transactions aborted and resent (transactional mode)",
         },
         "seed": _int_param(0, "seed", "seed of the generator and of the abort decisions"),
+        "producers": _int_param(
+            DEFAULT_PRODUCERS, "producers", "producer processes, each with its own slice of the events"
+        ),
     }
 
 
@@ -515,6 +523,7 @@ def matrix_form(messages: int = 15_000) -> dict[str, dict]:
             "description": "consumer strategies to run under consumer_crash, each over a fresh fault-free input run",
         },
         "seed": _int_param(0, "seed", "seed of the generator"),
+        "producers": _int_param(DEFAULT_PRODUCERS, "producers", "producer processes per mode x scenario run"),
     }
 
 

@@ -1,7 +1,7 @@
 """The command line: `local/semantics COMMAND ...` runs `python -m delivery_semantics.cli COMMAND ...`.
 
     load run --mode idempotent --messages 100000 [--scenario lost_ack] ...
-    load resume --run-id RUN
+    load resume --run-id RUN [--producer P]
     consumer_workload run --strategy process_then_commit --source-run RUN [--scenario consumer_crash]
     consumer_workload resume --consumer-run-id CRUN
     reconcile --run-id RUN [--run-id RUN2 ...] | --mapping FILE
@@ -53,6 +53,12 @@ def _load_parser(sub) -> None:
     run.add_argument("--txn-size", type=int, default=100)
     run.add_argument("--abort-ratio", type=float, default=0.0)
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--producers",
+        type=int,
+        default=catalog.DEFAULT_PRODUCERS,
+        help=f"producer processes, each with its own slice of the events (default here: {catalog.DEFAULT_PRODUCERS})",
+    )
     run.add_argument("--topic")
     run.add_argument("--run-id")
     run.add_argument(
@@ -65,6 +71,7 @@ def _load_parser(sub) -> None:
     )
     res = cmds.add_parser("resume", help="run a producer session for an existing run: finish a crashed one")
     res.add_argument("--run-id", required=True)
+    res.add_argument("--producer", type=int, help="only this producer's slice (default: every slice not completed)")
     for p in (run, res):
         p.add_argument("--no-progress", action="store_true")
         p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -74,7 +81,7 @@ def _load(args):
     from delivery_semantics import load, scenarios
 
     if args.action == "resume":
-        return load.resume(args.run_id, progress=not args.no_progress)
+        return load.resume(args.run_id, producer=args.producer, progress=not args.no_progress)
     spec = load.LoadSpec(
         mode=args.mode,
         messages=args.messages,
@@ -85,6 +92,7 @@ def _load(args):
         txn_size=args.txn_size,
         abort_ratio=args.abort_ratio,
         seed=args.seed,
+        producers=args.producers,
         topic=args.topic,
         run_id=args.run_id,
         overrides=_overrides(args.overrides),

@@ -46,6 +46,11 @@ def new_run_id(prefix: str = "r") -> str:
     return prefix + time.strftime("%Y%m%dt%H%M%S", time.gmtime()) + "_" + secrets.token_hex(3)
 
 
+def slices(messages: int, producers: int) -> list[tuple[int, int]]:
+    """[start, stop) of each producer's events: contiguous, as even as can be, covering all."""
+    return [(messages * i // producers, messages * (i + 1) // producers) for i in range(producers)]
+
+
 def event_id(run_id: str, n: int) -> str:
     return f"{run_id}-{n}"
 

@@ -35,6 +35,23 @@ class Outcome:
     error: str | None = None
 
 
+class _AdvisoryLock:
+    """A session-level advisory lock held for a `with` block, on a connection of its own."""
+
+    def __init__(self, db: Database, name: str):
+        self.db, self.name = db, name
+
+    def __enter__(self):
+        self.conn = connect(self.db)
+        self.conn.autocommit = True
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (self.name,))
+        return self
+
+    def __exit__(self, *exc):
+        self.conn.close()  # the lock goes with the session
+
+
 class LedgerUnavailable(ConnectionError):
     pass
 
@@ -88,13 +105,22 @@ class Ledger:
     def migrate(self) -> None:
         schema.migrate(self.db)
 
-    def create_run(self, row: dict) -> None:
-        """Inserts the run and creates its partitions, in one transaction."""
+    def create_run(self, row: dict, producers: list[dict] | None = None) -> None:
+        """Inserts the run and its producers' slices (by default one producer for every event) and
+        creates its partitions, in one transaction."""
+        producers = producers or [
+            {"producer": 0, "n_start": 0, "n_stop": row["messages"], "transactional_id": row.get("transactional_id")}
+        ]
         cols = list(row)
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
-                f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})",
-                [json.dumps(v) if isinstance(v, dict) else v for v in row.values()],
+                f"INSERT INTO runs ({', '.join(cols)}, producers) VALUES ({', '.join(['%s'] * len(cols))}, %s)",
+                [json.dumps(v) if isinstance(v, dict) else v for v in row.values()] + [len(producers)],
+            )
+            psycopg2.extras.execute_values(
+                cur,
+                "INSERT INTO run_producers (run_id, producer, n_start, n_stop, transactional_id) VALUES %s",
+                [(row["run_id"], p["producer"], p["n_start"], p["n_stop"], p["transactional_id"]) for p in producers],
             )
             for table in ("ledger_events", "ledger_outcomes"):
                 cur.execute(
@@ -107,6 +133,20 @@ class Ledger:
 
     def update_run(self, run_id: str, **fields) -> None:
         self._update("runs", "run_id", run_id, fields)
+
+    def producers(self, run_id: str) -> list[dict]:
+        """The run's producers and their slices, in order."""
+        with self.conn, self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+            cur.execute("SELECT * FROM run_producers WHERE run_id = %s ORDER BY producer", (run_id,))
+            return [dict(r) for r in cur.fetchall()]
+
+    def update_producer(self, run_id: str, producer: int, **fields) -> None:
+        sets = ", ".join(f"{k} = %s" for k in fields)
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute(
+                f"UPDATE run_producers SET {sets} WHERE run_id = %s AND producer = %s",
+                [*fields.values(), run_id, producer],
+            )
 
     def _get(self, table: str, id_column: str, run_id: str) -> dict | None:
         with self.conn, self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
@@ -150,16 +190,23 @@ class Ledger:
             cur.execute("DELETE FROM sink_state WHERE consumer_run_id = %s", (consumer_run_id,))
             cur.execute("DELETE FROM consumer_runs WHERE consumer_run_id = %s", (consumer_run_id,))
 
-    def claim_run(self, run_id: str) -> None:
-        """Holds a session-level advisory lock for the run on a connection of its own, so a second
-        producer cannot resume a run whose producer is alive; a killed producer's lock goes with
-        its connection."""
+    def claim_run(self, run_id: str, producer: int = 0) -> None:
+        """Holds a session-level advisory lock for the run's producer slice on a connection of its
+        own, so a second process cannot resume a slice whose producer is alive; a killed
+        producer's lock goes with its connection."""
         self._lock_conn = connect(self.db)
         self._lock_conn.autocommit = True
         with self._lock_conn.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (run_id,))
+            cur.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (f"{run_id}#{producer}",))
             if not cur.fetchone()[0]:
-                raise RunBusy(f"run {run_id} is held by a live producer; wait for it or stop it first")
+                raise RunBusy(
+                    f"run {run_id} producer {producer} is held by a live process; wait for it or stop it first"
+                )
+
+    def finishing(self, run_id: str):
+        """A lock held while a producer totals the run, so two producers ending together do not
+        seal and count it at once."""
+        return _AdvisoryLock(self.db, f"{run_id}#finish")
 
     def drop_run(self, run_id: str) -> None:
         with self.conn, self.conn.cursor() as cur:
@@ -198,15 +245,16 @@ class Ledger:
         self._copy("ledger_events (run_id, n, event_id, key, seq, publish_at)", buf)
         return n
 
-    def copy_outcomes(self, run_id: str, session: int, outcomes: Iterable[Outcome]) -> int:
+    def copy_outcomes(self, run_id: str, session: int, outcomes: Iterable[Outcome], producer: int = 0) -> int:
         buf = io.StringIO()
         prefix = f"{run_id}\t"
         mid = f"\t{session}\t"
+        end = f"\t{producer}\n"
         n = 0
         for o in outcomes:
             if o.status == "acked" and o.offset is not None and o.error is None and o.txn_no is None:
                 buf.write(
-                    f"{prefix}{o.event_id}{mid}acked\t{o.partition}\t{o.offset}\t{_copy_text(o.latency_us)}\t\\N\t\\N\n"
+                    f"{prefix}{o.event_id}{mid}acked\t{o.partition}\t{o.offset}\t{_copy_text(o.latency_us)}\t\\N\t\\N{end}"
                 )
             else:
                 buf.write(
@@ -223,12 +271,13 @@ class Ledger:
                             _copy_text(o.error),
                         )
                     )
-                    + "\n"
+                    + end
                 )
             n += 1
         if n:
             self._copy(
-                'ledger_outcomes (run_id, event_id, session, status, "partition", "offset", latency_us, txn_no, error)',
+                'ledger_outcomes (run_id, event_id, session, status, "partition", "offset", latency_us, txn_no, error, '
+                "producer)",
                 buf,
             )
         return n
@@ -255,9 +304,9 @@ class Ledger:
                 f"ANALYZE {partition_name('ledger_events', run_id)}, {partition_name('ledger_outcomes', run_id)}"
             )
 
-    def unacked(self, run_id: str) -> Iterator[tuple[int, int]]:
-        """(n, publish_at in ms) of every event of the run with no ack (nor, for acks=0, a send),
-        in n order, streamed with a server-side cursor."""
+    def unacked(self, run_id: str, start: int = 0, stop: int = 2**63 - 1) -> Iterator[tuple[int, int]]:
+        """(n, publish_at in ms) of every event of the run in [start, stop) with no ack (nor, for
+        acks=0, a send), in n order, streamed with a server-side cursor."""
         self.analyze(run_id)
         conn = connect(self.db)
         try:
@@ -267,31 +316,31 @@ class Ledger:
                     """
                     SELECT e.n, (extract(epoch FROM e.publish_at) * 1000)::bigint
                     FROM ledger_events e
-                    WHERE e.run_id = %s AND NOT EXISTS (
+                    WHERE e.run_id = %s AND e.n >= %s AND e.n < %s AND NOT EXISTS (
                         SELECT 1 FROM ledger_outcomes o
                         WHERE o.run_id = e.run_id AND o.event_id = e.event_id AND o.status IN ('acked', 'sent'))
                     ORDER BY e.n""",
-                    (run_id,),
+                    (run_id, start, stop),
                 )
                 yield from cur
         finally:
             conn.close()
 
-    def in_doubt(self, run_id: str) -> list[tuple[str, int, int, int]]:
-        """(event_id, partition, offset, txn_no) of events written inside a transaction whose commit
-        the ledger never saw the end of: the producer died between `written` and `acked`."""
+    def in_doubt(self, run_id: str, producer: int = 0) -> list[tuple[str, int, int, int]]:
+        """(event_id, partition, offset, txn_no) of events a producer wrote inside a transaction
+        whose commit the ledger never saw the end of: it died between `written` and `acked`."""
         self.analyze(run_id)
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
                 """
                 SELECT DISTINCT ON (o.event_id) o.event_id, o."partition", o."offset", o.txn_no
                 FROM ledger_outcomes o
-                WHERE o.run_id = %(run)s AND o.status = 'written' AND NOT EXISTS (
+                WHERE o.run_id = %(run)s AND o.producer = %(producer)s AND o.status = 'written' AND NOT EXISTS (
                     SELECT 1 FROM ledger_outcomes later
                     WHERE later.run_id = o.run_id AND later.event_id = o.event_id
                       AND later.outcome_no > o.outcome_no AND later.status IN ('acked', 'aborted'))
                 ORDER BY o.event_id, o.outcome_no DESC""",
-                {"run": run_id},
+                {"run": run_id, "producer": producer},
             )
             return cur.fetchall()
 
@@ -300,15 +349,23 @@ class Ledger:
             cur.execute("SELECT count(*) FROM ledger_outcomes WHERE run_id = %s", (run_id,))
             return cur.fetchone()[0]
 
-    def max_txn_no(self, run_id: str) -> int:
+    def max_txn_no(self, run_id: str, producer: int = 0) -> int:
+        """A producer's transactions are numbered across its sessions."""
         with self.conn, self.conn.cursor() as cur:
-            cur.execute("SELECT coalesce(max(txn_no), 0) FROM ledger_outcomes WHERE run_id = %s", (run_id,))
+            cur.execute(
+                "SELECT coalesce(max(txn_no), 0) FROM ledger_outcomes WHERE run_id = %s AND producer = %s",
+                (run_id, producer),
+            )
             return cur.fetchone()[0]
 
-    def max_n(self, run_id: str) -> int:
-        """One past the highest event written for the run (0 if none)."""
+    def next_n(self, run_id: str, start: int, stop: int) -> int:
+        """One past the highest event written in [start, stop) (start if none): where a slice's
+        producer goes on."""
         with self.conn, self.conn.cursor() as cur:
-            cur.execute("SELECT coalesce(max(n) + 1, 0) FROM ledger_events WHERE run_id = %s", (run_id,))
+            cur.execute(
+                "SELECT coalesce(max(n) + 1, %s) FROM ledger_events WHERE run_id = %s AND n >= %s AND n < %s",
+                (start, run_id, start, stop),
+            )
             return cur.fetchone()[0]
 
     def counts(self, run_id: str) -> dict:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import random
 import re
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,8 +23,8 @@ from confluent_kafka import KafkaException, Producer
 
 from delivery_semantics import catalog, readback, topics
 from delivery_semantics.client import ProducerClient, producer_config
-from delivery_semantics.endpoints import Database, kafka_config, ledger_database, mask_secrets
-from delivery_semantics.generator import Generator, new_run_id
+from delivery_semantics.endpoints import Database, child_process_env, kafka_config, ledger_database, mask_secrets
+from delivery_semantics.generator import Generator, new_run_id, slices
 from delivery_semantics.ledger import Ledger, Outcome
 
 BROKER_MESSAGE_MAX_BYTES = 1048588
@@ -52,6 +54,7 @@ class LoadSpec:
     run_id: str | None = None
     batch_size: int = 10_000
     airflow_run_id: str | None = None
+    producers: int = catalog.DEFAULT_PRODUCERS
 
 
 @dataclass
@@ -72,13 +75,18 @@ class RunSummary:
     ack_p50_ms: float | None
     ack_p99_ms: float | None
     sessions: int
+    producers: int = 1
+    # Set when the summary is one producer's session: `status` is then that producer's, and the
+    # counts are the run's as far as it knows (other producers may still be running).
+    producer: int | None = None
 
     def line(self) -> str:
         rps = f"{self.records_per_sec:,.0f}" if self.records_per_sec else "-"
         p50 = f"{self.ack_p50_ms:.1f}" if self.ack_p50_ms is not None else "-"
         p99 = f"{self.ack_p99_ms:.1f}" if self.ack_p99_ms is not None else "-"
         return (
-            f"run {self.run_id} [{self.mode}] {self.status}: messages {self.messages}, produced {self.produced}, "
+            f"run {self.run_id}{'' if self.producer is None else f' producer {self.producer}'} "
+            f"[{self.mode}] {self.status}: messages {self.messages}, produced {self.produced}, "
             f"acked {self.acked}, sent(no ack) {self.sent_unacked}, failed {self.failed}, unknown {self.unknown}, "
             f"pending {self.pending}, aborted attempts {self.aborted_attempts}; {rps} records/s, "
             f"ack p50 {p50} ms, p99 {p99} ms; topic {self.topic}"
@@ -96,10 +104,13 @@ def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, dict]:
         raise LoadError(str(e)) from None
     if spec.run_id is not None and not re.fullmatch(catalog.RUN_ID_PATTERN, str(spec.run_id)):
         raise LoadError(f"run id {spec.run_id!r}: use 1-100 characters of [A-Za-z0-9_.-]")
-    for name in ("messages", "partitions", "keys", "txn_size", "batch_size"):
+    for name in ("messages", "partitions", "keys", "txn_size", "batch_size", "producers"):
         v = getattr(spec, name)
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise LoadError(f"{name} must be a positive integer, got {v!r}")
+    most = min(catalog.LIMITS["producers"][1], spec.messages)
+    if spec.producers > most:
+        raise LoadError(f"producers must be at most {most} (one event each at least), got {spec.producers}")
     if not isinstance(spec.payload_bytes, int) or spec.payload_bytes < 0:
         raise LoadError(f"payload_bytes must be >= 0, got {spec.payload_bytes!r}")
     if not isinstance(spec.rate, int) or spec.rate < 0:
@@ -166,6 +177,7 @@ def create(
         run_id = spec.run_id or new_run_id()
         topic = spec.topic or default_topic(mode.name, run_id)
         topics.ensure_topic(kafka_conf, topic, partitions=spec.partitions, config=topic_config)
+        transactional_id = f"semantics-{run_id}" if mode.transactional else None
         ledger.create_run(
             {
                 "run_id": run_id,
@@ -180,10 +192,21 @@ def create(
                 "txn_size": spec.txn_size if mode.transactional else None,
                 "abort_ratio": spec.abort_ratio if mode.transactional else None,
                 "seed": spec.seed,
-                "transactional_id": f"semantics-{run_id}" if mode.transactional else None,
+                "transactional_id": transactional_id,
                 "producer_config": mask_secrets(producer_conf),
                 "airflow_run_id": spec.airflow_run_id,
-            }
+            },
+            [
+                {
+                    "producer": i,
+                    "n_start": start,
+                    "n_stop": stop,
+                    # Its own id per producer: two producers sharing one would fence each other.
+                    "transactional_id": transactional_id
+                    and (transactional_id if spec.producers == 1 else f"{transactional_id}-p{i}"),
+                }
+                for i, (start, stop) in enumerate(slices(spec.messages, spec.producers))
+            ],
         )
         return run_id
     finally:
@@ -210,42 +233,139 @@ def start(
 def resume(
     run_id: str,
     *,
+    producer: int | None = None,
     kafka_conf: dict | None = None,
     db: Database | None = None,
     progress: bool = False,
     on_progress: ProgressCallback | None = None,
 ) -> RunSummary:
-    """A producer session for a run: the first one, or a new one after a crash, which sends every
-    event the ledger does not show as acked, then the events never written, and completes the run."""
+    """Producer sessions for a run: the first ones, or new ones after a crash, each of which sends
+    every event of its slice the ledger does not show as acked, then the events never written.
+    One producer (`producer`, or a run's only one) runs in this process; several run as local
+    processes side by side, one for each slice not yet completed."""
     kafka_conf = kafka_conf or kafka_config()
     ledger = open_endpoints(kafka_conf, db or ledger_database())
     try:
         if ledger.get_run(run_id) is None:
             raise LoadError(f"no run {run_id!r} in the ledger")
-        return _drive(ledger, run_id, kafka_conf, progress=progress, on_progress=on_progress)
+        producers = ledger.producers(run_id)
+        if producer is not None and not 0 <= producer < len(producers):
+            raise LoadError(f"run {run_id} has producers 0 to {len(producers) - 1}, not {producer}")
+        todo = [p["producer"] for p in producers if p["status"] != "completed"]
+        if producer is not None:
+            _drive(ledger, run_id, producer, kafka_conf, progress, on_progress)
+            return summary(ledger, run_id, producer)
+        if len(producers) == 1 or len(todo) == 1:
+            _drive(ledger, run_id, (todo or [0])[0], kafka_conf, progress, on_progress)
+        elif todo:
+            wait_producers(ledger, run_id, spawn_producers(run_id, todo, kafka_conf, ledger.db), progress, on_progress)
+        return summary(ledger, run_id)
     finally:
         ledger.close()
 
 
-def _drive(
-    ledger: Ledger, run_id: str, kafka_conf: dict, progress: bool, on_progress: ProgressCallback | None = None
-) -> RunSummary:
-    ledger.claim_run(run_id)
+def spawn_producers(run_id: str, producers: list[int], kafka_conf: dict, db: Database) -> dict[int, subprocess.Popen]:
+    """One local process per producer slice (`cli load resume --producer P`), each writing its
+    stderr to a file of its own for the error a failure reports."""
+    procs = {}
+    for p in producers:
+        stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed once the process has been waited for)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "delivery_semantics.cli",
+                "load",
+                "resume",
+                "--run-id",
+                run_id,
+                "--producer",
+                str(p),
+                "--no-progress",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+            env=child_process_env(kafka_conf, db),
+        )
+        proc.stderr_file = stderr
+        procs[p] = proc
+    return procs
+
+
+def wait_producers(
+    ledger: Ledger,
+    run_id: str,
+    procs: dict[int, subprocess.Popen],
+    progress: bool = False,
+    on_progress: ProgressCallback | None = None,
+) -> None:
+    """Waits for every producer process, reporting the run's outcomes so far; a producer that
+    fails is an error naming it, after the others have ended."""
     run = ledger.get_run(run_id)
-    mode = catalog.get_mode(run["mode"])
-    session = run["sessions"] + 1
-    conf = {**kafka_conf, **{k: v for k, v in run["producer_config"].items() if v != "****"}}
-    if run["transactional_id"]:
-        conf["transactional.id"] = run["transactional_id"]
-    started = time.monotonic()
-    ledger.update_run(
-        run_id, status="running", sessions=session, started_at=run["started_at"] or datetime.now(UTC), error=None
-    )
-    gen = Generator(run_id, run["keys"], run["payload_bytes"], run["seed"])
     bar = _progress_bar(run["messages"], progress)
+    done = 0
+    try:
+        while any(p.poll() is None for p in procs.values()):
+            time.sleep(1.0)
+            if bar is not None or on_progress is not None:
+                now = ledger.outcome_count(run_id)
+                if bar is not None:
+                    bar.update(min(now, run["messages"]) - done)
+                done = min(now, run["messages"])
+                if on_progress is not None:
+                    on_progress(run_id, now)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        if bar is not None:
+            bar.close()
+    failed = {n: p for n, p in procs.items() if p.returncode != 0}
+    tails = {n: stderr_tail(p) for n, p in failed.items()}
+    for p in procs.values():
+        p.stderr_file.close()
+    if failed:
+        n = next(iter(failed))
+        raise RuntimeError(
+            f"producer {n} of run {run_id} failed ({len(failed)} of {len(procs)}): {tails[n].splitlines()[-1]}"
+        )
+
+
+def stderr_tail(proc: subprocess.Popen, chars: int = 1500) -> str:
+    """The end of what a producer process spawned by spawn_producers wrote to stderr."""
+    proc.stderr_file.seek(0)
+    return proc.stderr_file.read()[-chars:].strip() or f"exit {proc.returncode}"
+
+
+def _drive(
+    ledger: Ledger,
+    run_id: str,
+    producer: int,
+    kafka_conf: dict,
+    progress: bool,
+    on_progress: ProgressCallback | None = None,
+) -> None:
+    ledger.claim_run(run_id, producer)
+    run = ledger.get_run(run_id)
+    mine = ledger.producers(run_id)[producer]
+    mode = catalog.get_mode(run["mode"])
+    session = mine["sessions"] + 1
+    conf = {**kafka_conf, **{k: v for k, v in run["producer_config"].items() if v != "****"}}
+    if mine["transactional_id"]:
+        conf["transactional.id"] = mine["transactional_id"]
+    started = time.monotonic()
+    now = datetime.now(UTC)
+    ledger.update_producer(run_id, producer, status="running", sessions=session, started_at=mine["started_at"] or now)
+    ledger.update_run(run_id, status="running", started_at=run["started_at"] or now, error=None)
+    gen = Generator(run_id, run["keys"], run["payload_bytes"], run["seed"])
+    start, stop = mine["n_start"], mine["n_stop"]
+    bar = _progress_bar(stop - start, progress)
     session_runner = _Session(
         ledger,
         run,
+        mine,
         mode,
         session,
         ProducerClient(conf, run["topic"], run_id, transactional=mode.transactional),
@@ -258,13 +378,12 @@ def _drive(
             # at_most_once never resends: an event the ledger has no outcome for may have been sent.
             session_runner.resolve_in_doubt(kafka_conf)
             session_runner.resend_unacked()
-        session_runner.send_new(ledger.max_n(run_id), run["messages"])
+        session_runner.send_new(ledger.next_n(run_id, start, stop), stop)
         if mode.resends_unacked:
             for _ in range(RESEND_ROUNDS):
                 if not session_runner.resend_unacked():
                     break
         session_runner.close()
-        ledger.seal(run_id)  # inside the timed session: the index build is part of the load's cost
         status, error = "completed", None
     except BaseException as e:
         status, error = "failed", f"{type(e).__name__}: {e}"
@@ -273,14 +392,49 @@ def _drive(
         session_runner.close()
         if bar is not None:
             bar.close()
-        active = (run["active_seconds"] or 0) + (time.monotonic() - started)
+        ledger.update_producer(
+            run_id,
+            producer,
+            status=status,
+            error=error,
+            produced=mine["produced"] + session_runner.client.produced,
+            active_seconds=mine["active_seconds"] + (time.monotonic() - started),
+            ended_at=datetime.now(UTC),
+        )
+        total(ledger, run_id)
+
+
+def total(ledger: Ledger, run_id: str) -> None:
+    """The run's row from its producers' rows. Sessions and produce() calls are summed over every
+    producer's sessions. Once no producer is running the run is sealed (when every one completed;
+    the index build counts as load time) and counted; its active time is the longest producer's,
+    since they run side by side."""
+    with ledger.finishing(run_id):
+        producers = ledger.producers(run_id)
+        statuses = {p["status"] for p in producers}
+        errors = [
+            p["error"] if len(producers) == 1 else f"producer {p['producer']}: {p['error']}"
+            for p in producers
+            if p["error"]
+        ]
+        fields = {
+            "sessions": sum(p["sessions"] for p in producers),
+            "produced": sum(p["produced"] for p in producers),
+            "error": "; ".join(errors) or None,
+        }
+        if statuses & {"created", "running"}:
+            ledger.update_run(run_id, status="running", **fields)
+            return
+        t0 = time.monotonic()
+        if statuses == {"completed"}:
+            ledger.seal(run_id)
+        active = max(p["active_seconds"] for p in producers) + (time.monotonic() - t0)
         counts = ledger.counts(run_id)
         done = counts["acked"] + counts["sent_unacked"]
         ledger.update_run(
             run_id,
-            status=status,
-            error=error,
-            produced=run["produced"] + session_runner.client.produced,
+            **fields,
+            status="completed" if statuses == {"completed"} else "failed",
             acked=counts["acked"],
             sent_unacked=counts["sent_unacked"],
             failed=counts["failed"],
@@ -291,18 +445,17 @@ def _drive(
             ack_p99_ms=counts["ack_p99_ms"],
             active_seconds=active,
             records_per_sec=done / active if active > 0 else None,
-            ended_at=datetime.now(UTC),
+            ended_at=max(p["ended_at"] for p in producers),
         )
-    return summary(ledger, run_id)
 
 
-def summary(ledger: Ledger, run_id: str) -> RunSummary:
+def summary(ledger: Ledger, run_id: str, producer: int | None = None) -> RunSummary:
     r = ledger.get_run(run_id)
     return RunSummary(
         r["run_id"],
         r["mode"],
         r["topic"],
-        r["status"],
+        r["status"] if producer is None else ledger.producers(run_id)[producer]["status"],
         r["messages"],
         r["produced"],
         r["acked"] or 0,
@@ -315,6 +468,8 @@ def summary(ledger: Ledger, run_id: str) -> RunSummary:
         r["ack_p50_ms"],
         r["ack_p99_ms"],
         r["sessions"],
+        r["producers"],
+        producer,
     )
 
 
@@ -327,13 +482,14 @@ def _progress_bar(total: int, enabled: bool):
 
 
 class _Session:
-    """One producer session: events go to the ledger (on a writer thread) one batch ahead of
-    being produced, and outcomes follow each batch."""
+    """One producer session over its slice of the run: events go to the ledger (on a writer
+    thread) one batch ahead of being produced, and outcomes follow each batch."""
 
     def __init__(
         self,
         ledger: Ledger,
         run: dict,
+        mine: dict,
         mode: catalog.DeliveryMode,
         session: int,
         client: ProducerClient,
@@ -352,10 +508,11 @@ class _Session:
         )
         self.on_progress = on_progress
         self.run_id = run["run_id"]
+        self.producer, self.start, self.stop = mine["producer"], mine["n_start"], mine["n_stop"]
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="ledger-writer")
-        self.rng = random.Random(run["seed"] * 1_000_003 + session)
-        self.txn_no = ledger.max_txn_no(self.run_id)  # numbered per run, across sessions
-        self.rate = run["target_rate"] or 0
+        self.rng = random.Random(run["seed"] * 1_000_003 + session + 7919 * self.producer)
+        self.txn_no = ledger.max_txn_no(self.run_id, self.producer)
+        self.rate = max(1, run["target_rate"] // run["producers"]) if run["target_rate"] else 0
         self.batch_size = min(10_000, max(1, self.rate // 10)) if self.rate else 10_000
         if mode.transactional:
             self.batch_size = max(run["txn_size"], (self.batch_size // run["txn_size"]) * run["txn_size"])
@@ -396,7 +553,7 @@ class _Session:
         """Settles the transaction a killed producer was committing. The new producer has already
         fenced the old one (init_transactions), so that transaction is now committed or aborted
         for good; a read_committed read of its exact positions tells which."""
-        in_doubt = self.ledger.in_doubt(self.run_id)
+        in_doubt = self.ledger.in_doubt(self.run_id, self.producer)
         if not in_doubt:
             return
         visible = readback.committed_positions(kafka_conf, self.run["topic"], {(p, o) for _, p, o, _ in in_doubt})
@@ -415,6 +572,7 @@ class _Session:
                 )
                 for eid, p, o, txn in in_doubt
             ],
+            self.producer,
         )
 
     def resend_unacked(self) -> int:
@@ -425,7 +583,7 @@ class _Session:
         self.ledger_has_older_unacked = False
         count = 0
         chunk = []
-        for n, publish_at_ms in self.ledger.unacked(self.run_id):
+        for n, publish_at_ms in self.ledger.unacked(self.run_id, self.start, self.stop):
             chunk.append(self.gen.event(n, publish_at_ms))
             if len(chunk) >= self.batch_size:
                 self._send(chunk)
@@ -467,11 +625,11 @@ class _Session:
                 self.not_acked.discard(o.event_id)
             elif o.status != "written":
                 self.not_acked.add(o.event_id)
-        return self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, outcomes)
+        return self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, outcomes, self.producer)
 
     def _record_written(self, outcomes) -> None:
         # Synchronous, and after every earlier outcome: the commit must not start before these are durable.
-        self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, outcomes).result()
+        self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, outcomes, self.producer).result()
 
     def _throttle(self, n: int) -> None:
         self._sent_this_session += n

@@ -47,7 +47,7 @@ def validate_conf(conf: dict[str, Any]) -> dict[str, Any]:
     out = {
         "mode": mode,
         "scenario": scenario,
-        **_checked_ints(conf, ("messages", "partitions", "keys", "payload_bytes", "txn_size", "seed")),
+        **_checked_ints(conf, ("messages", "partitions", "keys", "payload_bytes", "txn_size", "seed", "producers")),
     }
     ratio = conf.get("abort_ratio", 0.0) or 0.0
     if not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
@@ -177,7 +177,11 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
     """The matrix DAG's runs: every chosen mode x scenario pair, then every chosen consumer
     strategy under consumer_crash."""
     common = {"messages": params["messages"], "seed": params["seed"]}
-    confs = [{"mode": m, "scenario": s, **common} for m, s in matrix_pairs(params["modes"], params["scenarios"])]
+    producers = {"producers": params["producers"]} if params.get("producers") else {}
+    confs = [
+        {"mode": m, "scenario": s, **common, **producers}
+        for m, s in matrix_pairs(params["modes"], params["scenarios"])
+    ]
     confs += [
         {"strategy": st, "scenario": "consumer_crash", **common} for st in params.get("consumer_strategies") or []
     ]

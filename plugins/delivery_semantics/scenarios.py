@@ -3,8 +3,9 @@ catalog: a timeline of nemesis steps. This module applies it.
 
 A paced scenario spreads its load over `catalog.LOAD_SECONDS` so that the timeline lands mid-load;
 the timeline runs on a nemesis thread from the load's first batch. A scenario that forks its load
-(producer_crash) creates the run here, runs its first producer session as a child process
-(`cli load resume`), kills it where the timeline says, and completes the run with a new session.
+(producer_crash) creates the run here, runs its first producer sessions as child processes
+(`cli load resume --producer P`), kills the first where the timeline says, and completes the run
+with a new session of that producer.
 Every scenario heals, even when the load fails, and the timeline actually applied is stored with
 the run.
 """
@@ -13,14 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 
 from delivery_semantics import catalog, load
 from delivery_semantics.catalog import Scenario, ScenarioError, Step
-from delivery_semantics.endpoints import Database, child_process_env, kafka_config, ledger_database
+from delivery_semantics.endpoints import Database, kafka_config, ledger_database
 from delivery_semantics.generator import new_run_id
 from delivery_semantics.ledger import Ledger
 from delivery_semantics.nemesis import Nemesis, NemesisError, wait_healthy
@@ -167,28 +166,29 @@ def _load_with_timeline(
 def _forked_load(
     spec: load.LoadSpec, scenario: Scenario, nemesis: Nemesis, kafka_conf: dict, db: Database
 ) -> load.RunSummary:
-    """The run's first session as a child process that the timeline kills; then a new session
-    here (same run, same transactional.id) resends what the ledger lacks and completes it."""
+    """The run's first sessions as child processes, one per producer, of which the timeline kills
+    the first; the others run to their end. Then a new session here (same slice, same
+    transactional.id) resends what the ledger lacks and completes the run."""
     run_id = load.create(spec, kafka_conf=kafka_conf, db=db, topic_config=dict(scenario.topic_config))
-    with tempfile.TemporaryFile("w+") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "delivery_semantics.cli", "load", "resume", "--run-id", run_id, "--no-progress"],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            text=True,
-            env=child_process_env(kafka_conf, db),
-        )
+    ledger = Ledger(db)
+    try:
+        procs = load.spawn_producers(run_id, list(range(spec.producers)), kafka_conf, db)
         try:
             started = threading.Event()
             started.set()
-            _Timeline(scenario.timeline, nemesis, spec, db, producer=proc).apply(started)
+            _Timeline(scenario.timeline, nemesis, spec, db, producer=procs[0]).apply(started)
         except ScenarioError as e:
-            stderr.seek(0)
-            raise ScenarioError(f"{e}: {stderr.read()[-1500:]}") from None
+            raise ScenarioError(f"{e}: {load.stderr_tail(procs[0])}") from None
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+            if procs[0].poll() is None:
+                procs[0].kill()
+            procs[0].wait(10)
+            procs[0].stderr_file.close()
+        others = {p: proc for p, proc in procs.items() if p != 0}
+        if others:
+            load.wait_producers(ledger, run_id, others)
+    finally:
+        ledger.close()
     nemesis.timeline.record("resume_producer")
     return load.resume(run_id, kafka_conf=kafka_conf, db=db)
 

@@ -85,26 +85,41 @@ def test_isolated_leader_loses_no_acked_event_with_acks_all(ledger, kafka_conf):
     assert seen.lost_acked == 0, "acks=all with min ISR 2: writes are refused or retried, never acked then lost"
 
 
-def test_producer_crash_duplicates_are_counted_for_idempotent(ledger, kafka_conf):
-    s, seen, tl = run_pair("idempotent", "producer_crash", ledger, kafka_conf)
-    assert "kill_producer" in actions(tl) and s.sessions == 2
+def test_producer_crash_of_one_of_two_producers_resumes_its_slice_alone(ledger, kafka_conf):
+    s, seen, tl = run_pair("idempotent", "producer_crash", ledger, kafka_conf, producers=2)
+    slices = ledger.producers(s.run_id)
+    assert "kill_producer" in actions(tl)
+    assert [(p["status"], p["sessions"]) for p in slices] == [("completed", 2), ("completed", 1)]
+    assert s.sessions == 3 and s.producers == 2
     assert seen.lost_acked == 0 and seen.acked == MESSAGES
-    # A restarted producer has a new PID: copies it resends of events that had landed are duplicates.
+    # A restarted producer has a new PID: copies it resends of events that had landed are
+    # duplicates. Only the killed producer resent, and only events of its own slice.
     with ledger.conn, ledger.conn.cursor() as cur:
         cur.execute(
-            """SELECT count(DISTINCT event_id) FROM ledger_outcomes
-                       WHERE run_id = %s AND session = 2""",
+            """SELECT count(DISTINCT o.event_id), max(e.n), bool_and(o.producer = 0)
+               FROM ledger_outcomes o JOIN ledger_events e USING (run_id, event_id)
+               WHERE o.run_id = %s AND o.session = 2""",
             (s.run_id,),
         )
-        resent = cur.fetchone()[0]
-    assert resent > 0
+        resent, highest, only_the_killed = cur.fetchone()
+    assert resent > 0 and only_the_killed and highest < slices[0]["n_stop"]
     assert seen.duplicated_events <= resent, "only events resent by the new session can be duplicated"
 
 
-def test_producer_crash_exactly_once_for_transactional(ledger, kafka_conf):
-    s, seen, tl = run_pair("transactional", "producer_crash", ledger, kafka_conf, airflow_run_id="dag/run/task/-1")
-    assert ledger.get_run(s.run_id)["airflow_run_id"] == "dag/run/task/-1", "a retried task must find its run"
-    assert "kill_producer" in actions(tl) and s.sessions == 2
+@pytest.mark.parametrize("producers", [1, 2])
+def test_producer_crash_exactly_once_for_transactional(producers, ledger, kafka_conf):
+    s, seen, tl = run_pair(
+        "transactional",
+        "producer_crash",
+        ledger,
+        kafka_conf,
+        producers=producers,
+        airflow_run_id=f"dag/run/t/{producers}",
+    )
+    assert ledger.get_run(s.run_id)["airflow_run_id"] == f"dag/run/t/{producers}", "a retried task must find its run"
+    slices = ledger.producers(s.run_id)
+    assert "kill_producer" in actions(tl) and s.sessions == producers + 1
+    assert len({p["transactional_id"] for p in slices}) == producers, "one transactional.id per producer"
     assert (seen.duplicates, seen.lost_acked, seen.acked) == (0, 0, MESSAGES)
     assert seen.records_in_topic == MESSAGES
 

@@ -3,6 +3,7 @@ CLI's one-line errors with exit 2. None of this needs a running service."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from conftest import REPO
 
 from delivery_semantics import catalog, load
 from delivery_semantics.client import producer_config
+from delivery_semantics.generator import slices
 
 
 @pytest.mark.parametrize(
@@ -48,11 +50,23 @@ def test_a_mode_preset_sets_every_key_it_depends_on():
         ({"mode": "idempotent", "messages": 10, "run_id": "x'; DROP TABLE runs; --"}, "run id"),
         ({"mode": "idempotent", "messages": 10, "payload_bytes": 2_000_000}, "does not fit message.max.bytes"),
         ({"mode": "idempotent", "messages": 10, "overrides": {"no.such.key": "1"}}, "librdkafka refused"),
+        ({"mode": "idempotent", "messages": 10, "producers": 0}, "producers must be a positive integer"),
+        ({"mode": "idempotent", "messages": 3, "producers": 4}, "producers must be at most 3"),
+        ({"mode": "idempotent", "messages": 1000, "producers": 33}, "producers must be at most 32"),
     ],
 )
 def test_a_load_spec_is_checked_before_anything_is_sent(spec, message):
     with pytest.raises(load.LoadError, match=message):
         load.validate(load.LoadSpec(**spec))
+
+
+@pytest.mark.parametrize(("messages", "producers"), [(1, 1), (10, 3), (15_000, 2), (1_000_003, 32)])
+def test_producer_slices_cover_every_event_once_and_evenly(messages, producers):
+    cut = slices(messages, producers)
+    assert cut[0][0] == 0 and cut[-1][1] == messages
+    assert all(stop == start for (_, stop), (start, _) in itertools.pairwise(cut))
+    sizes = [stop - start for start, stop in cut]
+    assert len(cut) == producers and max(sizes) - min(sizes) <= 1 and min(sizes) > 0
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -73,6 +87,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         (["load", "run", "--mode", "idempotent", "--messages", "-5"], "load: messages must be a positive integer"),
         (["load", "run", "--mode", "at_most_once", "--scenario", "lost_ack", "--messages", "5"], "never waits for one"),
         (["load", "run", "--mode", "idempotent", "--messages", "5", "--set", "acks"], "is not key=value"),
+        (["load", "run", "--mode", "idempotent", "--messages", "5", "--producers", "-1"], "producers must be"),
         (["consumer_workload", "run", "--strategy", "yolo", "--source-run", "r1"], "unknown consumer strategy 'yolo'"),
         (
             ["consumer_workload", "run", "--strategy", "process_then_commit", "--source-run", "r1", "--crashes", "0"],
