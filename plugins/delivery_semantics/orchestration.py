@@ -179,8 +179,7 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
     common = {"messages": params["messages"], "seed": params["seed"]}
     producers = {"producers": params["producers"]} if params.get("producers") else {}
     confs = [
-        {"mode": m, "scenario": s, **common, **producers}
-        for m, s in matrix_pairs(params["modes"], params["scenarios"])
+        {"mode": m, "scenario": s, **common, **producers} for m, s in matrix_pairs(params["modes"], params["scenarios"])
     ]
     confs += [
         {"strategy": st, "scenario": "consumer_crash", **common} for st in params.get("consumer_strategies") or []
