@@ -5,13 +5,49 @@ else of the platform: the endpoints, the jars and the secrets are resolved when 
 from __future__ import annotations
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, Param
+from airflow.sdk import Asset, Param, task
 
 from delivery_semantics import catalog
 
 # Load tasks emit the ids of the runs they made; the reconcile DAG is scheduled on it.
 RUNS_ASSET = Asset(catalog.RUNS_ASSET)
 CLUSTER_POOL = catalog.CLUSTER_POOL
+# A task that runs a whole run (all its producers) takes every slot: fault runs never overlap.
+CLUSTER_POOL_SLOTS = catalog.CLUSTER_POOL_SLOTS
+
+
+def mapped_load(conf):
+    """A producer run as tasks: `start_run` makes it (a retry finds it), one `produce` task per
+    producer slice in the cluster pool (a retry resumes that slice; a Celery or Kubernetes executor
+    spreads them over workers), and `finish_run` totals it and announces it on RUNS_ASSET.
+    Returns finish_run's result: the run's id."""
+
+    @task
+    def start_run(conf: dict, ti=None) -> list[dict]:
+        from delivery_semantics import orchestration
+
+        return orchestration.start_run(conf, orchestration.task_key(ti))
+
+    @task(pool=CLUSTER_POOL)  # map index = producer number
+    def produce(ledger_run: str, producer: int) -> dict:
+        from delivery_semantics import orchestration
+
+        return orchestration.produce(ledger_run, producer)
+
+    @task(outlets=[RUNS_ASSET])
+    def finish_run(slices: list[dict], outlet_events=None) -> str:
+        from delivery_semantics import orchestration
+
+        ledger_run = slices[0]["ledger_run"]
+        print(orchestration.finish_run(ledger_run))
+        outlet_events[RUNS_ASSET].extra = {"run_ids": [ledger_run]}
+        return ledger_run
+
+    slices = start_run(conf)
+    produced = produce.expand_kwargs(slices)
+    finished = finish_run(slices)
+    produced >> finished
+    return finished
 
 
 def params(form: dict[str, dict]) -> dict[str, Param]:

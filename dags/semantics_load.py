@@ -1,5 +1,6 @@
 """Scheduled producer load, one DAG per delivery mode (scenario `none` unless triggered with
-another). Each run's id is emitted on the `semantics_runs` Asset; `semantics_reconcile` picks it up."""
+another), its producers one mapped task each. Each run's id is emitted on the `semantics_runs`
+Asset; `semantics_reconcile` picks it up."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics import catalog
-from semantics_common import CLUSTER_POOL, RUNS_ASSET, params
+from semantics_common import mapped_load, params
 
 
 def load_dag(mode: str):
@@ -23,15 +24,11 @@ def load_dag(mode: str):
         params=params(catalog.scheduled_load_form(mode)),
     )
     def semantics_load():
-        @task(outlets=[RUNS_ASSET], pool=CLUSTER_POOL)
-        def run_load(params=None, ti=None, outlet_events=None) -> dict:
-            from delivery_semantics import orchestration
+        @task
+        def conf(params=None) -> dict:
+            return {**params, "mode": mode}
 
-            result = orchestration.run_pair({**params, "mode": mode}, orchestration.task_key(ti))
-            outlet_events[RUNS_ASSET].extra = {"run_ids": [result["run_id"]]}
-            return result
-
-        run_load()
+        mapped_load(conf())
 
     return semantics_load()
 

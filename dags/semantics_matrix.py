@@ -9,7 +9,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics import catalog
-from semantics_common import CLUSTER_POOL, PlatformSparkSubmitOperator, params
+from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubmitOperator, params
 
 
 @dag(
@@ -29,7 +29,12 @@ def semantics_matrix():
 
         return orchestration.matrix_confs(dict(params))
 
-    @task(pool=CLUSTER_POOL, max_active_tis_per_dagrun=1, map_index_template="{{ pair_label }}")
+    @task(
+        pool=CLUSTER_POOL,
+        pool_slots=CLUSTER_POOL_SLOTS,
+        max_active_tis_per_dagrun=1,
+        map_index_template="{{ pair_label }}",
+    )
     def run_pair(conf: dict, ti=None) -> str:
         from airflow.sdk import get_current_context
 

@@ -1,6 +1,7 @@
 """One run from the UI form, reconciled with Spark (SparkSubmitOperator on `spark_default`) and
 reported:
-- `semantics_single_run`: a producer load in one mode under one fault scenario;
+- `semantics_single_run`: a producer load in one mode under one fault scenario, its producers one
+  mapped task each;
 - `semantics_consumer_run`: a consumer run, one consumer strategy, with or without crashes, over a
   given producer run or a fresh fault-free one; checked on what it wrote (sink table or output
   topic) against that producer run's ledger.
@@ -16,10 +17,17 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics import catalog
-from semantics_common import CLUSTER_POOL, RUNS_ASSET, PlatformSparkSubmitOperator, params
+from semantics_common import (
+    CLUSTER_POOL,
+    CLUSTER_POOL_SLOTS,
+    RUNS_ASSET,
+    PlatformSparkSubmitOperator,
+    mapped_load,
+    params,
+)
 
 
-def one_run_dag(dag_id: str, form: dict, tags: list[str]):
+def one_run_dag(dag_id: str, form: dict, tags: list[str], producer_run: bool):
     @dag(
         dag_id=dag_id,
         schedule=None,
@@ -37,15 +45,19 @@ def one_run_dag(dag_id: str, form: dict, tags: list[str]):
 
             return orchestration.validate_conf(dict(params))
 
-        @task(outlets=[RUNS_ASSET], pool=CLUSTER_POOL)
-        def run_load(conf: dict, ti=None, outlet_events=None) -> str:
-            from delivery_semantics import orchestration
+        if producer_run:
+            ledger_run = mapped_load(validate())
+        else:
 
-            result = orchestration.run_pair(conf, orchestration.task_key(ti))
-            outlet_events[RUNS_ASSET].extra = {"run_ids": [result["run_id"]]}
-            return result["run_id"]
+            @task(outlets=[RUNS_ASSET], pool=CLUSTER_POOL, pool_slots=CLUSTER_POOL_SLOTS)
+            def run_load(conf: dict, ti=None, outlet_events=None) -> str:
+                from delivery_semantics import orchestration
 
-        ledger_run = run_load(validate())
+                result = orchestration.run_pair(conf, orchestration.task_key(ti))
+                outlet_events[RUNS_ASSET].extra = {"run_ids": [result["run_id"]]}
+                return result["run_id"]
+
+            ledger_run = run_load(validate())
         reconciled = PlatformSparkSubmitOperator(
             task_id="reconcile", app="reconcile.py", application_args=["--run-id", ledger_run]
         )
@@ -63,5 +75,5 @@ def one_run_dag(dag_id: str, form: dict, tags: list[str]):
     return one_run()
 
 
-one_run_dag("semantics_single_run", catalog.single_run_form(), ["single-run"])
-one_run_dag("semantics_consumer_run", catalog.consumer_run_form(), ["consumer"])
+one_run_dag("semantics_single_run", catalog.single_run_form(), ["single-run"], producer_run=True)
+one_run_dag("semantics_consumer_run", catalog.consumer_run_form(), ["consumer"], producer_run=False)

@@ -33,6 +33,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from delivery_semantics.catalog import CLUSTER_POOL, CLUSTER_POOL_SLOTS
 from delivery_semantics.nemesis import Backend, NemesisError
 
 REPO = Path(os.environ.get("SEMANTICS_HOME", Path(__file__).resolve().parents[1]))
@@ -848,14 +849,15 @@ def migrate_airflow() -> str:
     (LOGS / "airflow-db-migrate.log").write_text(res.stdout + res.stderr)
     if res.returncode != 0:
         raise StackError(f"airflow: `airflow db migrate` failed; see {LOGS / 'airflow-db-migrate.log'}")
-    # One slot: fault scenarios kill and pause the shared brokers, so loads must never overlap.
+    # Fault scenarios kill and pause the shared brokers, so runs must never overlap: a task that
+    # runs a whole run takes every slot, a mapped producer task one.
     res = subprocess.run(
         [
             str(REPO / ".venv" / "bin" / "airflow"),
             "pools",
             "set",
-            "kafka_cluster",
-            "1",
+            CLUSTER_POOL,
+            str(CLUSTER_POOL_SLOTS),
             "loads that inject faults into the shared Kafka cluster",
         ],
         env=env,

@@ -414,6 +414,9 @@ LIMITS = {
 # Producers per run unless a run asks otherwise: one Python producer keeps about one core busy, and
 # the brokers need the rest (docs/BENCHMARKS.md, "Several producers per run").
 DEFAULT_PRODUCERS = max(1, (os.cpu_count() or 2) // 2)
+# The cluster pool's slots: a mapped producer task takes one, a task that runs a whole run takes
+# them all, so runs never share the cluster. Runs with more producers than this queue the rest.
+CLUSTER_POOL_SLOTS = DEFAULT_PRODUCERS
 # A consumer run without a given input reads a fresh run of this mode: no producer-side fault, so
 # whatever the checker finds in what the consumer wrote is the consumer's doing.
 CONSUMER_INPUT_MODE = "idempotent"

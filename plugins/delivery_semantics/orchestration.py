@@ -115,6 +115,41 @@ def run_pair(params: dict[str, Any], task_key: str) -> dict:
     return {**dataclasses.asdict(summary), "scenario": params["scenario"]}
 
 
+def start_run(params: dict[str, Any], task_key: str) -> list[dict]:
+    """The first task of a run whose producers are mapped tasks: the run made (or, on a retry,
+    found) under this task's key; returns each producer's task arguments."""
+    params = validate_conf(params)
+    existing = _run_for_task(task_key)
+    if existing is not None:
+        run_id = existing["run_id"]
+    else:
+        spec = dataclasses.replace(_spec(params), airflow_run_id=task_key)
+        run_id = scenarios.begin(spec, params["scenario"])
+    lg = Ledger()
+    try:
+        return [{"ledger_run": run_id, "producer": p["producer"]} for p in lg.producers(run_id)]
+    finally:
+        lg.close()
+
+
+def produce(run_id: str, producer: int) -> dict:
+    """One producer's slice: a retry resumes it from the ledger."""
+    return dataclasses.asdict(scenarios.produce(run_id, producer))
+
+
+def finish_run(run_id: str) -> dict:
+    """The run's totals once its producers have ended; an error unless it completed."""
+    lg = Ledger()
+    try:
+        load.total(lg, run_id)
+        summary, scenario = load.summary(lg, run_id), lg.get_run(run_id)["scenario"]
+    finally:
+        lg.close()
+    if summary.status != "completed":
+        raise RuntimeError(f"run {run_id} did not complete: {summary.line()}")
+    return {**dataclasses.asdict(summary), "scenario": scenario}
+
+
 def run_consumer(params: dict[str, Any], task_key: str) -> dict:
     """A consumer run, resumed on a retry. Without a given input run it first makes one (keyed by
     this task too, so a retry reuses it): a fault-free run of CONSUMER_INPUT_MODE."""

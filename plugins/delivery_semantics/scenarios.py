@@ -52,12 +52,66 @@ def run(
     nemesis: Nemesis | None = None,
     health_timeout: float = 180,
 ) -> load.RunSummary:
-    """Validates, gates on cluster health, runs the load under the scenario, heals, and records the
-    timeline with the run."""
-    spec, scenario = validate(spec, scenario_name)
-    spec = dataclasses.replace(spec, topic=spec.topic or load.default_topic(spec.mode, spec.run_id))
+    """A whole run from this process: `begin`, then every producer side by side, the first here
+    under the scenario and the others as local processes."""
     kafka_conf = kafka_conf or kafka_config()
     db = db or ledger_database()
+    run_id = begin(spec, scenario_name, kafka_conf=kafka_conf, db=db, health_timeout=health_timeout)
+    ledger = Ledger(db)
+    try:
+        others = load.spawn_producers(run_id, list(range(1, spec.producers)), kafka_conf, db)
+        try:
+            produce(run_id, 0, kafka_conf=kafka_conf, db=db, nemesis=nemesis, health_timeout=health_timeout)
+        finally:
+            load.wait_producers(ledger, run_id, others)
+        return load.summary(ledger, run_id)  # totalled by whichever producer ended last
+    finally:
+        ledger.close()
+
+
+def begin(
+    spec: load.LoadSpec,
+    scenario_name: str,
+    *,
+    kafka_conf: dict | None = None,
+    db: Database | None = None,
+    health_timeout: float = 180,
+) -> str:
+    """Validates, gates on cluster health and creates the run (its topic, its row, its producers'
+    slices); returns its id. Nothing is produced yet."""
+    spec, scenario = validate(spec, scenario_name)
+    kafka_conf = kafka_conf or kafka_config()
+    wait_healthy(kafka_conf, timeout=health_timeout)
+    return load.create(spec, kafka_conf=kafka_conf, db=db, topic_config=dict(scenario.topic_config))
+
+
+def produce(
+    run_id: str,
+    producer: int,
+    *,
+    kafka_conf: dict | None = None,
+    db: Database | None = None,
+    nemesis: Nemesis | None = None,
+    health_timeout: float = 180,
+) -> load.RunSummary:
+    """One producer's slice of a run made by `begin`, resumed if it ran before. The scenario rides
+    on producer 0: its timeline runs beside that producer's load (or, for a forked load, kills that
+    producer's first process), then the cluster is healed and the timeline recorded with the run."""
+    kafka_conf = kafka_conf or kafka_config()
+    db = db or ledger_database()
+    ledger = Ledger(db)
+    try:
+        run = ledger.get_run(run_id)
+        if run is None:
+            raise load.LoadError(f"no run {run_id!r} in the ledger")
+        mine = ledger.producers(run_id)[producer] if producer < run["producers"] else None
+    finally:
+        ledger.close()
+    if mine is None:
+        raise load.LoadError(f"run {run_id} has producers 0 to {run['producers'] - 1}, not {producer}")
+    scenario = catalog.SCENARIOS[run["scenario"]]
+    if producer != 0 or mine["sessions"] > 0:  # a retry resumes: the faults were applied once
+        return load.resume(run_id, producer=producer, kafka_conf=kafka_conf, db=db)
     nemesis = nemesis or Nemesis(kafka_conf)
     wait_healthy(kafka_conf, timeout=health_timeout)
     nemesis.timeline.record("healthy_before", scenario=scenario.name)
@@ -65,16 +119,16 @@ def run(
     summary = None
     try:
         if scenario.forks_load:
-            summary = _forked_load(spec, scenario, nemesis, kafka_conf, db)
+            summary = _forked_load(run, scenario, nemesis, kafka_conf, db)
         else:
-            summary = _load_with_timeline(spec, scenario, nemesis, kafka_conf, db)
+            summary = _load_with_timeline(run, scenario, nemesis, kafka_conf, db)
     except BaseException as e:
         error = e
     finally:
         try:
             nemesis.heal(timeout=health_timeout)
         finally:
-            _store_timeline(db, spec.run_id, scenario.name, nemesis)
+            _store_timeline(db, run_id, scenario.name, nemesis)
     if error is not None:
         raise error
     return summary
@@ -88,18 +142,18 @@ class _Timeline:
         self,
         steps: tuple[Step, ...],
         nemesis: Nemesis,
-        spec: load.LoadSpec,
+        run: dict,
         db: Database,
         producer: subprocess.Popen | None = None,
     ):
-        self.steps, self.nemesis, self.spec, self.db, self.producer = steps, nemesis, spec, db, producer
+        self.steps, self.nemesis, self.run, self.db, self.producer = steps, nemesis, run, db, producer
         self._leader: int | None = None
 
     def targets(self, target: str) -> list:
         if target == "producer":
             return [self.producer]
         if self._leader is None:
-            self._leader = self.nemesis.leader_of(self.spec.topic, 0)
+            self._leader = self.nemesis.leader_of(self.run["topic"], 0)
         if target == "leader":
             return [self._leader]
         if target == "followers":
@@ -111,7 +165,7 @@ class _Timeline:
         t0 = time.monotonic()
         for step in self.steps:
             if step.after_share is not None:
-                self._wait_for_outcomes(int(self.spec.messages * step.after_share))
+                self._wait_for_outcomes(int(self.run["messages"] * step.after_share))
             else:
                 time.sleep(max(0.0, t0 + step.at - time.monotonic()))
             for target in self.targets(step.target):
@@ -121,7 +175,7 @@ class _Timeline:
         deadline = time.monotonic() + catalog.LOAD_SECONDS * 4
         ledger = Ledger(self.db)
         try:
-            while ledger.outcome_count(self.spec.run_id) < target:
+            while ledger.outcome_count(self.run["run_id"]) < target:
                 if self.producer is not None and self.producer.poll() is not None:
                     raise ScenarioError(f"the load process exited ({self.producer.returncode}) before the crash point")
                 if time.monotonic() > deadline:
@@ -132,12 +186,12 @@ class _Timeline:
 
 
 def _load_with_timeline(
-    spec: load.LoadSpec, scenario: Scenario, nemesis: Nemesis, kafka_conf: dict, db: Database
+    run: dict, scenario: Scenario, nemesis: Nemesis, kafka_conf: dict, db: Database
 ) -> load.RunSummary:
-    """The load on this thread, the timeline on a nemesis thread, started by the first batch."""
+    """Producer 0's load on this thread, the timeline on a nemesis thread, started by its first batch."""
     started = threading.Event()
     failure: list[BaseException] = []
-    timeline = _Timeline(scenario.timeline, nemesis, spec, db)
+    timeline = _Timeline(scenario.timeline, nemesis, run, db)
 
     def nemesis_thread():
         try:
@@ -148,12 +202,8 @@ def _load_with_timeline(
     t = threading.Thread(target=nemesis_thread, name="nemesis", daemon=True)
     t.start()
     try:
-        summary = load.start(
-            spec,
-            kafka_conf=kafka_conf,
-            db=db,
-            on_progress=lambda _run, _n: started.set(),
-            topic_config=dict(scenario.topic_config),
+        summary = load.resume(
+            run["run_id"], producer=0, kafka_conf=kafka_conf, db=db, on_progress=lambda _run, _n: started.set()
         )
     finally:
         started.set()
@@ -163,34 +213,23 @@ def _load_with_timeline(
     return summary
 
 
-def _forked_load(
-    spec: load.LoadSpec, scenario: Scenario, nemesis: Nemesis, kafka_conf: dict, db: Database
-) -> load.RunSummary:
-    """The run's first sessions as child processes, one per producer, of which the timeline kills
-    the first; the others run to their end. Then a new session here (same slice, same
-    transactional.id) resends what the ledger lacks and completes the run."""
-    run_id = load.create(spec, kafka_conf=kafka_conf, db=db, topic_config=dict(scenario.topic_config))
-    ledger = Ledger(db)
+def _forked_load(run: dict, scenario: Scenario, nemesis: Nemesis, kafka_conf: dict, db: Database) -> load.RunSummary:
+    """Producer 0's first session as a child process that the timeline kills; then a new session
+    here (same slice, same transactional.id) resends what the ledger lacks and completes it."""
+    proc = load.spawn_producers(run["run_id"], [0], kafka_conf, db)[0]
     try:
-        procs = load.spawn_producers(run_id, list(range(spec.producers)), kafka_conf, db)
-        try:
-            started = threading.Event()
-            started.set()
-            _Timeline(scenario.timeline, nemesis, spec, db, producer=procs[0]).apply(started)
-        except ScenarioError as e:
-            raise ScenarioError(f"{e}: {load.stderr_tail(procs[0])}") from None
-        finally:
-            if procs[0].poll() is None:
-                procs[0].kill()
-            procs[0].wait(10)
-            procs[0].stderr_file.close()
-        others = {p: proc for p, proc in procs.items() if p != 0}
-        if others:
-            load.wait_producers(ledger, run_id, others)
+        started = threading.Event()
+        started.set()
+        _Timeline(scenario.timeline, nemesis, run, db, producer=proc).apply(started)
+    except ScenarioError as e:
+        raise ScenarioError(f"{e}: {load.stderr_tail(proc)}") from None
     finally:
-        ledger.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        proc.stderr_file.close()
     nemesis.timeline.record("resume_producer")
-    return load.resume(run_id, kafka_conf=kafka_conf, db=db)
+    return load.resume(run["run_id"], producer=0, kafka_conf=kafka_conf, db=db)
 
 
 def _store_timeline(db: Database, run_id: str, scenario: str, nemesis: Nemesis) -> None:

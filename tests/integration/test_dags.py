@@ -18,21 +18,32 @@ def dags_test(dag_id: str, conf: dict, name: str, timeout: float = 1200):
     return res, res.stdout + res.stderr
 
 
-# The transactional mode, read_committed: the matrix DAG below runs the others through Airflow,
-# and test_audits.py reconciles all five on both listeners.
-@pytest.mark.parametrize("mode", ["transactional"])
-def test_single_run_dag_without_fault_keeps_every_promise(mode):
-    res, out = dags_test("semantics_single_run", {"mode": mode, "scenario": "none", "messages": 2000}, f"single-{mode}")
+# The transactional mode, read_committed, with its producers as two mapped tasks, the first killed
+# and resumed: the matrix DAG below runs the other modes through Airflow, test_faults.py the crash
+# of one producer of two from the command line, and test_audits.py reconciles all five modes on
+# both listeners.
+def test_single_run_dag_with_two_mapped_producers_one_killed_is_exactly_once():
+    conf = {"mode": "transactional", "scenario": "producer_crash", "messages": 2000, "producers": 2}
+    res, out = dags_test("semantics_single_run", conf, "single-transactional")
     assert res.returncode == 0 and "state=success" in out, out[-3000:]
     r = query(
         """SELECT v.* FROM v_run_results v JOIN runs USING (run_id)
-                 WHERE runs.airflow_run_id LIKE 'semantics_single_run/%%' AND v.mode = %s
-                 ORDER BY v.created_at DESC LIMIT 1""",
-        (mode,),
+                 WHERE runs.airflow_run_id LIKE 'semantics_single_run/%%' AND v.mode = 'transactional'
+                 ORDER BY v.created_at DESC LIMIT 1"""
     )[0]
-    assert (r["scenario"], r["messages"], r["records_read"]) == ("none", 2000, 2000)
+    producers = query(
+        "SELECT producer, status, sessions, transactional_id FROM run_producers WHERE run_id = %s ORDER BY producer",
+        (r["run_id"],),
+    )
+    assert [(p["producer"], p["status"], p["sessions"]) for p in producers] == [
+        (0, "completed", 2),
+        (1, "completed", 1),
+    ]
+    assert len({p["transactional_id"] for p in producers}) == 2
+    assert "task_id=produce" in out and "map_index=1" in out, "each producer is a mapped task"
+    assert (r["scenario"], r["messages"], r["records_read"], r["sessions"]) == ("producer_crash", 2000, 2000, 3)
     assert (r["lost"], r["duplicate_events"], r["verdict"], r["meets_expectation"]) == (0, 0, "kept", True)
-    assert r["isolation"] == catalog.MODES[mode].isolation
+    assert r["isolation"] == catalog.MODES["transactional"].isolation
 
 
 def test_consumer_run_dag_makes_its_input_run_crashes_the_consumer_and_reports_it():
@@ -120,5 +131,5 @@ def test_invalid_conf_is_refused_before_any_load(dag_id, conf, message):
     res, out = dags_test(dag_id, conf, "invalid")
     assert res.returncode != 0 or "state=failed" in out
     assert message in out
-    assert "starting task_id=run_load" not in out
+    assert "starting task_id=run_load" not in out and "starting task_id=start_run" not in out
     assert query(count)[0]["n"] == before, "no run may be started"

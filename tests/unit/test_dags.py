@@ -64,7 +64,9 @@ bag = DagBag(dag_folder={folder!r})
 print(json.dumps({{"errors": {{k: str(v)[:500] for k, v in bag.import_errors.items()}}, "dags": {{
     d.dag_id: {{"tags": sorted(d.tags), "schedule": str(d.schedule), "retries": (d.default_args or {{}}).get("retries", 0), "doc": d.doc_md or "",
                "params": {{k: d.params.get_param(k).schema for k in d.params}},
-               "descriptions": [d.params.get_param(k).description for k in d.params]}}
+               "descriptions": [d.params.get_param(k).description for k in d.params],
+               "tasks": {{t.task_id: {{"pool": t.pool, "pool_slots": t.pool_slots, "mapped": bool(getattr(t, "_is_mapped", False)),
+                                      "downstream": sorted(t.downstream_task_ids)}} for t in d.tasks}}}}
     for d in bag.dags.values()}}}}))
 """
 
@@ -97,6 +99,20 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
     assert single["messages"]["minimum"] == 1 and single["messages"]["maximum"] == catalog.LIMITS["messages"][1]
     assert dags["semantics_consumer_run"]["params"]["strategy"]["enum"] == list(catalog.STRATEGIES)
     assert dags["semantics_matrix"]["params"]["consumer_strategies"]["items"]["enum"] == list(catalog.STRATEGIES)
+    assert single["producers"]["maximum"] == catalog.LIMITS["producers"][1]
+    # A load's producers are mapped tasks, one pool slot each; a task that runs a whole run takes
+    # every slot, so runs never share the cluster.
+    for dag_id in ("semantics_single_run", *(f"semantics_load_{m}" for m in catalog.MODES)):
+        tasks = dags[dag_id]["tasks"]
+        assert tasks["produce"] == {
+            "pool": catalog.CLUSTER_POOL,
+            "pool_slots": 1,
+            "mapped": True,
+            "downstream": ["finish_run"],
+        }, dag_id
+        assert "produce" in tasks["start_run"]["downstream"], dag_id
+    for dag_id, task_id in (("semantics_matrix", "run_pair"), ("semantics_consumer_run", "run_load")):
+        assert dags[dag_id]["tasks"][task_id]["pool_slots"] == catalog.CLUSTER_POOL_SLOTS, dag_id
     assert dags["semantics_load_at_most_once"]["params"]["scenario"]["enum"] == [
         "none",
         "leader_kill",
