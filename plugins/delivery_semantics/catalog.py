@@ -262,8 +262,8 @@ PRODUCER, CONSUMER = "producer", "consumer"
 @dataclass(frozen=True)
 class Step:
     """One nemesis step: `action` (a Nemesis method) on `target` (leader, followers, producer), at
-    `at` seconds after the load's first batch, or, with `after_share`, once that share of the run's
-    events has an outcome in the ledger."""
+    `at` seconds after producer 0's first batch, or, with `after_share`, once that share of
+    producer 0's events has an outcome in the ledger (with one producer: the run's events)."""
 
     action: str
     target: str = "leader"
@@ -360,7 +360,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "producer_crash",
-            "producer process killed (SIGKILL) a third in; a new one resends the unacked",
+            "producer process (producer 0 of the run) killed (SIGKILL) a third in; a new one resends the unacked",
             forks_load=True,
             timeline=(Step("kill_producer", "producer", after_share=1 / 3),),
             expected=_expect(

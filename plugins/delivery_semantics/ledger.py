@@ -200,7 +200,7 @@ class Ledger:
             cur.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (f"{run_id}#{producer}",))
             if not cur.fetchone()[0]:
                 raise RunBusy(
-                    f"run {run_id} producer {producer} is held by a live process; wait for it or stop it first"
+                    f"run {run_id} (producer {producer}) is held by a live producer; wait for it or stop it first"
                 )
 
     def finishing(self, run_id: str):
@@ -344,9 +344,13 @@ class Ledger:
             )
             return cur.fetchall()
 
-    def outcome_count(self, run_id: str) -> int:
+    def outcome_count(self, run_id: str, producer: int | None = None) -> int:
+        """Outcomes recorded for the run, or for one of its producers."""
         with self.conn, self.conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM ledger_outcomes WHERE run_id = %s", (run_id,))
+            cur.execute(
+                "SELECT count(*) FROM ledger_outcomes WHERE run_id = %s AND (%s::int IS NULL OR producer = %s)",
+                (run_id, producer, producer),
+            )
             return cur.fetchone()[0]
 
     def max_txn_no(self, run_id: str, producer: int = 0) -> int:

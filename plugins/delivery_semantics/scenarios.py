@@ -20,7 +20,7 @@ import time
 from delivery_semantics import catalog, load
 from delivery_semantics.catalog import Scenario, ScenarioError, Step
 from delivery_semantics.endpoints import Database, kafka_config, ledger_database
-from delivery_semantics.generator import new_run_id
+from delivery_semantics.generator import new_run_id, slices
 from delivery_semantics.ledger import Ledger
 from delivery_semantics.nemesis import Nemesis, NemesisError, wait_healthy
 
@@ -147,6 +147,10 @@ class _Timeline:
         producer: subprocess.Popen | None = None,
     ):
         self.steps, self.nemesis, self.run, self.db, self.producer = steps, nemesis, run, db, producer
+        # The timeline rides on producer 0: a crash point is a share of that producer's own slice,
+        # whether the other producers run beside it or (under `airflow dags test`) before it.
+        start, stop = slices(run["messages"], run["producers"])[0]
+        self.slice_size = stop - start
         self._leader: int | None = None
 
     def targets(self, target: str) -> list:
@@ -165,7 +169,7 @@ class _Timeline:
         t0 = time.monotonic()
         for step in self.steps:
             if step.after_share is not None:
-                self._wait_for_outcomes(int(self.run["messages"] * step.after_share))
+                self._wait_for_outcomes(int(self.slice_size * step.after_share))
             else:
                 time.sleep(max(0.0, t0 + step.at - time.monotonic()))
             for target in self.targets(step.target):
@@ -175,7 +179,7 @@ class _Timeline:
         deadline = time.monotonic() + catalog.LOAD_SECONDS * 4
         ledger = Ledger(self.db)
         try:
-            while ledger.outcome_count(self.run["run_id"]) < target:
+            while ledger.outcome_count(self.run["run_id"], producer=0) < target:
                 if self.producer is not None and self.producer.poll() is not None:
                     raise ScenarioError(f"the load process exited ({self.producer.returncode}) before the crash point")
                 if time.monotonic() > deadline:
