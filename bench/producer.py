@@ -1,13 +1,14 @@
 """Producer throughput per delivery mode, measured side by side in one run on one cluster:
 
-  ledger on   the load runner as users run it (write-ahead ledger, outcomes, resend rounds)
+  ledger on   the load runner as users run it (write-ahead ledger, outcomes, resend rounds), with
+              each number of producers asked for (--producers 1,2: one run with 1, one with 2)
   ledger off  the same generator and producer client, no ledger
   baseline    Kafka's own org.apache.kafka.tools.ProducerPerformance, same acks/idempotence/
               transactions, same record size, same topic layout
 
-    bench/run producer [--messages N] [--modes m1,m2] [--markdown]
+    bench/run producer [--messages N] [--modes m1,m2] [--producers 1,2] [--repeats R]
 
-Prints a table of records/s, p99 ack latency and the ratios; --markdown for docs/BENCHMARKS.md.
+Prints a markdown table of records/s, p99 ack latency and the ratios, for docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ def ledger_off(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size
     return {"rps": messages / elapsed, "p99_ms": p99}
 
 
-def ledger_on(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size: int) -> dict:
-    s = load.start(load.LoadSpec(mode=mode.name, messages=messages, payload_bytes=payload, txn_size=txn_size))
+def ledger_on(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size: int, producers: int) -> dict:
+    s = load.start(
+        load.LoadSpec(mode=mode.name, messages=messages, payload_bytes=payload, txn_size=txn_size, producers=producers)
+    )
     assert s.acked + s.sent_unacked == messages, s.line()
     return {"rps": s.records_per_sec, "p99_ms": s.ack_p99_ms, "run_id": s.run_id}
 
@@ -125,10 +128,14 @@ def main() -> int:
         default=1,
         help="rounds over all modes, interleaved; the table gives each figure's median",
     )
-    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--producers", default="1", help="comma-separated producer counts for the ledger-on runs")
     args = ap.parse_args()
-    if args.messages <= 0 or args.repeats <= 0:
-        print("producer: --messages and --repeats must be > 0", file=sys.stderr)
+    try:
+        counts = [int(n) for n in args.producers.split(",")]
+    except ValueError:
+        counts = [0]
+    if args.messages <= 0 or args.repeats <= 0 or min(counts) <= 0:
+        print("producer: --messages, --repeats and --producers must be > 0", file=sys.stderr)
         return 2
     conf = kafka_config()
     samples: dict[str, list] = {}
@@ -137,32 +144,35 @@ def main() -> int:
             mode = catalog.get_mode(name)
             pp = producer_performance(mode, args.messages, args.payload_bytes, args.txn_size, conf)
             off = ledger_off(mode, args.messages, args.payload_bytes, args.txn_size, conf)
-            on = ledger_on(mode, args.messages, args.payload_bytes, args.txn_size)
-            samples.setdefault(name, []).append((pp, off, on))
+            on = [ledger_on(mode, args.messages, args.payload_bytes, args.txn_size, n) for n in counts]
+            samples.setdefault(name, []).append((pp, off, *on))
             print(
-                json.dumps({"mode": name, "producer_performance": pp, "ledger_off": off, "ledger_on": on}),
+                json.dumps(
+                    {
+                        "mode": name,
+                        "producer_performance": pp,
+                        "ledger_off": off,
+                        "ledger_on": dict(zip(counts, on, strict=True)),
+                    }
+                ),
                 file=sys.stderr,
                 flush=True,
             )
-    rows = [(name, *(_median([s[i] for s in runs]) for i in range(3))) for name, runs in samples.items()]
-    header = (
-        "| mode | ProducerPerformance rec/s | ledger off rec/s | ledger on rec/s | on / PP | "
-        "ledger overhead | p99 ms PP / off / on |"
-    )
+    rows = [(name, *(_median([s[i] for s in runs]) for i in range(2 + len(counts)))) for name, runs in samples.items()]
+    ons = "".join(f"ledger on, {n} producer{'s' * (n > 1)} rec/s | on / PP | " for n in counts)
+    header = f"| mode | ProducerPerformance rec/s | ledger off rec/s | {ons}ledger overhead (1 producer) | p99 ms PP / off / on |"
     print(
         f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, {args.messages:,} records of "
         f"{args.payload_bytes} B, 3 partitions RF 3, transactions of {args.txn_size}, "
         f"median of {args.repeats}"
     )
     print(header)
-    print("|" + "---|" * 7)
-    for name, pp, off, on in rows:
-        overhead = 1 - on["rps"] / off["rps"]
-        p99 = " / ".join(f"{x['p99_ms']:.0f}" if x["p99_ms"] is not None else "-" for x in (pp, off, on))
-        print(
-            f"| {name} | {pp['rps']:,.0f} | {off['rps']:,.0f} | {on['rps']:,.0f} | {on['rps'] / pp['rps']:.2f}x | "
-            f"{overhead:.0%} | {p99} |"
-        )
+    print("|" + "---|" * (5 + 2 * len(counts)))
+    for name, pp, off, *on in rows:
+        overhead = f"{1 - on[0]['rps'] / off['rps']:.0%}" if counts[0] == 1 else "-"
+        p99 = " / ".join(f"{x['p99_ms']:.0f}" if x["p99_ms"] is not None else "-" for x in (pp, off, on[0]))
+        cells = "".join(f"{x['rps']:,.0f} | {x['rps'] / pp['rps']:.2f}x | " for x in on)
+        print(f"| {name} | {pp['rps']:,.0f} | {off['rps']:,.0f} | {cells}{overhead} | {p99} |")
     return 0
 
 

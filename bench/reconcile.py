@@ -1,6 +1,9 @@
 """Reconciliation at scale vs the floor, measured side by side in one run:
 
   floor      Kafka's own org.apache.kafka.tools.ConsumerPerformance reading the same topic once
+  Spark      spark_apps/smoke_count.py through spark-submit with the checker's settings: a count()
+             of the same topic through Spark's Kafka source, so the engine's own cost (JVM start,
+             the Kafka source, a job) is told apart from the checker's
   checker    spark_apps/reconcile.py through spark-submit (local[2]): two reads of the topic, the
              ledger over JDBC, classification, the merge of all three tables
 
@@ -80,7 +83,15 @@ def timed_reconcile(run_id: str, event_log: str | None = None) -> dict:
     if event_log:
         os.makedirs(event_log, exist_ok=True)
         conf = event_log_conf(event_log)
-    cmd = reconcile.command(["--run-id", run_id], conf=conf)
+    return timed_submit(reconcile.command(["--run-id", run_id], conf=conf))
+
+
+def spark_count(topic: str) -> float:
+    """Spark's floor: the same spark-submit counting the topic's records and nothing else."""
+    return timed_submit(reconcile.command(["--topic", topic], app="smoke_count.py"))["seconds"]
+
+
+def timed_submit(cmd: list[str]) -> dict:
     env = {**os.environ, **spark_application_env()}
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -92,7 +103,7 @@ def timed_reconcile(run_id: str, event_log: str | None = None) -> dict:
     stop.set()
     sampler.join()
     if proc.returncode != 0:
-        raise RuntimeError(f"reconcile failed: {err[-2000:]}")
+        raise RuntimeError(f"{' '.join(cmd[-3:])} failed: {err[-2000:]}")
     return {"seconds": elapsed, **peaks, "summary": [ln for ln in out.splitlines() if ln.startswith("RECONCILED")]}
 
 
@@ -148,10 +159,11 @@ def main() -> int:
         if args.runs:
             forget_results(run_id)
         floor = consumer_performance(topic, n)
+        spark = spark_count(topic)
         r = timed_reconcile(run_id, args.event_log)
-        rows.append((n, floor, r))
+        rows.append((n, floor, spark, r))
         print(
-            f"{n}: floor {floor:.1f}s, reconcile {r['seconds']:.1f}s, driver JVM peak {r.get('jvm_mb')} MB, "
+            f"{n}: floor {floor:.1f}s, Spark count {spark:.1f}s, reconcile {r['seconds']:.1f}s, driver JVM peak {r.get('jvm_mb')} MB, "
             f"python {r.get('python_mb')} MB; {r['summary']}",
             file=sys.stderr,
             flush=True,
@@ -161,17 +173,17 @@ def main() -> int:
         "3 partitions, spark local[2], driver memory 2g"
     )
     print(
-        "| events | ConsumerPerformance s (floor) | reconcile s | reconcile / floor | driver JVM peak RSS MB | "
-        "Python driver peak MB |"
+        "| events | ConsumerPerformance s (floor) | Spark count s | reconcile s | reconcile / floor | "
+        "Spark count / floor | checker s (reconcile - Spark count) | driver JVM peak RSS MB | Python driver peak MB |"
     )
-    print("|---|---|---|---|---|---|")
-    for n, floor, r in rows:
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, floor, spark, r in rows:
         print(
-            f"| {n:,} | {floor:.1f} | {r['seconds']:.1f} | {r['seconds'] / floor:.1f}x | {r.get('jvm_mb')} | "
-            f"{r.get('python_mb')} |"
+            f"| {n:,} | {floor:.1f} | {spark:.1f} | {r['seconds']:.1f} | {r['seconds'] / floor:.1f}x | "
+            f"{spark / floor:.1f}x | {r['seconds'] - spark:.1f} | {r.get('jvm_mb')} | {r.get('python_mb')} |"
         )
     if len(rows) >= 2:
-        (n1, _, r1), (n2, _, r2) = rows[0], rows[-1]
+        (n1, _, _, r1), (n2, _, _, r2) = rows[0], rows[-1]
         print(f"\nt({n2:,}) / t({n1:,}) = {r2['seconds'] / r1['seconds']:.2f} for {n2 / n1:.0f}x the events")
     return 0
 

@@ -32,11 +32,14 @@ class Reconciled:
         return self.stderr[-2000:]
 
 
-def command(app_args: list[str], master: str = "local[2]", conf: dict | None = None) -> list[str]:
+def command(
+    app_args: list[str], master: str = "local[2]", conf: dict | None = None, app: str = "reconcile.py"
+) -> list[str]:
+    """spark-submit of an application of spark_apps/ with the platform's jars and settings."""
     cmd = ["spark-submit", "--master", master, "--jars", spark_jars()]
     for k, v in {**SPARK_CONF, **(conf or {})}.items():
         cmd += ["--conf", f"{k}={v}"]
-    return [*cmd, str(spark_apps_dir() / "reconcile.py"), *app_args]
+    return [*cmd, str(spark_apps_dir() / app), *app_args]
 
 
 def run(
