@@ -134,7 +134,7 @@ def test_transactional_aborts_are_invisible_to_read_committed_and_visible_to_rea
 
 @pytest.mark.parametrize("mode", ["at_least_once", "transactional"])
 def test_kill9_mid_run_loses_no_ledger_row_and_resume_completes(mode, kafka_conf, ledger):
-    messages = 150_000
+    messages = 60_000
     run_id = new_run_id()
     proc = subprocess.Popen(
         [
@@ -161,7 +161,7 @@ def test_kill9_mid_run_loses_no_ledger_row_and_resume_completes(mode, kafka_conf
         stderr=subprocess.PIPE,
         text=True,
     )
-    _wait_for_outcomes(ledger, proc, run_id, min_outcomes=30_000)
+    _wait_for_outcomes(ledger, proc, run_id, min_outcomes=20_000)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     run = ledger.get_run(run_id)
