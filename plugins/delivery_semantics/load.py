@@ -357,7 +357,9 @@ def _drive(
         conf["transactional.id"] = mine["transactional_id"]
     started = time.monotonic()
     now = datetime.now(UTC)
-    ledger.update_producer(run_id, producer, status="running", sessions=session, started_at=mine["started_at"] or now)
+    ledger.update_producer(
+        run_id, producer, status="running", sessions=session, started_at=mine["started_at"] or now, error=None
+    )
     ledger.update_run(run_id, status="running", started_at=run["started_at"] or now, error=None)
     gen = Generator(run_id, run["keys"], run["payload_bytes"], run["seed"])
     start, stop = mine["n_start"], mine["n_stop"]

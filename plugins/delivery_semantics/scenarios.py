@@ -3,9 +3,9 @@ catalog: a timeline of nemesis steps. This module applies it.
 
 A paced scenario spreads its load over `catalog.LOAD_SECONDS` so that the timeline lands mid-load;
 the timeline runs on a nemesis thread from the load's first batch. A scenario that forks its load
-(producer_crash) creates the run here, runs its first producer sessions as child processes
-(`cli load resume --producer P`), kills the first where the timeline says, and completes the run
-with a new session of that producer.
+(producer_crash) runs producer 0's first session as a child process (`cli load resume
+--producer 0`), kills it where the timeline says, and completes that producer's slice with a new
+session. The scenario rides on producer 0; a run's other producers load beside it.
 Every scenario heals, even when the load fails, and the timeline actually applied is stored with
 the run.
 """
@@ -104,7 +104,7 @@ def produce(
         run = ledger.get_run(run_id)
         if run is None:
             raise load.LoadError(f"no run {run_id!r} in the ledger")
-        mine = ledger.producers(run_id)[producer] if producer < run["producers"] else None
+        mine = ledger.producers(run_id)[producer] if 0 <= producer < run["producers"] else None
     finally:
         ledger.close()
     if mine is None:
