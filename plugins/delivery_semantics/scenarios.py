@@ -54,6 +54,7 @@ def run(
 ) -> load.RunSummary:
     """A whole run from this process: `begin`, then every producer side by side, the first here
     under the scenario and the others as local processes."""
+    validate(spec, scenario_name)  # bad input is refused before any endpoint is looked up
     kafka_conf = kafka_conf or kafka_config()
     db = db or ledger_database()
     run_id = begin(spec, scenario_name, kafka_conf=kafka_conf, db=db, health_timeout=health_timeout)

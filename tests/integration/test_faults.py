@@ -106,23 +106,8 @@ def test_producer_crash_of_one_of_two_producers_resumes_its_slice_alone(ledger, 
     assert seen.duplicated_events <= resent, "only events resent by the new session can be duplicated"
 
 
-# Two producers, one killed, in the transactional mode: test_dags.py, through mapped Airflow tasks.
-@pytest.mark.parametrize("producers", [1])
-def test_producer_crash_exactly_once_for_transactional(producers, ledger, kafka_conf):
-    s, seen, tl = run_pair(
-        "transactional",
-        "producer_crash",
-        ledger,
-        kafka_conf,
-        producers=producers,
-        airflow_run_id=f"dag/run/t/{producers}",
-    )
-    assert ledger.get_run(s.run_id)["airflow_run_id"] == f"dag/run/t/{producers}", "a retried task must find its run"
-    slices = ledger.producers(s.run_id)
-    assert "kill_producer" in actions(tl) and s.sessions == producers + 1
-    assert len({p["transactional_id"] for p in slices}) == producers, "one transactional.id per producer"
-    assert (seen.duplicates, seen.lost_acked, seen.acked) == (0, 0, MESSAGES)
-    assert seen.records_in_topic == MESSAGES
+# The transactional mode under producer_crash: test_dags.py, with two producers as mapped Airflow
+# tasks, the first killed; test_load.py, a kill -9 of a single producer and the transaction in doubt.
 
 
 def test_txn_abort_is_exactly_once_for_read_committed(ledger, kafka_conf):
