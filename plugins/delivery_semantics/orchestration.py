@@ -141,7 +141,8 @@ def finish_run(run_id: str) -> dict:
     """The run's totals once its producers have ended; an error unless it completed."""
     lg = Ledger()
     try:
-        load.total(lg, run_id)
+        if lg.get_run(run_id)["status"] != "completed":  # the last producer to end has totalled it
+            load.total(lg, run_id)
         summary, scenario = load.summary(lg, run_id), lg.get_run(run_id)["scenario"]
     finally:
         lg.close()
