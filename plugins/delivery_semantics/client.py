@@ -147,15 +147,15 @@ class ProducerClient:
     def _on_error(self, err: KafkaError) -> None:
         self.errors.append(f"{err.name()}: {err.str()}")
 
-    def _on_delivery(self, event_id: str, err: KafkaError | None, msg) -> None:
+    def _on_delivery(self, e: Event, err: KafkaError | None, msg) -> None:
         latency = msg.latency()
         latency_us = int(latency * 1e6) if latency is not None else None
         if err is not None:
-            o = Outcome(event_id, classify_error(err), latency_us=latency_us, error=err.name())
+            o = Outcome(e.event_id, classify_error(err), latency_us=latency_us, error=err.name(), n=e.n)
         elif self.acks0:
-            o = Outcome(event_id, "sent", msg.partition(), None, latency_us)
+            o = Outcome(e.event_id, "sent", msg.partition(), None, latency_us, n=e.n)
         else:
-            o = Outcome(event_id, "acked", msg.partition(), msg.offset(), latency_us)
+            o = Outcome(e.event_id, "acked", msg.partition(), msg.offset(), latency_us, n=e.n)
         (self._txn_reports if self.transactional else self.outcomes).append(o)
 
     def drain(self) -> list[Outcome]:
@@ -173,7 +173,7 @@ class ProducerClient:
                     key=e.key,
                     headers=e.headers(self.run_id),
                     timestamp=e.publish_at_ms,
-                    on_delivery=partial(self._on_delivery, e.event_id),
+                    on_delivery=partial(self._on_delivery, e),
                 )
                 break
             except BufferError:
@@ -208,7 +208,10 @@ class ProducerClient:
             self._abort(events, txn_no)
             return False
         before_commit(
-            [Outcome(o.event_id, "written", o.partition, o.offset, o.latency_us, txn_no) for o in self._txn_reports]
+            [
+                Outcome(o.event_id, "written", o.partition, o.offset, o.latency_us, txn_no, n=o.n)
+                for o in self._txn_reports
+            ]
         )
         try:
             self._call_with_retry(self.producer.commit_transaction, 60)
@@ -218,7 +221,7 @@ class ProducerClient:
                 return False
             raise
         self.outcomes.extend(
-            Outcome(o.event_id, "acked", o.partition, o.offset, o.latency_us, txn_no) for o in self._txn_reports
+            Outcome(o.event_id, "acked", o.partition, o.offset, o.latency_us, txn_no, n=o.n) for o in self._txn_reports
         )
         return True
 
@@ -236,6 +239,7 @@ class ProducerClient:
                     o.latency_us if o else None,
                     txn_no,
                     o.error if o else None,
+                    e.n,
                 )
             )
 

@@ -1,9 +1,14 @@
 """The history: runs, events (written before they are produced) and outcomes, in PostgreSQL.
 
 Writes are per batch, never row by row: a batch's events are derived by PostgreSQL from their
-range of n, its outcomes are COPYed. Each run gets its own partitions of the events and outcomes
-tables, so retiring a run is a DROP, not a DELETE of millions of rows. A producer writes them
-unindexed; `seal` indexes them when its session ends (sql/V009 says why).
+range of n, and its clean outcomes (acked, sent, written) become one `ledger_batches` row with
+the event-number ranges and the partitions, offsets and latencies as arrays (sql/V015). An
+outcome that is not clean (failed, unknown, aborted) gets a `ledger_event_outcomes` row of its
+own. `ledger_outcomes` is the view with one row per event outcome.
+
+Each run gets its own partitions of these tables, so retiring a run is a DROP, not a DELETE of
+millions of rows. A producer writes them unindexed; `seal` indexes the events when its session
+ends (sql/V009 says why).
 """
 
 from __future__ import annotations
@@ -21,7 +26,16 @@ import psycopg2.extras
 
 from delivery_semantics import schema
 from delivery_semantics.endpoints import Database, ledger_database
-from delivery_semantics.generator import EVENT_ROWS_SQL, Event
+from delivery_semantics.generator import EVENT_ROWS_SQL, Event, event_id
+
+BATCH_STATUSES = ("acked", "sent", "written")
+# Per run: (partitioned table, the stem of its partitions' names). Per-event outcome partitions
+# kept the name they had before the table was renamed (sql/V015).
+RUN_TABLES = (
+    ("ledger_events", "ledger_events"),
+    ("ledger_event_outcomes", "ledger_outcomes"),
+    ("ledger_batches", "ledger_batches"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +47,12 @@ class Outcome:
     latency_us: int | None = None
     txn_no: int | None = None
     error: str | None = None
+    n: int | None = None  # the event's number, when it is a generated run's: it goes in a batch row
+
+    @property
+    def clean(self) -> bool:
+        """Goes in a batch row: the client learned where the event is (or, acks=0, sent it)."""
+        return self.n is not None and self.error is None and self.status in BATCH_STATUSES
 
 
 class _AdvisoryLock:
@@ -74,6 +94,68 @@ def partition_name(table: str, run_id: str) -> str:
     """The run's partition of a per-run partitioned table (ledger_events, ledger_outcomes, sink_events)."""
     safe = "".join(c if c.isalnum() or c == "_" else "_" for c in run_id.lower())[:40]
     return f"{table}_{safe}_{zlib.crc32(run_id.encode()):08x}"
+
+
+@dataclass
+class OutcomeBatch:
+    """One `ledger_batches` row: events [n_lo[i], n_hi[i]) and, per event in n order, where it is."""
+
+    status: str
+    txn_no: int | None
+    n_lo: list[int]
+    n_hi: list[int]
+    partitions: list[int | None]
+    offsets: list[int | None]
+    latencies_us: list[int | None]
+
+
+def outcome_batches(outcomes: Iterable[Outcome]) -> tuple[list[OutcomeBatch], list[Outcome]]:
+    """The clean outcomes grouped by (status, transaction) into batches, and those left to a row
+    each: every outcome that is not clean, and a second outcome for an event already in its batch."""
+    groups: dict[tuple[str, int | None], list[Outcome]] = {}
+    singles: list[Outcome] = []
+    for o in outcomes:
+        if o.clean:
+            groups.setdefault((o.status, o.txn_no), []).append(o)
+        else:
+            singles.append(o)
+    batches = []
+    for (status, txn_no), group in groups.items():
+        group.sort(key=_by_n)
+        n_lo, n_hi, batched = [], [], []
+        for o in group:
+            if n_hi and o.n == n_hi[-1] - 1:
+                singles.append(o)
+                continue
+            if n_hi and o.n == n_hi[-1]:
+                n_hi[-1] += 1
+            else:
+                n_lo.append(o.n)
+                n_hi.append(o.n + 1)
+            batched.append(o)
+        batches.append(
+            OutcomeBatch(
+                status,
+                txn_no,
+                n_lo,
+                n_hi,
+                [o.partition for o in batched],
+                [o.offset for o in batched],
+                [o.latency_us for o in batched],
+            )
+        )
+    return batches, singles
+
+
+def _by_n(o: Outcome) -> int:
+    return o.n
+
+
+def _array(values: list) -> str:
+    """A PostgreSQL array literal of numbers, as COPY reads it."""
+    if None in values:
+        return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _copy_text(value) -> str:
@@ -122,9 +204,9 @@ class Ledger:
                 "INSERT INTO run_producers (run_id, producer, n_start, n_stop, transactional_id) VALUES %s",
                 [(row["run_id"], p["producer"], p["n_start"], p["n_stop"], p["transactional_id"]) for p in producers],
             )
-            for table in ("ledger_events", "ledger_outcomes"):
+            for table, stem in RUN_TABLES:
                 cur.execute(
-                    f"CREATE TABLE {partition_name(table, row['run_id'])} PARTITION OF {table} FOR VALUES IN (%s)",
+                    f"CREATE TABLE {partition_name(stem, row['run_id'])} PARTITION OF {table} FOR VALUES IN (%s)",
                     (row["run_id"],),
                 )
 
@@ -210,8 +292,8 @@ class Ledger:
 
     def drop_run(self, run_id: str) -> None:
         with self.conn, self.conn.cursor() as cur:
-            for table in ("ledger_events", "ledger_outcomes"):
-                cur.execute(f"DROP TABLE IF EXISTS {partition_name(table, run_id)}")
+            for _, stem in RUN_TABLES:
+                cur.execute(f"DROP TABLE IF EXISTS {partition_name(stem, run_id)}")
             cur.execute("DELETE FROM runs WHERE run_id = %s", (run_id,))
 
     # ------------------------------------------------------------------ writers
@@ -233,30 +315,45 @@ class Ledger:
         return stop - start
 
     def copy_events(self, run_id: str, events: Iterable[Event]) -> int:
-        """Any events, such as a hand-made ledger's; a generated run's go by record_event_range."""
+        """Any events, such as a hand-made ledger's; a generated run's go by record_event_range.
+        Their ids must be the generator's, `<run_id>-<n>`: the checker derives them from n."""
         buf = io.StringIO()
         n = 0
         stamp_ms, stamp = None, ""
         for e in events:
+            if e.event_id != event_id(run_id, e.n):
+                raise ValueError(f"event {e.n} of run {run_id} has id {e.event_id!r}, not {event_id(run_id, e.n)!r}")
             if e.publish_at_ms != stamp_ms:  # a batch shares one publish time: format it once
                 stamp_ms, stamp = e.publish_at_ms, e.publish_at.isoformat()
             buf.write(f"{run_id}\t{e.n}\t{e.event_id}\t{_copy_text(e.key)}\t{e.seq}\t{stamp}\n")
             n += 1
-        self._copy("ledger_events (run_id, n, event_id, key, seq, publish_at)", buf)
+        self._copy(("ledger_events (run_id, n, event_id, key, seq, publish_at)", buf))
         return n
 
     def copy_outcomes(self, run_id: str, session: int, outcomes: Iterable[Outcome], producer: int = 0) -> int:
+        """Clean outcomes as one `ledger_batches` row per (status, transaction), the others one
+        row each. Returns how many outcomes were recorded."""
+        outcomes = list(outcomes)
+        groups, singles = outcome_batches(outcomes)
         buf = io.StringIO()
-        prefix = f"{run_id}\t"
-        mid = f"\t{session}\t"
-        end = f"\t{producer}\n"
-        n = 0
-        for o in outcomes:
-            if o.status == "acked" and o.offset is not None and o.error is None and o.txn_no is None:
-                buf.write(
-                    f"{prefix}{o.event_id}{mid}acked\t{o.partition}\t{o.offset}\t{_copy_text(o.latency_us)}\t\\N\t\\N{end}"
+        for b in groups:
+            buf.write(
+                f"{run_id}\t{producer}\t{session}\t{b.status}\t{_copy_text(b.txn_no)}\t{_array(b.n_lo)}\t"
+                f"{_array(b.n_hi)}\t{_array(b.partitions)}\t{_array(b.offsets)}\t{_array(b.latencies_us)}\n"
+            )
+        copies = []
+        if groups:
+            copies.append(
+                (
+                    "ledger_batches (run_id, producer, session, status, txn_no, n_lo, n_hi, partitions, offsets, "
+                    "latencies_us)",
+                    buf,
                 )
-            else:
+            )
+        if singles:
+            buf = io.StringIO()
+            end = f"\t{producer}\n"
+            for o in singles:
                 buf.write(
                     "\t".join(
                         (
@@ -273,19 +370,23 @@ class Ledger:
                     )
                     + end
                 )
-            n += 1
-        if n:
-            self._copy(
-                'ledger_outcomes (run_id, event_id, session, status, "partition", "offset", latency_us, txn_no, error, '
-                "producer)",
-                buf,
+            copies.append(
+                (
+                    'ledger_event_outcomes (run_id, event_id, session, status, "partition", "offset", latency_us, '
+                    "txn_no, error, producer)",
+                    buf,
+                )
             )
-        return n
+        self._copy(*copies)  # one transaction: a batch's outcomes are recorded together or not at all
+        return len(outcomes)
 
-    def _copy(self, target: str, buf: io.StringIO) -> None:
-        buf.seek(0)
+    def _copy(self, *copies: tuple[str, io.StringIO]) -> None:
+        if not copies:
+            return
         with self._write_lock, self.conn, self.conn.cursor() as cur:
-            cur.copy_expert(f"COPY {target} FROM STDIN", buf)
+            for target, buf in copies:
+                buf.seek(0)
+                cur.copy_expert(f"COPY {target} FROM STDIN", buf)
 
     def seal(self, run_id: str) -> None:
         """Indexes the run's events by n (unique), unless already done: a duplicate event in the
@@ -300,9 +401,7 @@ class Ledger:
         """Fresh statistics for the run's partitions: without them the planner picks a nested loop
         over millions of rows for the anti-joins below (seen: 13 s for 20k events)."""
         with self._write_lock, self.conn, self.conn.cursor() as cur:
-            cur.execute(
-                f"ANALYZE {partition_name('ledger_events', run_id)}, {partition_name('ledger_outcomes', run_id)}"
-            )
+            cur.execute("ANALYZE " + ", ".join(partition_name(stem, run_id) for _, stem in RUN_TABLES))
 
     def unacked(self, run_id: str, start: int = 0, stop: int = 2**63 - 1) -> Iterator[tuple[int, int]]:
         """(n, publish_at in ms) of every event of the run in [start, stop) with no ack (nor, for
@@ -314,32 +413,49 @@ class Ledger:
                 cur.itersize = 50_000
                 cur.execute(
                     """
+                    WITH done AS (
+                        SELECT range_agg(int8range(r.lo, r.hi)) AS ns
+                        FROM ledger_batches b, unnest(b.n_lo, b.n_hi) AS r(lo, hi)
+                        WHERE b.run_id = %(run)s AND b.status IN ('acked', 'sent'))
                     SELECT e.n, (extract(epoch FROM e.publish_at) * 1000)::bigint
-                    FROM ledger_events e
-                    WHERE e.run_id = %s AND e.n >= %s AND e.n < %s AND NOT EXISTS (
-                        SELECT 1 FROM ledger_outcomes o
+                    FROM ledger_events e, done
+                    WHERE e.run_id = %(run)s AND e.n >= %(start)s AND e.n < %(stop)s
+                      AND NOT coalesce(done.ns @> e.n, false)
+                      AND NOT EXISTS (
+                        SELECT 1 FROM ledger_event_outcomes o
                         WHERE o.run_id = e.run_id AND o.event_id = e.event_id AND o.status IN ('acked', 'sent'))
                     ORDER BY e.n""",
-                    (run_id, start, stop),
+                    {"run": run_id, "start": start, "stop": stop},
                 )
                 yield from cur
         finally:
             conn.close()
 
-    def in_doubt(self, run_id: str, producer: int = 0) -> list[tuple[str, int, int, int]]:
-        """(event_id, partition, offset, txn_no) of events a producer wrote inside a transaction
+    def in_doubt(self, run_id: str, producer: int = 0) -> list[tuple[str, int, int, int, int | None]]:
+        """(event_id, partition, offset, txn_no, n) of events a producer wrote inside a transaction
         whose commit the ledger never saw the end of: it died between `written` and `acked`."""
         self.analyze(run_id)
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
                 """
-                SELECT DISTINCT ON (o.event_id) o.event_id, o."partition", o."offset", o.txn_no
-                FROM ledger_outcomes o
-                WHERE o.run_id = %(run)s AND o.producer = %(producer)s AND o.status = 'written' AND NOT EXISTS (
-                    SELECT 1 FROM ledger_outcomes later
-                    WHERE later.run_id = o.run_id AND later.event_id = o.event_id
-                      AND later.outcome_no > o.outcome_no AND later.status IN ('acked', 'aborted'))
-                ORDER BY o.event_id, o.outcome_no DESC""",
+                WITH settled AS (
+                    SELECT txn_no, outcome_no FROM ledger_batches
+                    WHERE run_id = %(run)s AND producer = %(producer)s AND status = 'acked'
+                    UNION ALL
+                    SELECT txn_no, outcome_no FROM ledger_event_outcomes
+                    WHERE run_id = %(run)s AND producer = %(producer)s AND status IN ('acked', 'aborted')),
+                written AS (
+                    SELECT w.outcome_no, w.txn_no, x.n, %(run)s || '-' || x.n AS event_id, x.p, x.o
+                    FROM ledger_batches w,
+                         LATERAL unnest(batch_ns(w.n_lo, w.n_hi), w.partitions, w.offsets) AS x(n, p, o)
+                    WHERE w.run_id = %(run)s AND w.producer = %(producer)s AND w.status = 'written'
+                    UNION ALL  -- recorded one row per event, before sql/V015
+                    SELECT outcome_no, txn_no, NULL, event_id, "partition", "offset" FROM ledger_event_outcomes
+                    WHERE run_id = %(run)s AND producer = %(producer)s AND status = 'written')
+                SELECT DISTINCT ON (w.event_id) w.event_id, w.p, w.o, w.txn_no, w.n
+                FROM written w
+                WHERE NOT EXISTS (SELECT 1 FROM settled s WHERE s.txn_no = w.txn_no AND s.outcome_no > w.outcome_no)
+                ORDER BY w.event_id, w.outcome_no DESC""",
                 {"run": run_id, "producer": producer},
             )
             return cur.fetchall()
@@ -348,8 +464,12 @@ class Ledger:
         """Outcomes recorded for the run, or for one of its producers."""
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
-                "SELECT count(*) FROM ledger_outcomes WHERE run_id = %s AND (%s::int IS NULL OR producer = %s)",
-                (run_id, producer, producer),
+                """
+                SELECT (SELECT coalesce(sum(cardinality(partitions)), 0) FROM ledger_batches
+                        WHERE run_id = %(run)s AND (%(p)s::int IS NULL OR producer = %(p)s))
+                     + (SELECT count(*) FROM ledger_event_outcomes
+                        WHERE run_id = %(run)s AND (%(p)s::int IS NULL OR producer = %(p)s))""",
+                {"run": run_id, "p": producer},
             )
             return cur.fetchone()[0]
 
@@ -357,8 +477,12 @@ class Ledger:
         """A producer's transactions are numbered across its sessions."""
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
-                "SELECT coalesce(max(txn_no), 0) FROM ledger_outcomes WHERE run_id = %s AND producer = %s",
-                (run_id, producer),
+                """
+                SELECT greatest(
+                    (SELECT coalesce(max(txn_no), 0) FROM ledger_batches WHERE run_id = %(run)s AND producer = %(p)s),
+                    (SELECT coalesce(max(txn_no), 0) FROM ledger_event_outcomes
+                     WHERE run_id = %(run)s AND producer = %(p)s))""",
+                {"run": run_id, "p": producer},
             )
             return cur.fetchone()[0]
 

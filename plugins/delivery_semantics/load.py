@@ -558,7 +558,7 @@ class _Session:
         in_doubt = self.ledger.in_doubt(self.run_id, self.producer)
         if not in_doubt:
             return
-        visible = readback.committed_positions(kafka_conf, self.run["topic"], {(p, o) for _, p, o, _ in in_doubt})
+        visible = readback.committed_positions(kafka_conf, self.run["topic"], {(p, o) for _, p, o, _, _ in in_doubt})
         self.ledger.copy_outcomes(
             self.run_id,
             self.session,
@@ -571,8 +571,9 @@ class _Session:
                     None,
                     txn,
                     None if (p, o) in visible else "resolved after restart: not committed",
+                    n,
                 )
-                for eid, p, o, txn in in_doubt
+                for eid, p, o, txn, n in in_doubt
             ],
             self.producer,
         )

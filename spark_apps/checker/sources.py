@@ -366,51 +366,11 @@ def read_sink(jdbc: Jdbc, src: Source) -> DataFrame:
 
 
 def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
-    """One row per ledger event: event_id, key, seq, publish_at, status (acked, sent, failed,
-    unknown, pending, aborted, written)."""
+    """One row per ledger event: event_id, status (acked, sent, failed, unknown, pending, aborted,
+    written) and aborted_positions; an outbox's also key, seq and publish_at."""
     led = src.ledger
     if led["kind"] == "platform":
-        run_id = _run_id_literal(led["run_id"])
-        n_parts = max(1, min(64, led["messages"] // 250_000 + 1))
-        events = jdbc.read(
-            f"SELECT n, event_id, key, seq, publish_at FROM ledger_events WHERE run_id = {run_id}",
-            partitionColumn="n",
-            lowerBound=0,
-            upperBound=max(1, led["messages"]),
-            numPartitions=n_parts,
-        )
-        bounds = jdbc.scalar_rows(
-            "SELECT coalesce(min(outcome_no), 0), coalesce(max(outcome_no), 0) FROM ledger_outcomes WHERE run_id = ?",
-            [led["run_id"]],
-        )[0]
-        outcomes = jdbc.read(
-            f'SELECT outcome_no, event_id, status, "partition", "offset" FROM ledger_outcomes WHERE run_id = {run_id}',
-            partitionColumn="outcome_no",
-            lowerBound=int(bounds[0]),
-            upperBound=int(bounds[1]) + 1,
-            numPartitions=n_parts,
-        )
-        per_event = outcomes.groupBy("event_id").agg(
-            F.max(F.when(F.col("status") == "acked", 1).otherwise(0)).alias("acked"),
-            F.max(F.when(F.col("status") == "sent", 1).otherwise(0)).alias("sent"),
-            F.max_by("status", "outcome_no").alias("last_status"),
-            F.collect_set(F.when(F.col("status") == "aborted", F.struct("partition", "offset"))).alias(
-                "aborted_positions"
-            ),
-        )
-        status = (
-            F.when(F.col("acked") == 1, "acked")
-            .when(F.col("sent") == 1, "sent")
-            .otherwise(F.coalesce(F.col("last_status"), F.lit("pending")))
-        )
-        return events.join(per_event, "event_id", "left").select(
-            "event_id",
-            "key",
-            "seq",
-            "publish_at",
-            status.alias("status"),
-            F.coalesce("aborted_positions", F.array()).alias("aborted_positions"),
-        )
+        return _platform_ledger(jdbc, led["run_id"], led["messages"])
     cols = led["columns"]
     part = led.get("partitioning")
     partitioning = {}
@@ -437,6 +397,89 @@ def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
     types = {"event_id": "string", "key": "string", "seq": "bigint", "publish_at": "timestamp", "status": "string"}
     return typed(df.withColumn("status", status), types).withColumn(
         "aborted_positions", F.array().cast("array<struct<partition:int,offset:bigint>>")
+    )
+
+
+def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
+    """A platform run's ledger, rebuilt rather than read row by row: its event numbers are ranges
+    (spark.range), its event ids derived from them (generator.event_id), and its outcomes are a
+    few batch rows (ledger_batches: ranges, expanded here) and the rows of the outcomes that were
+    not clean (ledger_event_outcomes). Only those rows cross JDBC."""
+    spark = jdbc.spark
+    literal = _run_id_literal(run_id)
+    parts = max(spark.sparkContext.defaultParallelism, min(64, messages // 250_000 + 1))
+    # Events are recorded a batch at a time, in n order, per producer slice: a few islands of n.
+    islands = jdbc.scalar_rows(
+        "SELECT min(n), max(n) + 1 FROM (SELECT n, n - row_number() OVER (ORDER BY n) AS island "
+        "FROM ledger_events WHERE run_id = ?) AS e GROUP BY island ORDER BY 1",
+        [run_id],
+    )
+    big = [(int(lo), int(hi)) for lo, hi in islands if hi - lo >= 100_000]
+    small = [(int(lo), int(hi)) for lo, hi in islands if hi - lo < 100_000]
+    pieces = [spark.range(lo, hi, numPartitions=parts).select(F.col("id").alias("n")) for lo, hi in big]
+    if small or not pieces:
+        pieces.append(
+            spark.createDataFrame(small, "lo bigint, hi bigint")
+            .repartition(parts)
+            .select(F.explode(F.sequence("lo", F.col("hi") - 1)).alias("n"))
+        )
+    events = pieces[0]
+    for p in pieces[1:]:
+        events = events.unionByName(p)
+
+    batches = jdbc.read(f"SELECT outcome_no, status, n_lo, n_hi FROM ledger_batches WHERE run_id = {literal}")
+    batch_rows = batches.repartition(parts).select(
+        F.explode(
+            F.flatten(F.transform(F.arrays_zip("n_lo", "n_hi"), lambda r: F.sequence(r["n_lo"], r["n_hi"] - 1)))
+        ).alias("n"),
+        "outcome_no",
+        "status",
+        F.lit(None).cast("int").alias("partition"),
+        F.lit(None).cast("bigint").alias("offset"),
+    )
+    lo, hi, count = jdbc.scalar_rows(
+        "SELECT coalesce(min(outcome_no), 0), coalesce(max(outcome_no), 0), count(*) "
+        "FROM ledger_event_outcomes WHERE run_id = ?",
+        [run_id],
+    )[0]
+    singles = jdbc.read(
+        f'SELECT outcome_no, event_id, status, "partition", "offset" FROM ledger_event_outcomes WHERE run_id = {literal}',
+        partitionColumn="outcome_no",
+        lowerBound=int(lo),
+        upperBound=int(hi) + 1,
+        numPartitions=max(1, min(64, int(count) // 250_000 + 1)),
+    )
+    prefix = f"{run_id}-"
+    single_rows = singles.select(
+        F.when(
+            F.col("event_id").startswith(F.lit(prefix)), F.substring("event_id", len(prefix) + 1, 20).try_cast("bigint")
+        ).alias("n"),
+        "outcome_no",
+        "status",
+        "partition",
+        "offset",
+    ).where(F.col("n").isNotNull())
+    per_event = (
+        batch_rows.unionByName(single_rows)
+        .groupBy("n")
+        .agg(
+            F.max(F.when(F.col("status") == "acked", 1).otherwise(0)).alias("acked"),
+            F.max(F.when(F.col("status") == "sent", 1).otherwise(0)).alias("sent"),
+            F.max_by("status", "outcome_no").alias("last_status"),
+            F.collect_set(F.when(F.col("status") == "aborted", F.struct("partition", "offset"))).alias(
+                "aborted_positions"
+            ),
+        )
+    )
+    status = (
+        F.when(F.col("acked") == 1, "acked")
+        .when(F.col("sent") == 1, "sent")
+        .otherwise(F.coalesce(F.col("last_status"), F.lit("pending")))
+    )
+    return events.join(per_event, "n", "left").select(
+        F.concat(F.lit(prefix), F.col("n").cast("string")).alias("event_id"),
+        status.alias("status"),
+        F.coalesce("aborted_positions", F.array()).alias("aborted_positions"),
     )
 
 

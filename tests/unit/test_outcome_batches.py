@@ -1,0 +1,53 @@
+"""The ledger's batch rows: clean outcomes as event-number ranges with positions in n order, every
+other outcome a row of its own (sql/V015)."""
+
+from delivery_semantics.ledger import Outcome, _array, outcome_batches
+
+
+def acked(n: int, partition: int, offset: int, txn_no: int | None = None) -> Outcome:
+    return Outcome(f"r-{n}", "acked", partition, offset, 100 + n, txn_no, n=n)
+
+
+def test_reports_in_partition_order_become_ranges_with_positions_in_n_order():
+    reports = [acked(n, n % 2, 1000 + n) for n in (1, 3, 5, 0, 2, 4, 8, 9)]  # 6 and 7 not reported
+    [b], singles = outcome_batches(reports)
+    assert singles == []
+    assert (b.status, b.txn_no, b.n_lo, b.n_hi) == ("acked", None, [0, 8], [6, 10])
+    assert b.offsets == [1000, 1001, 1002, 1003, 1004, 1005, 1008, 1009]
+    assert b.partitions == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert b.latencies_us == [100, 101, 102, 103, 104, 105, 108, 109]
+
+
+def test_failures_unknowns_and_aborts_each_get_a_row_of_their_own():
+    failed = Outcome("r-2", "failed", None, None, 5, error="MSG_TIMED_OUT", n=2)
+    unknown = Outcome("r-3", "unknown", None, None, 5, error="REQUEST_TIMED_OUT", n=3)
+    aborted = Outcome("r-4", "aborted", 0, 7, 5, 9, n=4)
+    batches, singles = outcome_batches([acked(0, 0, 0), failed, acked(1, 0, 1), unknown, aborted])
+    assert [(b.n_lo, b.n_hi) for b in batches] == [([0], [2])]
+    assert singles == [failed, unknown, aborted]
+
+
+def test_one_batch_per_status_and_transaction():
+    written = [Outcome(f"r-{n}", "written", 0, n, 1, 5, n=n) for n in range(3)]
+    commit = [acked(n, 0, n, txn_no=5) for n in range(3)]
+    sent = [Outcome(f"r-{n}", "sent", 1, None, 1, n=n) for n in (3, 4)]
+    batches, singles = outcome_batches(written + commit + sent)
+    assert [(b.status, b.txn_no, b.n_lo, b.n_hi) for b in batches] == [
+        ("written", 5, [0], [3]),
+        ("acked", 5, [0], [3]),
+        ("sent", None, [3], [5]),
+    ]
+    assert batches[2].offsets == [None, None] and _array(batches[2].offsets) == "{NULL,NULL}"
+    assert singles == []
+
+
+def test_an_event_reported_twice_keeps_both_reports():
+    twice = acked(1, 0, 11)
+    batches, singles = outcome_batches([acked(0, 0, 10), acked(1, 0, 12), twice])
+    assert (batches[0].n_lo, batches[0].n_hi, len(batches[0].offsets)) == ([0], [2], 2)
+    assert len(singles) == 1 and singles[0].n == 1
+
+
+def test_an_outcome_without_an_event_number_is_a_row_of_its_own():
+    hand_made = Outcome("r-7", "acked", 0, 3)
+    assert outcome_batches([hand_made]) == ([], [hand_made])
