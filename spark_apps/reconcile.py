@@ -5,8 +5,8 @@
     spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --audit audits/NAME.yaml --window-end T [...]
 
 Input is one of:
-- a run id of the platform's own (topic and ledger from the `runs`, `ledger_events` and
-  `ledger_outcomes` tables);
+- a run id of the platform's own (topic and ledger from the `runs`, `ledger_events`,
+  `ledger_batches` and `ledger_event_outcomes` tables);
 - a consumer run id of the platform's own (`consumer_runs`), checked against its input run's
   ledger: what it wrote to the sink table (`sink_events`), or, for the transactional copier, its
   output topic;
@@ -15,8 +15,10 @@ Input is one of:
   order, with checker/incremental.py, and its sink table when it names one.
 
 The topic is read as read_committed and read_uncommitted over an exact offset range. That range
-is fixed at the first reconciliation and recorded, so a rerun reads the same records. The ledger
-is read with partitioned JDBC reads. Every event id is classified by the functions of
+is fixed at the first reconciliation and recorded, so a rerun reads the same records. A platform
+run's ledger is rebuilt from its ranges of event numbers and its batch rows (spark.range), and
+only the outcomes that were not clean are read a row each; an outbox is read with partitioned
+JDBC reads. Every event id is classified by the functions of
 checker/anomalies.py, one per kind: duplicate, lost_acked, lost_unacked, unknown_landed,
 unexpected, out_of_order, aborted_visible, malformed (a record with no usable event id) and, for a
 sink, stale_overwrite (a record applied to its key's state after a newer version was).

@@ -91,7 +91,7 @@ def connect(db: Database) -> psycopg2.extensions.connection:
 
 
 def partition_name(table: str, run_id: str) -> str:
-    """The run's partition of a per-run partitioned table (ledger_events, ledger_outcomes, sink_events)."""
+    """The run's partition of a per-run partitioned table (ledger_events, ledger_batches, ledger_event_outcomes, sink_events)."""
     safe = "".join(c if c.isalnum() or c == "_" else "_" for c in run_id.lower())[:40]
     return f"{table}_{safe}_{zlib.crc32(run_id.encode()):08x}"
 

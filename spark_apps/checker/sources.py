@@ -1,7 +1,8 @@
 """The checker's inputs: where the events are (a platform run, a consumer run, or an audit of a
 team's own topic and outbox), and how they are read: the topic over an exact offset range with
-Spark's Kafka source, a sink table and the ledger or outbox with partitioned JDBC reads. Nothing
-here classifies, and nothing is collected to the driver but a few bounds.
+Spark's Kafka source, a sink table and an outbox with partitioned JDBC reads, and a platform
+run's ledger rebuilt from its ranges and batch rows. Nothing here classifies, and nothing is
+collected to the driver but a few bounds.
 
 Kafka's settings arrive by environment, made at submit time from the Kafka connection:
 SEMANTICS_KAFKA_CONFIG (librdkafka, for the offsets) and SEMANTICS_KAFKA_SPARK_OPTIONS (the
