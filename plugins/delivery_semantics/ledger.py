@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 
 import psycopg2
 import psycopg2.extras
@@ -121,7 +122,7 @@ def outcome_batches(outcomes: Iterable[Outcome]) -> tuple[list[OutcomeBatch], li
             singles.append(o)
     batches = []
     for (status, txn_no), group in groups.items():
-        group.sort(key=_by_n)
+        group.sort(key=attrgetter("n"))
         n_lo, n_hi, batched = [], [], []
         for o in group:
             if n_hi and o.n == n_hi[-1] - 1:
@@ -145,10 +146,6 @@ def outcome_batches(outcomes: Iterable[Outcome]) -> tuple[list[OutcomeBatch], li
             )
         )
     return batches, singles
-
-
-def _by_n(o: Outcome) -> int:
-    return o.n
 
 
 def _array(values: list) -> str:
@@ -214,7 +211,7 @@ class Ledger:
         return self._get("runs", "run_id", run_id)
 
     def update_run(self, run_id: str, **fields) -> None:
-        self._update("runs", "run_id", run_id, fields)
+        self._update("runs", {"run_id": run_id}, fields)
 
     def producers(self, run_id: str) -> list[dict]:
         """The run's producers and their slices, in order."""
@@ -223,12 +220,7 @@ class Ledger:
             return [dict(r) for r in cur.fetchall()]
 
     def update_producer(self, run_id: str, producer: int, **fields) -> None:
-        sets = ", ".join(f"{k} = %s" for k in fields)
-        with self.conn, self.conn.cursor() as cur:
-            cur.execute(
-                f"UPDATE run_producers SET {sets} WHERE run_id = %s AND producer = %s",
-                [*fields.values(), run_id, producer],
-            )
+        self._update("run_producers", {"run_id": run_id, "producer": producer}, fields)
 
     def _get(self, table: str, id_column: str, run_id: str) -> dict | None:
         with self.conn, self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
@@ -236,12 +228,13 @@ class Ledger:
             r = cur.fetchone()
         return dict(r) if r else None
 
-    def _update(self, table: str, id_column: str, run_id: str, fields: dict) -> None:
+    def _update(self, table: str, key: dict, fields: dict) -> None:
         sets = ", ".join(f"{k} = %s" for k in fields)
+        where = " AND ".join(f"{k} = %s" for k in key)
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
-                f"UPDATE {table} SET {sets} WHERE {id_column} = %s",
-                [json.dumps(v) if isinstance(v, (dict, list)) else v for v in fields.values()] + [run_id],
+                f"UPDATE {table} SET {sets} WHERE {where}",
+                [json.dumps(v) if isinstance(v, (dict, list)) else v for v in fields.values()] + list(key.values()),
             )
 
     # ------------------------------------------------------------------ consumer runs
@@ -264,7 +257,7 @@ class Ledger:
         return self._get("consumer_runs", "consumer_run_id", consumer_run_id)
 
     def update_consumer_run(self, consumer_run_id: str, **fields) -> None:
-        self._update("consumer_runs", "consumer_run_id", consumer_run_id, fields)
+        self._update("consumer_runs", {"consumer_run_id": consumer_run_id}, fields)
 
     def drop_consumer_run(self, consumer_run_id: str) -> None:
         with self.conn, self.conn.cursor() as cur:
