@@ -12,6 +12,10 @@ Inputs:
   partition, offset`; a sink adds `apply_no, state_applied`);
 - ledger: one row per ledger event (`event_id, key, seq, publish_at, status,
   aborted_positions`), status one of acked, sent, failed, unknown, pending, aborted, written.
+
+Events are grouped and joined on `ID_KEY`, not on the id's text: a platform run's ids are
+`<run>-<n>`, so its shuffles and joins compare one long per event (`with_id_key`). The text is
+rebuilt only for the rows reported.
 """
 
 from __future__ import annotations
@@ -26,6 +30,31 @@ from delivery_semantics.catalog import READ_UNCOMMITTED
 
 NOT_ACKED = ("failed", "unknown", "pending", "aborted", "written")
 MAX_OFFSETS = 100  # offsets kept per discrepancy row
+ID_KEY = ("n", "id_rest")
+UNNUMBERED = -1  # n of an id that is not <prefix><n>: its text, in id_rest, is the key
+# Duplicated ids up to this many are broadcast, so that the first copies of the others need no
+# shuffle of their payloads.
+BROADCAST_DUPLICATES = 1_000_000
+FIRST_COPY = ("key", "seq", "publish_at", "partition", "offset", "value")
+
+
+def with_id_key(df: DataFrame, prefix: str | None) -> DataFrame:
+    """Adds ID_KEY from `event_id`: n, the number of an id `<prefix><n>` written as the generator
+    writes it (with id_rest ''), or UNNUMBERED and the id's text. Both NULL without an id."""
+    eid = F.col("event_id")
+    if prefix:
+        digits = F.substring(eid, len(prefix) + 1, 40)
+        parsed = F.when(eid.startswith(F.lit(prefix)), digits.try_cast("bigint"))
+        # Only the canonical text maps to a number: "<run>-07" and "<run>-7" are two ids.
+        numbered = F.coalesce((parsed >= 0) & (parsed.cast("string") == digits), F.lit(False))
+    else:
+        parsed, numbered = F.lit(None).cast("bigint"), F.lit(False)
+    return df.withColumns(
+        {
+            "n": F.when(numbered, parsed).when(eid.isNotNull(), F.lit(UNNUMBERED)).cast("bigint"),
+            "id_rest": F.when(numbered, F.lit("")).otherwise(eid),
+        }
+    )
 
 
 @dataclass
@@ -36,15 +65,31 @@ class Observation:
     # read_uncommitted only: per event id, the copies read_committed sees (column `copies`).
     committed_copies: DataFrame | None = None
     sink: bool = False
+    id_prefix: str | None = None  # the ids' common prefix, when they are `<prefix><n>`
+
+    def __post_init__(self):
+        if "n" not in self.records.columns:
+            self.records = with_id_key(self.records, self.id_prefix)
+        if self.ledger is not None and "n" not in self.ledger.columns:
+            self.ledger = with_id_key(self.ledger, self.id_prefix)
+        if self.committed_copies is not None and "n" not in self.committed_copies.columns:
+            self.committed_copies = with_id_key(self.committed_copies, self.id_prefix)
+
+    def event_id(self) -> Column:
+        """The id's text, from ID_KEY."""
+        text = F.col("id_rest")
+        if self.id_prefix:
+            text = F.when(F.col("n") >= 0, F.concat(F.lit(self.id_prefix), F.col("n").cast("string"))).otherwise(text)
+        return text.alias("event_id")
 
     @cached_property
     def identified(self) -> DataFrame:
-        return self.records.where(F.col("event_id").isNotNull())
+        return self.records.where(F.col("n").isNotNull())
 
     @cached_property
     def copies(self) -> DataFrame:
-        """Per event id: how many copies were read, in which partitions, at which offsets."""
-        return self.identified.groupBy("event_id").agg(
+        """Per event: how many copies were read, in which partitions, at which offsets."""
+        return self.identified.groupBy(*ID_KEY).agg(
             F.count(F.lit(1)).cast("int").alias("copies"),
             F.array_sort(F.collect_set("partition")).alias("partitions"),
             F.slice(F.array_sort(F.collect_list("offset")), 1, MAX_OFFSETS).alias("offsets"),
@@ -55,8 +100,22 @@ class Observation:
         """Copies full-outer-joined with the ledger's status; most kinds and the totals read it,
         so it is computed once."""
         return self.copies.join(
-            self.ledger.select("event_id", "status", "aborted_positions"), "event_id", "full_outer"
+            self.ledger.select(*ID_KEY, "status", "aborted_positions"), list(ID_KEY), "full_outer"
         ).cache()
+
+    def first_copies(self, duplicate_events: int) -> DataFrame:
+        """One row per event read: its first copy by offset (the consumer-side remedy, ID_KEY and
+        FIRST_COPY). Only the duplicated events are grouped; the others are their one copy."""
+        if duplicate_events > BROADCAST_DUPLICATES:
+            grouped = self.identified
+        else:
+            dups = F.broadcast(self.joined.where(F.col("copies") > 1).select(*ID_KEY))
+            grouped = self.identified.join(dups, list(ID_KEY), "left_semi")
+            once = self.identified.join(dups, list(ID_KEY), "left_anti").select(*ID_KEY, *FIRST_COPY)
+        first = (
+            grouped.groupBy(*ID_KEY).agg(F.min_by(F.struct(*FIRST_COPY), "offset").alias("f")).select(*ID_KEY, "f.*")
+        )
+        return first if duplicate_events > BROADCAST_DUPLICATES else once.unionByName(first)
 
 
 def _in_topic() -> Column:
@@ -69,7 +128,7 @@ def _in_ledger() -> Column:
 
 def _cases(obs: Observation, condition: Column, kind: str) -> DataFrame:
     return obs.joined.where(condition).select(
-        "event_id",
+        obs.event_id(),
         F.lit(kind).alias("kind"),
         F.coalesce("copies", F.lit(0)).alias("copies"),
         F.coalesce("partitions", F.array().cast("array<int>")).alias("partitions"),
@@ -111,16 +170,16 @@ def unexpected(obs: Observation) -> DataFrame:
 def out_of_order(obs: Observation) -> DataFrame:
     """Per key, first copies in log order: a sequence lower than one already seen."""
     first = (
-        obs.identified.groupBy("event_id")
+        obs.identified.groupBy(*ID_KEY)
         .agg(F.min_by(F.struct("key", "seq", "partition", "offset"), "offset").alias("f"))
-        .select("event_id", "f.*")
+        .select(*ID_KEY, "f.*")
         .where(F.col("seq").isNotNull())
     )
     before = Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
     return (
         first.withColumn("max_before", F.max("seq").over(before))
         .where(F.col("seq") < F.col("max_before"))
-        .select("event_id", F.lit("out_of_order").alias("kind"), F.lit(1).alias("copies"), *_position())
+        .select(obs.event_id(), F.lit("out_of_order").alias("kind"), F.lit(1).alias("copies"), *_position())
     )
 
 
@@ -130,22 +189,22 @@ def aborted_visible(obs: Observation) -> DataFrame:
     recorded as aborted, which must never be visible."""
     if obs.isolation == READ_UNCOMMITTED and obs.committed_copies is not None:
         return (
-            obs.copies.join(obs.committed_copies.withColumnRenamed("copies", "committed"), "event_id", "left")
+            obs.copies.join(obs.committed_copies.withColumnRenamed("copies", "committed"), list(ID_KEY), "left")
             .withColumn("extra", F.col("copies") - F.coalesce("committed", F.lit(0)))
             .where(F.col("extra") > 0)
             .select(
-                "event_id",
+                obs.event_id(),
                 F.lit("aborted_visible").alias("kind"),
                 F.col("extra").cast("int").alias("copies"),
                 "partitions",
                 "offsets",
             )
         )
-    aborted = obs.ledger.select("event_id", F.explode("aborted_positions").alias("pos")).select(
-        "event_id", F.col("pos.partition").alias("partition"), F.col("pos.offset").alias("offset")
+    aborted = obs.ledger.select(*ID_KEY, F.explode("aborted_positions").alias("pos")).select(
+        *ID_KEY, F.col("pos.partition").alias("partition"), F.col("pos.offset").alias("offset")
     )
-    return obs.identified.join(aborted, ["event_id", "partition", "offset"], "inner").select(
-        "event_id", F.lit("aborted_visible").alias("kind"), F.lit(1).alias("copies"), *_position()
+    return obs.identified.join(aborted, [*ID_KEY, "partition", "offset"], "inner").select(
+        obs.event_id(), F.lit("aborted_visible").alias("kind"), F.lit(1).alias("copies"), *_position()
     )
 
 

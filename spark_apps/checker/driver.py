@@ -30,19 +30,24 @@ def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source, outbox: Jdbc | None 
         reads.setdefault(READ_COMMITTED, reads[READ_UNCOMMITTED])
     committed_copies = (
         reads[READ_COMMITTED]
-        .where(F.col("event_id").isNotNull())
-        .groupBy("event_id")
+        .where(F.col("n").isNotNull())
+        .groupBy(*anomalies.ID_KEY)
         .agg(F.count(F.lit(1)).cast("int").alias("copies"))
     )
     summaries, all_disc, classified = [], None, {}
     for iso in sorted(src.isolations, reverse=True):  # read_uncommitted first
         if single_read and iso == READ_COMMITTED:
             # No transaction in the topic: the same records and the same classification.
-            disc_u, counts = classified[READ_UNCOMMITTED]
+            disc_u, counts, obs = classified[READ_UNCOMMITTED]
             disc = disc_u.withColumn("isolation", F.lit(iso))
         else:
             obs = anomalies.Observation(
-                reads[iso], ledger, iso, committed_copies if iso == READ_UNCOMMITTED else None, sink=bool(src.sink)
+                reads[iso],
+                ledger,
+                iso,
+                committed_copies if iso == READ_UNCOMMITTED else None,
+                sink=bool(src.sink),
+                id_prefix=src.id_prefix,
             )
             # The union of the kinds has a partition per branch and shuffle partition, most of them
             # empty: one JDBC connection each on write. A few suffice for what is left.
@@ -52,7 +57,7 @@ def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source, outbox: Jdbc | None 
                 .cache()
             )
             counts = results.counts(disc, anomalies.totals(obs), bool(src.sink))
-            classified[iso] = (disc, counts)
+        classified[iso] = (disc, counts, obs)
         summaries.append(results.summary(src, iso, counts, end))
         all_disc = disc if all_disc is None else all_disc.unionByName(disc)
 
@@ -62,13 +67,9 @@ def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source, outbox: Jdbc | None 
     dedup = None
     if src.judged_by_reader:
         mode = catalog.MODES.get(src.mode or "")
-        iso = mode.isolation if mode else READ_COMMITTED
-        dedup = (
-            reads[iso]
-            .where(F.col("event_id").isNotNull())
-            .groupBy("event_id")
-            .agg(F.min_by(F.struct("key", "seq", "publish_at", "partition", "offset", "value"), "offset").alias("f"))
-            .select("event_id", F.lit(src.reconciliation_id).alias("reconciliation_id"), "f.*")
+        _, counts, obs = classified[mode.isolation if mode else READ_COMMITTED]
+        dedup = obs.first_copies(counts["duplicate_events"]).select(
+            obs.event_id(), F.lit(src.reconciliation_id).alias("reconciliation_id"), *anomalies.FIRST_COPY
         )
     results.write_results(spark, jdbc, src, summaries, all_disc, dedup, start, end, recorded_before)
     return summaries

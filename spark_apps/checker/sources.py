@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from checker import anomalies
 from delivery_semantics import audits, catalog
 from delivery_semantics.catalog import ISOLATIONS, READ_COMMITTED
 
@@ -75,6 +76,11 @@ class Source:
     transactional: bool | None = None
     judged_by_reader: bool = True  # False: the records are a derived copy (no dedup_events rows)
     audit: str | None = None
+
+    @property
+    def id_prefix(self) -> str | None:
+        """A platform run's ids are `<run>-<n>` (generator.event_id); an outbox's are its own."""
+        return f"{self.ledger['run_id']}-" if self.ledger.get("kind") == "platform" else None
 
     @property
     def isolations(self) -> tuple[str, ...]:
@@ -326,7 +332,7 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
     )
     df = reader.load()
     event_id = _field(src.event_id, "string")
-    return df.select(
+    records = df.select(
         F.when(F.length(F.trim(event_id)) > 0, event_id).alias("event_id"),
         _field(src.key, "string").alias("key"),
         (_field(src.seq, "bigint") if src.seq else F.lit(None).cast("bigint")).alias("seq"),
@@ -336,6 +342,7 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
         F.col("value"),
         F.col("timestamp").alias("record_at"),
     )
+    return anomalies.with_id_key(records, src.id_prefix)
 
 
 def _run_id_literal(run_id: str) -> str:
@@ -363,12 +370,12 @@ def read_sink(jdbc: Jdbc, src: Source) -> DataFrame:
         upperBound=int(hi) + 1,
         numPartitions=max(1, min(64, int(n) // 250_000 + 1)),
     )
-    return df.withColumn("value", F.lit(None).cast("binary"))
+    return anomalies.with_id_key(df.withColumn("value", F.lit(None).cast("binary")), src.id_prefix)
 
 
 def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
-    """One row per ledger event: event_id, status (acked, sent, failed, unknown, pending, aborted,
-    written) and aborted_positions; an outbox's also key, seq and publish_at."""
+    """One row per ledger event: event_id and its ID_KEY, status (acked, sent, failed, unknown,
+    pending, aborted, written) and aborted_positions; an outbox's also key, seq and publish_at."""
     led = src.ledger
     if led["kind"] == "platform":
         return _platform_ledger(jdbc, led["run_id"], led["messages"])
@@ -396,9 +403,10 @@ def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
         else F.lit("acked")
     )
     types = {"event_id": "string", "key": "string", "seq": "bigint", "publish_at": "timestamp", "status": "string"}
-    return typed(df.withColumn("status", status), types).withColumn(
+    ledger = typed(df.withColumn("status", status), types).withColumn(
         "aborted_positions", F.array().cast("array<struct<partition:int,offset:bigint>>")
     )
+    return anomalies.with_id_key(ledger, src.id_prefix)
 
 
 def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
@@ -478,6 +486,8 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
         .otherwise(F.coalesce(F.col("last_status"), F.lit("pending")))
     )
     return events.join(per_event, "n", "left").select(
+        "n",
+        F.lit("").alias("id_rest"),
         F.concat(F.lit(prefix), F.col("n").cast("string")).alias("event_id"),
         status.alias("status"),
         F.coalesce("aborted_positions", F.array()).alias("aborted_positions"),

@@ -144,3 +144,60 @@ def test_a_clean_observation_has_no_discrepancy(spark):
     obs = Observation(records, ledger, "read_uncommitted")
     assert anomalies.discrepancies(obs, "clean").count() == 0
     assert anomalies.totals(obs).collect()[0]["delivered_once"] == 10
+
+
+def test_a_platform_runs_ids_are_keyed_by_their_number_and_reported_as_text(spark):
+    """With the prefix, `<prefix><n>` is keyed by n alone; any other text, even one that reads
+    as the same number, is an id of its own."""
+    records = spark.createDataFrame(
+        [
+            rec("r1-1", 0, 0),
+            rec("r1-2", 0, 1),
+            rec("r1-2", 1, 0),  # duplicate
+            rec("r1-07", 1, 1),  # not the generator's text for 7: unexpected
+            rec("r2-4", 2, 0),  # another run's id: unexpected
+            rec("r1--3", 2, 1),  # unexpected, and not a negative n
+        ],
+        RECORD,
+    )
+    ledger = spark.createDataFrame([led(f"r1-{i}", "acked") for i in (1, 2, 3, 7)], LEDGER)
+    obs = Observation(records, ledger, "read_committed", id_prefix="r1-")
+    keys = {(r["event_id"], r["n"], r["id_rest"]) for r in obs.records.collect()}
+    assert keys == {
+        ("r1-1", 1, ""),
+        ("r1-2", 2, ""),
+        ("r1-07", -1, "r1-07"),
+        ("r2-4", -1, "r2-4"),
+        ("r1--3", -1, "r1--3"),
+    }
+    assert {(r["event_id"], r["kind"]) for r in anomalies.discrepancies(obs, "r1").collect()} == {
+        ("r1-2", "duplicate"),
+        ("r1-3", "lost_acked"),
+        ("r1-7", "lost_acked"),
+        ("r1-07", "unexpected"),
+        ("r2-4", "unexpected"),
+        ("r1--3", "unexpected"),
+    }
+
+
+@pytest.mark.parametrize("broadcast_limit", [0, 1_000_000], ids=["grouped", "broadcast"])
+def test_first_copies_keep_each_events_lowest_offset_with_its_payload(spark, monkeypatch, broadcast_limit):
+    monkeypatch.setattr(anomalies, "BROADCAST_DUPLICATES", broadcast_limit)
+    records = spark.createDataFrame(
+        [
+            ("r1-1", "k", 1, at(0), 0, 5, b"one"),
+            ("r1-2", "k", 2, at(0), 0, 9, b"late copy"),
+            ("r1-2", "k", 2, at(0), 1, 3, b"first copy"),
+            ("odd", None, None, at(0), 2, 0, b"no number"),
+            (None, None, None, at(0), 2, 1, b"malformed"),
+        ],
+        RECORD,
+    )
+    ledger = spark.createDataFrame([led("r1-1", "acked"), led("r1-2", "acked")], LEDGER)
+    obs = Observation(records, ledger, "read_committed", id_prefix="r1-")
+    first = obs.first_copies(duplicate_events=1).select(obs.event_id(), *anomalies.FIRST_COPY).collect()
+    assert {(r["event_id"], r["partition"], r["offset"], bytes(r["value"])) for r in first} == {
+        ("r1-1", 0, 5, b"one"),
+        ("r1-2", 1, 3, b"first copy"),
+        ("odd", 2, 0, b"no number"),
+    }
