@@ -88,12 +88,55 @@ class Observation:
 
     @cached_property
     def copies(self) -> DataFrame:
-        """Per event: how many copies were read, in which partitions, at which offsets."""
-        return self.identified.groupBy(*ID_KEY).agg(
-            F.count(F.lit(1)).cast("int").alias("copies"),
-            F.array_sort(F.collect_set("partition")).alias("partitions"),
-            F.slice(F.array_sort(F.collect_list("offset")), 1, MAX_OFFSETS).alias("offsets"),
+        """Per event: how many copies were read, in which partitions, at which offsets. Counted
+        with min and max, which Spark aggregates in place; an event read more than twice gets its
+        positions from `_positions` instead."""
+        p_lo, p_hi, o_lo, o_hi = F.col("p_lo"), F.col("p_hi"), F.col("o_lo"), F.col("o_hi")
+        return (
+            self.identified.groupBy(*ID_KEY)
+            .agg(
+                F.count(F.lit(1)).cast("int").alias("copies"),
+                F.min("partition").alias("p_lo"),
+                F.max("partition").alias("p_hi"),
+                F.min("offset").alias("o_lo"),
+                F.max("offset").alias("o_hi"),
+            )
+            .select(
+                *ID_KEY,
+                "copies",
+                F.when(p_lo == p_hi, F.array(p_lo)).otherwise(F.array(p_lo, p_hi)).alias("partitions"),
+                F.when(F.col("copies") == 1, F.array(o_lo)).otherwise(F.array(o_lo, o_hi)).alias("offsets"),
+            )
         )
+
+    @cached_property
+    def _read_more_than_twice(self) -> DataFrame:
+        """Every partition and offset of the events read more than twice (few: they are grouped
+        again, a shuffle of their records only)."""
+        many = self.joined.where(F.col("copies") > 2).select(*ID_KEY)
+        if many.count() <= BROADCAST_DUPLICATES:
+            many = F.broadcast(many)
+        return (
+            self.identified.join(many, list(ID_KEY), "left_semi")
+            .groupBy(*ID_KEY)
+            .agg(
+                F.array_sort(F.collect_set("partition")).alias("all_partitions"),
+                F.slice(F.array_sort(F.collect_list("offset")), 1, MAX_OFFSETS).alias("all_offsets"),
+            )
+        )
+
+    def _positions(self, rows: DataFrame) -> DataFrame:
+        """`rows` (ID_KEY, copies, partitions, offsets, ...) with the positions of the events read
+        more than twice filled in."""
+        many = F.col("copies") > 2
+        filled = (
+            rows.where(many)
+            .join(self._read_more_than_twice, list(ID_KEY), "left")
+            .withColumn("partitions", F.col("all_partitions"))
+            .withColumn("offsets", F.col("all_offsets"))
+            .drop("all_partitions", "all_offsets")
+        )
+        return rows.where(~many | F.col("copies").isNull()).unionByName(filled)
 
     @cached_property
     def joined(self) -> DataFrame:
@@ -127,7 +170,7 @@ def _in_ledger() -> Column:
 
 
 def _cases(obs: Observation, condition: Column, kind: str) -> DataFrame:
-    return obs.joined.where(condition).select(
+    return obs._positions(obs.joined.where(condition)).select(
         obs.event_id(),
         F.lit(kind).alias("kind"),
         F.coalesce("copies", F.lit(0)).alias("copies"),
@@ -188,17 +231,17 @@ def aborted_visible(obs: Observation) -> DataFrame:
     beyond those read_committed sees. Under read_committed: a record at a position the ledger
     recorded as aborted, which must never be visible."""
     if obs.isolation == READ_UNCOMMITTED and obs.committed_copies is not None:
-        return (
-            obs.copies.join(obs.committed_copies.withColumnRenamed("copies", "committed"), list(ID_KEY), "left")
+        return obs._positions(
+            obs.joined.where(_in_topic())
+            .join(obs.committed_copies.withColumnRenamed("copies", "committed"), list(ID_KEY), "left")
             .withColumn("extra", F.col("copies") - F.coalesce("committed", F.lit(0)))
             .where(F.col("extra") > 0)
-            .select(
-                obs.event_id(),
-                F.lit("aborted_visible").alias("kind"),
-                F.col("extra").cast("int").alias("copies"),
-                "partitions",
-                "offsets",
-            )
+        ).select(
+            obs.event_id(),
+            F.lit("aborted_visible").alias("kind"),
+            F.col("extra").cast("int").alias("copies"),
+            "partitions",
+            "offsets",
         )
     aborted = obs.ledger.select(*ID_KEY, F.explode("aborted_positions").alias("pos")).select(
         *ID_KEY, F.col("pos.partition").alias("partition"), F.col("pos.offset").alias("offset")

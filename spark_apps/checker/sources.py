@@ -24,6 +24,8 @@ from checker import anomalies
 from delivery_semantics import audits, catalog
 from delivery_semantics.catalog import ISOLATIONS, READ_COMMITTED
 
+MIN_SPLIT_RECORDS = 50_000  # the fewest records per task of a split topic read
+
 
 class InputError(Exception):
     """Bad input or an endpoint that cannot be reached: exit 2 with the message."""
@@ -330,6 +332,12 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
         .option("kafka.isolation.level", isolation)
         .option("failOnDataLoss", "false")
     )
+    # One task per partition leaves cores idle when the partitions do not divide among them
+    # (3 on 2 cores: two rounds, the second half empty). Each partition is split into as many
+    # ranges as there are cores, once the ranges stay large.
+    cores, offsets = spark.sparkContext.defaultParallelism, sum(end[p] - start[p] for p in end)
+    if cores > 1 and offsets // (len(end) * cores) >= MIN_SPLIT_RECORDS:
+        reader = reader.option("minPartitions", str(len(end) * cores))
     df = reader.load()
     event_id = _field(src.event_id, "string")
     records = df.select(
@@ -442,9 +450,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
             F.flatten(F.transform(F.arrays_zip("n_lo", "n_hi"), lambda r: F.sequence(r["n_lo"], r["n_hi"] - 1)))
         ).alias("n"),
         "outcome_no",
-        "status",
-        F.lit(None).cast("int").alias("partition"),
-        F.lit(None).cast("bigint").alias("offset"),
+        _status_code(F.col("status")).alias("code"),
     )
     lo, hi, count = jdbc.scalar_rows(
         "SELECT coalesce(min(outcome_no), 0), coalesce(max(outcome_no), 0), count(*) "
@@ -459,38 +465,64 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
         numPartitions=max(1, min(64, int(count) // 250_000 + 1)),
     )
     prefix = f"{run_id}-"
-    single_rows = singles.select(
-        F.when(
-            F.col("event_id").startswith(F.lit(prefix)), F.substring("event_id", len(prefix) + 1, 20).try_cast("bigint")
-        ).alias("n"),
-        "outcome_no",
-        "status",
-        "partition",
-        "offset",
-    ).where(F.col("n").isNotNull())
+    single_rows = (
+        anomalies.with_id_key(singles, prefix)
+        .where(F.col("n") >= 0)
+        .select("n", "outcome_no", _status_code(F.col("status")).alias("code"), "partition", "offset")
+        .cache()
+    )
+    # One aggregation over the events and their outcomes, on integer columns only, which Spark
+    # aggregates in place: an event with no outcome is pending; among its outcomes, acked wins,
+    # then sent, then the latest.
+    code = F.col("code")
     per_event = (
-        batch_rows.unionByName(single_rows)
+        events.select("n", F.lit(None).cast("bigint").alias("outcome_no"), F.lit(None).cast("int").alias("code"))
+        .withColumn("recorded", F.lit(1))
+        .unionByName(batch_rows.withColumn("recorded", F.lit(0)))
+        .unionByName(single_rows.select("n", "outcome_no", "code").withColumn("recorded", F.lit(0)))
         .groupBy("n")
         .agg(
-            F.max(F.when(F.col("status") == "acked", 1).otherwise(0)).alias("acked"),
-            F.max(F.when(F.col("status") == "sent", 1).otherwise(0)).alias("sent"),
-            F.max_by("status", "outcome_no").alias("last_status"),
-            F.collect_set(F.when(F.col("status") == "aborted", F.struct("partition", "offset"))).alias(
-                "aborted_positions"
-            ),
+            F.max("recorded").alias("recorded"),
+            F.max(F.when(code == STATUS_CODES["acked"], 1).otherwise(0)).alias("acked"),
+            F.max(F.when(code == STATUS_CODES["sent"], 1).otherwise(0)).alias("sent"),
+            F.max_by(code, "outcome_no").alias("last_code"),
+        )
+        .where(F.col("recorded") == 1)
+    )
+    # Aborted outcomes are never in a batch: their positions come from the few per-event rows.
+    aborted = (
+        single_rows.where(code == STATUS_CODES["aborted"])
+        .groupBy("n")
+        .agg(F.collect_set(F.struct("partition", "offset")).alias("aborted_positions"))
+    )
+    if int(count) <= anomalies.BROADCAST_DUPLICATES:
+        aborted = F.broadcast(aborted)
+    status = (
+        F.when(F.col("acked") == 1, F.lit("acked"))
+        .when(F.col("sent") == 1, F.lit("sent"))
+        .otherwise(
+            F.coalesce(F.try_element_at(F.array(*map(F.lit, STATUSES)), F.col("last_code") + 1), F.lit("pending"))
         )
     )
-    status = (
-        F.when(F.col("acked") == 1, "acked")
-        .when(F.col("sent") == 1, "sent")
-        .otherwise(F.coalesce(F.col("last_status"), F.lit("pending")))
-    )
-    return events.join(per_event, "n", "left").select(
+    return per_event.join(aborted, "n", "left").select(
         "n",
         F.lit("").alias("id_rest"),
         F.concat(F.lit(prefix), F.col("n").cast("string")).alias("event_id"),
         status.alias("status"),
-        F.coalesce("aborted_positions", F.array()).alias("aborted_positions"),
+        F.coalesce("aborted_positions", F.array().cast("array<struct<partition:int,offset:bigint>>")).alias(
+            "aborted_positions"
+        ),
+    )
+
+
+# A ledger outcome's status as a small integer, so that the ledger is aggregated on integers.
+STATUSES = ("acked", "sent", "written", "failed", "unknown", "aborted")
+STATUS_CODES = {name: code for code, name in enumerate(STATUSES)}
+
+
+def _status_code(status: F.Column) -> F.Column:
+    return F.try_element_at(
+        F.create_map(*(x for name, c in STATUS_CODES.items() for x in (F.lit(name), F.lit(c)))), status
     )
 
 

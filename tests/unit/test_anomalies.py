@@ -153,7 +153,8 @@ def test_a_platform_runs_ids_are_keyed_by_their_number_and_reported_as_text(spar
         [
             rec("r1-1", 0, 0),
             rec("r1-2", 0, 1),
-            rec("r1-2", 1, 0),  # duplicate
+            rec("r1-2", 1, 0),
+            rec("r1-2", 1, 4),  # duplicate: 3 copies, its positions grouped again
             rec("r1-07", 1, 1),  # not the generator's text for 7: unexpected
             rec("r2-4", 2, 0),  # another run's id: unexpected
             rec("r1--3", 2, 1),  # unexpected, and not a negative n
@@ -178,6 +179,8 @@ def test_a_platform_runs_ids_are_keyed_by_their_number_and_reported_as_text(spar
         ("r2-4", "unexpected"),
         ("r1--3", "unexpected"),
     }
+    dup = next(r for r in anomalies.duplicate(obs).collect())
+    assert (dup["copies"], dup["partitions"], dup["offsets"]) == (3, [0, 1], [0, 1, 4])
 
 
 @pytest.mark.parametrize("broadcast_limit", [0, 1_000_000], ids=["grouped", "broadcast"])
