@@ -300,8 +300,10 @@ def _field(spec: dict | None, dtype: str) -> F.Column | None:
     if not spec:
         return None
     if "header" in spec:
-        name = F.lit(spec["header"])  # a literal: a header name is never parsed as SQL
-        raw = F.try_element_at(F.filter("headers", lambda h: h["key"] == name), F.lit(1))["value"].cast("string")
+        # The first header of that name (a literal: a header name is never parsed as SQL). By
+        # position, not with a lambda, which Spark would evaluate per record outside generated code.
+        at = F.array_position(F.col("headers.key"), F.lit(spec["header"]))
+        raw = F.when(at > 0, F.col("headers")[(at - 1).cast("int")]["value"].cast("string"))
     elif "json" in spec:
         raw = F.get_json_object(F.col("value").cast("string"), spec["json"])
     elif spec.get("record_key"):

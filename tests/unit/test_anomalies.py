@@ -204,3 +204,20 @@ def test_first_copies_keep_each_events_lowest_offset_with_its_payload(spark, mon
         ("r1-2", 1, 3, b"first copy"),
         ("odd", 2, 0, b"no number"),
     }
+
+
+def test_a_header_field_is_the_first_header_of_its_name(spark):
+    from checker.sources import _field
+
+    headers = spark.createDataFrame(
+        [
+            ([("seq", b"7"), ("event_id", b"r1-1"), ("event_id", b"r1-2")],),
+            ([("seq", b"7")],),
+            ([],),
+            (None,),
+            ([("event_id", None)],),
+        ],
+        "headers array<struct<key:string,value:binary>>",
+    )
+    read = [r[0] for r in headers.select(_field({"header": "event_id"}, "string")).collect()]
+    assert read == ["r1-1", None, None, None, None]
