@@ -13,6 +13,7 @@ collected to the driver.
 
     bench/run reconcile [--sizes 1000000,3000000] [--mode idempotent] [--event-log var/spark-events]
     bench/run reconcile --runs RUN1,RUN2       # reuse runs loaded before (their topics must be intact)
+    bench/run reconcile --runs RUN1 --no-dedup-copy   # the checker without the deduplicated copy
 
 A reused run's earlier results are deleted first, so every measurement writes as much as the first.
 
@@ -78,12 +79,14 @@ def event_log_conf(directory: str) -> dict:
     }
 
 
-def timed_reconcile(run_id: str, event_log: str | None = None) -> dict:
+def timed_reconcile(run_id: str, event_log: str | None = None, dedup_copy: bool = True) -> dict:
     conf = {}
     if event_log:
         os.makedirs(event_log, exist_ok=True)
         conf = event_log_conf(event_log)
-    return timed_submit(reconcile.command(["--run-id", run_id], conf=conf))
+    return timed_submit(
+        reconcile.command(["--run-id", run_id, *([] if dedup_copy else ["--no-dedup-copy"])], conf=conf)
+    )
 
 
 def spark_count(topic: str) -> float:
@@ -144,6 +147,7 @@ def main() -> int:
     ap.add_argument("--mode", default="idempotent")
     ap.add_argument("--runs", help="comma-separated completed runs to reconcile instead of loading new ones")
     ap.add_argument("--event-log", help="directory for Spark's event log (for bench/run spark_profile)")
+    ap.add_argument("--no-dedup-copy", action="store_true", help="reconcile without writing dedup_events")
     args = ap.parse_args()
     rows = []
     lg = Ledger()
@@ -160,7 +164,7 @@ def main() -> int:
             forget_results(run_id)
         floor = consumer_performance(topic, n)
         spark = spark_count(topic)
-        r = timed_reconcile(run_id, args.event_log)
+        r = timed_reconcile(run_id, args.event_log, dedup_copy=not args.no_dedup_copy)
         rows.append((n, floor, spark, r))
         print(
             f"{n}: floor {floor:.1f}s, Spark count {spark:.1f}s, reconcile {r['seconds']:.1f}s, driver JVM peak {r.get('jvm_mb')} MB, "

@@ -52,6 +52,7 @@ def run(
     env: dict | None = None,
     conf: dict | None = None,
     timeout: float = 3600,
+    dedup_copy: bool = True,
 ) -> Reconciled:
     """Platform runs by id (one application for all), one run of an audit (an audits.Audit), or
     windows of a continuous audit (one application for all, in order): the audit's Kafka, outbox
@@ -71,6 +72,7 @@ def run(
         )
     else:
         args = [a for rid in ([run_id] if isinstance(run_id, str) else run_id) for a in ("--run-id", rid)]
+        args += [] if dedup_copy else ["--no-dedup-copy"]
         app_env = spark_application_env()
     res = subprocess.run(
         command(args, master, conf),

@@ -13,9 +13,12 @@ from delivery_semantics import catalog
 from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
 
 
-def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source, outbox: Jdbc | None = None) -> list[dict]:
+def reconcile(
+    spark: SparkSession, jdbc: Jdbc, src: Source, outbox: Jdbc | None = None, dedup_copy: bool = True
+) -> list[dict]:
     """`jdbc` is the platform's database, which receives the results; `outbox` the database an
-    audit's outbox is read from, when it is another."""
+    audit's outbox is read from, when it is another. Without `dedup_copy` no `dedup_events` rows
+    are written (a quarter of the time at 10M events; docs/BENCHMARKS.md)."""
     single_read = src.transactional is False and not src.sink
     ledger = read_ledger(outbox or jdbc, src).cache()
     if src.sink:
@@ -65,7 +68,7 @@ def reconcile(spark: SparkSession, jdbc: Jdbc, src: Source, outbox: Jdbc | None 
     # mode's readers read. A consumer run's records are copies of its input run's, which has
     # these rows already.
     dedup = None
-    if src.judged_by_reader:
+    if src.judged_by_reader and dedup_copy:
         mode = catalog.MODES.get(src.mode or "")
         _, counts, obs = classified[mode.isolation if mode else READ_COMMITTED]
         dedup = obs.first_copies(counts["duplicate_events"]).select(

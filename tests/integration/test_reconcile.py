@@ -237,6 +237,25 @@ def test_dedup_table_keeps_the_first_copy_by_offset(planted):
     assert len(rows) == 20
 
 
+def test_without_the_dedup_copy_the_verdicts_are_the_same_and_no_copy_is_written():
+    s = load.start(load.LoadSpec(mode="at_least_once", messages=2000, seed=6))
+
+    def state() -> tuple[dict, int]:
+        with _db() as c, c.cursor() as cur:
+            cur.execute("SELECT count(*) FROM dedup_events WHERE reconciliation_id = %s", (s.run_id,))
+            copies = cur.fetchone()[0]
+        counted = ("records_read", "delivered_once", "duplicate_events", "lost_acked", "verdict")
+        return {iso: [row[k] for k in counted] for iso, row in _summary(s.run_id).items()}, copies
+
+    r = reconcile.run(run_id=s.run_id, dedup_copy=False)
+    assert r.returncode == 0, r.error
+    without, copies = state()
+    assert copies == 0
+    assert without["read_committed"][:4] == [2000, 2000, 0, 0]
+    assert reconcile.run(run_id=s.run_id).returncode == 0
+    assert state() == (without, 2000)
+
+
 def test_a_clean_run_is_all_zeros_and_kept():
     s = load.start(load.LoadSpec(mode="idempotent", messages=3000, seed=5))
     r = reconcile.run(run_id=s.run_id)

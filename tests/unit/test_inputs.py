@@ -93,6 +93,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
             ["consumer_workload", "run", "--strategy", "process_then_commit", "--source-run", "r1", "--crashes", "0"],
             "crashes must be an integer in [1, 5]",
         ),
+        (["reconcile", "--mapping", "audits/orders.yaml", "--no-dedup-copy"], "--no-dedup-copy is for --run-id"),
     ],
 )
 def test_the_cli_refuses_bad_input_with_one_line_and_exit_2(args, message):
