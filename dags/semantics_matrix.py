@@ -44,8 +44,8 @@ def semantics_matrix():
         return orchestration.run_pair(conf, orchestration.task_key(ti))["run_id"]
 
     @task(retries=0)
-    def every_run(run_ids: list[str]) -> list[str]:
-        return [arg for rid in run_ids for arg in ("--run-id", rid)]
+    def every_run(run_ids: list[str], params=None) -> list[str]:
+        return catalog.reconcile_args(list(run_ids), dict(params))
 
     run_ids = run_pair.expand(conf=pairs())
     # One application for every run: the JVM starts once, not once a run.

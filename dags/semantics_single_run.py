@@ -58,8 +58,13 @@ def one_run_dag(dag_id: str, form: dict, tags: list[str], producer_run: bool):
                 return result["run_id"]
 
             ledger_run = run_load(validate())
+
+        @task(retries=0)
+        def checker_args(ledger_run: str, params=None) -> list[str]:
+            return catalog.reconcile_args([ledger_run], dict(params))
+
         reconciled = PlatformSparkSubmitOperator(
-            task_id="reconcile", app="reconcile.py", application_args=["--run-id", ledger_run]
+            task_id="reconcile", app="reconcile.py", application_args=checker_args(ledger_run)
         )
 
         @task

@@ -449,6 +449,21 @@ def load_form(messages: int = 20_000) -> dict[str, dict]:
     }
 
 
+# The checker's deduplicated copy of a run's data (dedup_events), on unless a form turns it off.
+DEDUP_COPY_PARAM = {
+    "default": True,
+    "type": "boolean",
+    "description": "write the data deduplicated by event id (dedup_events); off: the same verdicts, "
+    "a quarter less of the checker's time at 10M events",
+}
+
+
+def reconcile_args(run_ids: list[str], params: dict) -> list[str]:
+    """The checker's arguments for platform runs, as a form asked for them."""
+    args = [a for rid in run_ids for a in ("--run-id", rid)]
+    return args if params.get("dedup_copy", True) else [*args, "--no-dedup-copy"]
+
+
 def scheduled_load_form(mode: str) -> dict[str, dict]:
     compatible = [s for s in PRODUCER_SCENARIOS if not SCENARIOS[s].incompatible(MODES[mode])]
     return {
@@ -473,6 +488,7 @@ def single_run_form() -> dict[str, dict]:
             "lost_ack needs a mode that waits for acks",
         },
         **load_form(),
+        "dedup_copy": DEDUP_COPY_PARAM,
     }
 
 
@@ -527,6 +543,7 @@ def matrix_form(messages: int = 15_000) -> dict[str, dict]:
         },
         "seed": _int_param(0, "seed", "seed of the generator"),
         "producers": _int_param(DEFAULT_PRODUCERS, "producers", "producer processes per mode x scenario run"),
+        "dedup_copy": DEDUP_COPY_PARAM,
     }
 
 
