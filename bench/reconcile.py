@@ -4,8 +4,9 @@
   Spark      spark_apps/smoke_count.py through spark-submit with the checker's settings: a count()
              of the same topic through Spark's Kafka source, so the engine's own cost (JVM start,
              the Kafka source, a job) is told apart from the checker's
-  checker    spark_apps/reconcile.py through spark-submit (local[2]): two reads of the topic, the
-             ledger over JDBC, classification, the merge of all three tables
+  checker    spark_apps/reconcile.py through spark-submit (local[2]): the topic read once (twice
+             when transactional), the ledger rebuilt from its ranges and batch rows,
+             classification, the merge of the results (with --no-dedup-copy, no dedup_events)
 
 For each size it also samples the driver's peak resident memory. In local mode the executors run
 inside the driver JVM, so this is the whole Spark process. Flat across sizes means nothing is

@@ -32,9 +32,10 @@ NOT_ACKED = ("failed", "unknown", "pending", "aborted", "written")
 MAX_OFFSETS = 100  # offsets kept per discrepancy row
 ID_KEY = ("n", "id_rest")
 UNNUMBERED = -1  # n of an id that is not <prefix><n>: its text, in id_rest, is the key
-# Duplicated ids up to this many are broadcast, so that the first copies of the others need no
-# shuffle of their payloads.
-BROADCAST_DUPLICATES = 1_000_000
+# The most rows a side of a join is broadcast with (the duplicated events, those read more than
+# twice, a run's per-event outcomes), so that the other side, every record or event, is not
+# shuffled. Counted before it is decided.
+BROADCAST_MAX_ROWS = 1_000_000
 FIRST_COPY = ("key", "seq", "publish_at", "partition", "offset", "value")
 
 
@@ -90,7 +91,7 @@ class Observation:
     def copies(self) -> DataFrame:
         """Per event: how many copies were read, in which partitions, at which offsets. Counted
         with min and max, which Spark aggregates in place; an event read more than twice gets its
-        positions from `_positions` instead."""
+        positions from `with_positions` instead."""
         p_lo, p_hi, o_lo, o_hi = F.col("p_lo"), F.col("p_hi"), F.col("o_lo"), F.col("o_hi")
         return (
             self.identified.groupBy(*ID_KEY)
@@ -110,11 +111,11 @@ class Observation:
         )
 
     @cached_property
-    def _read_more_than_twice(self) -> DataFrame:
+    def read_more_than_twice(self) -> DataFrame:
         """Every partition and offset of the events read more than twice (few: they are grouped
         again, a shuffle of their records only)."""
         many = self.joined.where(F.col("copies") > 2).select(*ID_KEY)
-        if many.count() <= BROADCAST_DUPLICATES:
+        if many.count() <= BROADCAST_MAX_ROWS:
             many = F.broadcast(many)
         return (
             self.identified.join(many, list(ID_KEY), "left_semi")
@@ -125,13 +126,13 @@ class Observation:
             )
         )
 
-    def _positions(self, rows: DataFrame) -> DataFrame:
+    def with_positions(self, rows: DataFrame) -> DataFrame:
         """`rows` (ID_KEY, copies, partitions, offsets, ...) with the positions of the events read
         more than twice filled in."""
         many = F.col("copies") > 2
         filled = (
             rows.where(many)
-            .join(self._read_more_than_twice, list(ID_KEY), "left")
+            .join(self.read_more_than_twice, list(ID_KEY), "left")
             .withColumn("partitions", F.col("all_partitions"))
             .withColumn("offsets", F.col("all_offsets"))
             .drop("all_partitions", "all_offsets")
@@ -149,7 +150,7 @@ class Observation:
     def first_copies(self, duplicate_events: int) -> DataFrame:
         """One row per event read: its first copy by offset (the consumer-side remedy, ID_KEY and
         FIRST_COPY). Only the duplicated events are grouped; the others are their one copy."""
-        if duplicate_events > BROADCAST_DUPLICATES:
+        if duplicate_events > BROADCAST_MAX_ROWS:
             grouped = self.identified
         else:
             dups = F.broadcast(self.joined.where(F.col("copies") > 1).select(*ID_KEY))
@@ -158,7 +159,7 @@ class Observation:
         first = (
             grouped.groupBy(*ID_KEY).agg(F.min_by(F.struct(*FIRST_COPY), "offset").alias("f")).select(*ID_KEY, "f.*")
         )
-        return first if duplicate_events > BROADCAST_DUPLICATES else once.unionByName(first)
+        return first if duplicate_events > BROADCAST_MAX_ROWS else once.unionByName(first)
 
 
 def _in_topic() -> Column:
@@ -170,7 +171,7 @@ def _in_ledger() -> Column:
 
 
 def _cases(obs: Observation, condition: Column, kind: str) -> DataFrame:
-    return obs._positions(obs.joined.where(condition)).select(
+    return obs.with_positions(obs.joined.where(condition)).select(
         obs.event_id(),
         F.lit(kind).alias("kind"),
         F.coalesce("copies", F.lit(0)).alias("copies"),
@@ -231,7 +232,7 @@ def aborted_visible(obs: Observation) -> DataFrame:
     beyond those read_committed sees. Under read_committed: a record at a position the ledger
     recorded as aborted, which must never be visible."""
     if obs.isolation == READ_UNCOMMITTED and obs.committed_copies is not None:
-        return obs._positions(
+        return obs.with_positions(
             obs.joined.where(_in_topic())
             .join(obs.committed_copies.withColumnRenamed("copies", "committed"), list(ID_KEY), "left")
             .withColumn("extra", F.col("copies") - F.coalesce("committed", F.lit(0)))

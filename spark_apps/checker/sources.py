@@ -497,7 +497,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
         .groupBy("n")
         .agg(F.collect_set(F.struct("partition", "offset")).alias("aborted_positions"))
     )
-    if int(count) <= anomalies.BROADCAST_DUPLICATES:
+    if int(count) <= anomalies.BROADCAST_MAX_ROWS:
         aborted = F.broadcast(aborted)
     status = (
         F.when(F.col("acked") == 1, F.lit("acked"))

@@ -185,7 +185,7 @@ def test_a_platform_runs_ids_are_keyed_by_their_number_and_reported_as_text(spar
 
 @pytest.mark.parametrize("broadcast_limit", [0, 1_000_000], ids=["grouped", "broadcast"])
 def test_first_copies_keep_each_events_lowest_offset_with_its_payload(spark, monkeypatch, broadcast_limit):
-    monkeypatch.setattr(anomalies, "BROADCAST_DUPLICATES", broadcast_limit)
+    monkeypatch.setattr(anomalies, "BROADCAST_MAX_ROWS", broadcast_limit)
     records = spark.createDataFrame(
         [
             ("r1-1", "k", 1, at(0), 0, 5, b"one"),
