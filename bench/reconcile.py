@@ -34,7 +34,7 @@ import time
 from datetime import date
 
 import devstack
-from delivery_semantics import load, reconcile
+from delivery_semantics import catalog, load, reconcile
 from delivery_semantics.endpoints import kafka_config, spark_application_env
 from delivery_semantics.ledger import Ledger
 
@@ -85,9 +85,7 @@ def timed_reconcile(run_id: str, event_log: str | None = None, dedup_copy: bool 
     if event_log:
         os.makedirs(event_log, exist_ok=True)
         conf = event_log_conf(event_log)
-    return timed_submit(
-        reconcile.command(["--run-id", run_id, *([] if dedup_copy else ["--no-dedup-copy"])], conf=conf)
-    )
+    return timed_submit(reconcile.command(catalog.reconcile_args([run_id], dedup_copy), conf=conf))
 
 
 def spark_count(topic: str) -> float:

@@ -458,10 +458,10 @@ DEDUP_COPY_PARAM = {
 }
 
 
-def reconcile_args(run_ids: list[str], params: dict) -> list[str]:
-    """The checker's arguments for platform runs, as a form asked for them."""
+def reconcile_args(run_ids: list[str], dedup_copy: bool = True) -> list[str]:
+    """The checker's arguments for platform runs."""
     args = [a for rid in run_ids for a in ("--run-id", rid)]
-    return args if params.get("dedup_copy", True) else [*args, "--no-dedup-copy"]
+    return args if dedup_copy else [*args, "--no-dedup-copy"]
 
 
 def scheduled_load_form(mode: str) -> dict[str, dict]:

@@ -9,6 +9,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
+from delivery_semantics import catalog
 from delivery_semantics.endpoints import SPARK_CONF, spark_application_env, spark_apps_dir, spark_jars
 
 
@@ -71,8 +72,7 @@ def run(
             kafka_conn_id=audit.kafka_conn_id, source_conn_id=audit.outbox_conn_id, sink_conn_id=audit.sink_conn_id
         )
     else:
-        args = [a for rid in ([run_id] if isinstance(run_id, str) else run_id) for a in ("--run-id", rid)]
-        args += [] if dedup_copy else ["--no-dedup-copy"]
+        args = catalog.reconcile_args([run_id] if isinstance(run_id, str) else list(run_id), dedup_copy)
         app_env = spark_application_env()
     res = subprocess.run(
         command(args, master, conf),

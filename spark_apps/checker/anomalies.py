@@ -150,16 +150,19 @@ class Observation:
     def first_copies(self, duplicate_events: int) -> DataFrame:
         """One row per event read: its first copy by offset (the consumer-side remedy, ID_KEY and
         FIRST_COPY). Only the duplicated events are grouped; the others are their one copy."""
+
+        def first_of(records: DataFrame) -> DataFrame:
+            return (
+                records.groupBy(*ID_KEY)
+                .agg(F.min_by(F.struct(*FIRST_COPY), "offset").alias("f"))
+                .select(*ID_KEY, "f.*")
+            )
+
         if duplicate_events > BROADCAST_MAX_ROWS:
-            grouped = self.identified
-        else:
-            dups = F.broadcast(self.joined.where(F.col("copies") > 1).select(*ID_KEY))
-            grouped = self.identified.join(dups, list(ID_KEY), "left_semi")
-            once = self.identified.join(dups, list(ID_KEY), "left_anti").select(*ID_KEY, *FIRST_COPY)
-        first = (
-            grouped.groupBy(*ID_KEY).agg(F.min_by(F.struct(*FIRST_COPY), "offset").alias("f")).select(*ID_KEY, "f.*")
-        )
-        return first if duplicate_events > BROADCAST_MAX_ROWS else once.unionByName(first)
+            return first_of(self.identified)
+        dups = F.broadcast(self.joined.where(F.col("copies") > 1).select(*ID_KEY))
+        once = self.identified.join(dups, list(ID_KEY), "left_anti").select(*ID_KEY, *FIRST_COPY)
+        return once.unionByName(first_of(self.identified.join(dups, list(ID_KEY), "left_semi")))
 
 
 def _in_topic() -> Column:

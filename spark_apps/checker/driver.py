@@ -31,8 +31,12 @@ def reconcile(
             for iso in ((READ_UNCOMMITTED,) if single_read else src.isolations)
         }
         reads.setdefault(READ_COMMITTED, reads[READ_UNCOMMITTED])
+    # What read_committed sees of each event, for read_uncommitted's aborted copies; a topic read
+    # once has none to tell apart.
     committed_copies = (
-        reads[READ_COMMITTED]
+        None
+        if single_read
+        else reads[READ_COMMITTED]
         .where(F.col("n").isNotNull())
         .groupBy(*anomalies.ID_KEY)
         .agg(F.count(F.lit(1)).cast("int").alias("copies"))

@@ -139,6 +139,6 @@ def test_forms_take_their_bounds_from_the_limits():
 def test_the_forms_dedup_copy_switch_becomes_the_checkers_flag():
     assert catalog.single_run_form()["dedup_copy"]["default"] is True
     assert catalog.matrix_form()["dedup_copy"]["type"] == "boolean"
-    assert catalog.reconcile_args(["r1", "r2"], {"dedup_copy": True}) == ["--run-id", "r1", "--run-id", "r2"]
-    assert catalog.reconcile_args(["r1"], {"dedup_copy": False}) == ["--run-id", "r1", "--no-dedup-copy"]
-    assert catalog.reconcile_args(["c1"], {}) == ["--run-id", "c1"], "a consumer run's form has no switch"
+    assert catalog.reconcile_args(["r1", "r2"], True) == ["--run-id", "r1", "--run-id", "r2"]
+    assert catalog.reconcile_args(["r1"], False) == ["--run-id", "r1", "--no-dedup-copy"]
+    assert catalog.reconcile_args(["c1"]) == ["--run-id", "c1"], "a consumer run's form has no switch"
