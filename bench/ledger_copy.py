@@ -47,7 +47,8 @@ def one(ledger: Ledger, events: int, batch: int, layout: str) -> dict:
                 cur.execute(f"CREATE INDEX ON {partition_name('ledger_outcomes', run_id)} (run_id, event_id)")
         events_s = outcomes_s = 0.0
         for lo in range(0, events, batch):
-            evs = next(gen.batches(lo, min(lo + batch, events), batch))
+            now_ms = int(time.time() * 1000)
+            evs = [gen.event(n, now_ms) for n in range(lo, min(lo + batch, events))]
             outs = [Outcome(e.event_id, "acked", e.n % 3, e.n // 3, 1000 + e.n % 700) for e in evs]
             t = time.perf_counter()
             if layout == BEFORE:

@@ -28,6 +28,11 @@ from delivery_semantics import catalog, load, topics
 from delivery_semantics.client import ProducerClient, producer_config
 from delivery_semantics.endpoints import kafka_config
 from delivery_semantics.generator import Generator, new_run_id
+from delivery_semantics.ledger import Reports
+
+
+def _latencies(reports: Reports) -> list[int]:
+    return [o.latency_us for o in reports.outcomes() if o.latency_us is not None]
 
 
 def ledger_off(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size: int, conf: dict) -> dict:
@@ -37,8 +42,8 @@ def ledger_off(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size
     pconf = {**conf, **producer_config(mode)}
     if mode.transactional:
         pconf["transactional.id"] = f"bench-{run_id}"
-    client = ProducerClient(pconf, topic, run_id, transactional=mode.transactional)
     gen = Generator(run_id, 16, payload, 0)
+    client = ProducerClient(pconf, topic, gen, transactional=mode.transactional)
     latencies = []
     t0 = time.monotonic()
     for batch in gen.batches(0, messages, 10_000):
@@ -47,9 +52,9 @@ def ledger_off(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size
                 client.send_transaction(batch[i : i + txn_size], i, abort=False, before_commit=lambda _o: None)
         else:
             client.send(batch)
-        latencies.extend(o.latency_us for o in client.drain() if o.latency_us is not None)
+        latencies.extend(_latencies(client.drain()))
     client.flush(120)
-    latencies.extend(o.latency_us for o in client.drain() if o.latency_us is not None)
+    latencies.extend(_latencies(client.drain()))
     elapsed = time.monotonic() - t0
     topics.delete_topic(conf, topic)
     latencies.sort()

@@ -10,15 +10,15 @@ a ledger outcome, getting the subtleties of DESIGN.md §2 right:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from delivery_semantics import catalog
 from delivery_semantics.catalog import ModeError
-from delivery_semantics.generator import Event
-from delivery_semantics.ledger import Outcome
+from delivery_semantics.generator import Generator, event_id
+from delivery_semantics.ledger import Outcome, Report, Reports
 
 # Errors after which the record certainly is not in the log. Anything else (timeouts, lost
 # connections, NOT_ENOUGH_REPLICAS_AFTER_APPEND, purged in flight) may have been written.
@@ -131,13 +131,19 @@ def classify_error(err: KafkaError) -> str:
 
 
 class ProducerClient:
-    def __init__(self, conf: dict, topic: str, run_id: str, *, transactional: bool):
-        self.topic, self.run_id, self.transactional = topic, run_id, transactional
+    """Sends a run's events, given as (n, publish_at_ms) records, and collects their delivery
+    reports as `Reports`. Per record it makes one produce() call and keeps one tuple: the records'
+    bytes come from the generator, and no Event or Outcome object is built for a clean report."""
+
+    def __init__(self, conf: dict, topic: str, gen: Generator, *, transactional: bool):
+        self.topic, self.gen, self.run_id, self.transactional = topic, gen, gen.run_id, transactional
         self.acks0 = conf.get("acks") == "0"
-        self.outcomes: list[Outcome] = []
         self.produced = 0
         self.errors: list[str] = []
-        self._txn_reports: list[Outcome] = []
+        self._done = Reports(self.run_id)
+        # Reports since the last drain, or of the open transaction.
+        self._delivered: list[Report] = []
+        self._failed: list[Outcome] = []
         self.producer = Producer({**conf, "error_cb": self._on_error})
         if transactional:
             self._call_with_retry(self.producer.init_transactions, 60)
@@ -147,101 +153,113 @@ class ProducerClient:
     def _on_error(self, err: KafkaError) -> None:
         self.errors.append(f"{err.name()}: {err.str()}")
 
-    def _on_delivery(self, e: Event, err: KafkaError | None, msg) -> None:
+    def _on_delivery(self, n: int, err: KafkaError | None, msg) -> None:
         latency = msg.latency()
         latency_us = int(latency * 1e6) if latency is not None else None
-        if err is not None:
-            o = Outcome(e.event_id, classify_error(err), latency_us=latency_us, error=err.name(), n=e.n)
-        elif self.acks0:
-            o = Outcome(e.event_id, "sent", msg.partition(), None, latency_us, n=e.n)
+        if err is None:
+            self._delivered.append((n, msg.partition(), None if self.acks0 else msg.offset(), latency_us))
         else:
-            o = Outcome(e.event_id, "acked", msg.partition(), msg.offset(), latency_us, n=e.n)
-        (self._txn_reports if self.transactional else self.outcomes).append(o)
+            self._failed.append(
+                Outcome(event_id(self.run_id, n), classify_error(err), latency_us=latency_us, error=err.name(), n=n)
+            )
 
-    def drain(self) -> list[Outcome]:
-        out, self.outcomes = self.outcomes, []
+    def drain(self) -> Reports:
+        """The outcomes learned since the last drain."""
+        if not self.transactional:
+            self._done.extend("sent" if self.acks0 else "acked", None, self._delivered)
+            self._done.others.extend(self._failed)
+            self._delivered, self._failed = [], []
+        out, self._done = self._done, Reports(self.run_id)
         return out
 
     # ------------------------------------------------------------------ sending
 
-    def _produce(self, e: Event) -> None:
-        while True:
-            try:
-                self.producer.produce(
-                    self.topic,
-                    value=e.payload,
-                    key=e.key,
-                    headers=e.headers(self.run_id),
-                    timestamp=e.publish_at_ms,
-                    on_delivery=partial(self._on_delivery, e),
-                )
-                break
-            except BufferError:
-                self.producer.poll(0.05)
-        self.produced += 1
-        if self.produced % POLL_EVERY == 0:
-            self.producer.poll(0)
+    def _produce(self, records: Iterable[tuple[int, int]]) -> None:
+        produce, poll, wire, topic, report = (
+            self.producer.produce,
+            self.producer.poll,
+            self.gen.wire,
+            self.topic,
+            self._on_delivery,
+        )
+        produced = self.produced
+        try:
+            for n, publish_at_ms in records:
+                value, key, headers = wire(n, publish_at_ms)
+                while True:
+                    try:
+                        produce(
+                            topic,
+                            value,
+                            key,
+                            headers=headers,
+                            timestamp=publish_at_ms,
+                            on_delivery=partial(report, n),
+                        )
+                        break
+                    except BufferError:
+                        poll(0.05)
+                produced += 1
+                if produced % POLL_EVERY == 0:
+                    poll(0)
+        finally:
+            self.produced = produced
 
-    def send(self, events: list[Event]) -> None:
-        """Non-transactional: hand the events to librdkafka; reports arrive through poll/flush."""
-        for e in events:
-            self._produce(e)
+    def send(self, records: list[tuple[int, int]]) -> None:
+        """Non-transactional: hand the records to librdkafka; reports arrive through poll/flush."""
+        self._produce(records)
         self.producer.poll(0)
 
     def flush(self, timeout: float) -> int:
         return self.producer.flush(timeout)
 
     def send_transaction(
-        self, events: list[Event], txn_no: int, abort: bool, before_commit: Callable[[list[Outcome]], None]
+        self, records: list[tuple[int, int]], txn_no: int, abort: bool, before_commit: Callable[[Reports], None]
     ) -> bool:
         """One transaction. Returns True when it committed; False when it was aborted (by choice or
         because the broker required it), in which case every event got an `aborted` outcome.
         `before_commit` receives the `written` outcomes and must make them durable: if this process
         dies during the commit, they are how a resume learns what to check."""
-        self._txn_reports = []
+        self._delivered, self._failed = [], []
         self.producer.begin_transaction()
-        for e in events:
-            self._produce(e)
+        self._produce(records)
         self.producer.flush(120)
-        failed = any(o.status != "acked" for o in self._txn_reports)
-        if abort or failed:
-            self._abort(events, txn_no)
+        if abort or self._failed:
+            self._abort(records, txn_no)
             return False
-        before_commit(
-            [
-                Outcome(o.event_id, "written", o.partition, o.offset, o.latency_us, txn_no, n=o.n)
-                for o in self._txn_reports
-            ]
-        )
+        written = Reports(self.run_id)
+        written.extend("written", txn_no, list(self._delivered))
+        before_commit(written)
         try:
             self._call_with_retry(self.producer.commit_transaction, 60)
         except KafkaException as ex:
             if ex.args[0].txn_requires_abort():
-                self._abort(events, txn_no)
+                self._abort(records, txn_no)
                 return False
             raise
-        self.outcomes.extend(
-            Outcome(o.event_id, "acked", o.partition, o.offset, o.latency_us, txn_no, n=o.n) for o in self._txn_reports
-        )
+        self._done.extend("acked", txn_no, self._delivered)
+        self._delivered = []
         return True
 
-    def _abort(self, events: list[Event], txn_no: int) -> None:
+    def _abort(self, records: list[tuple[int, int]], txn_no: int) -> None:
         self._call_with_retry(self.producer.abort_transaction, 60)
-        written = {o.event_id: o for o in self._txn_reports}
-        for e in events:
-            o = written.get(e.event_id)
-            self.outcomes.append(
+        written = {r[0]: r for r in self._delivered}
+        failed = {o.n: o for o in self._failed}
+        for n, _ in records:
+            r, f = written.get(n), failed.get(n)
+            self._done.others.append(
                 Outcome(
-                    e.event_id,
+                    event_id(self.run_id, n),
                     "aborted",
-                    o.partition if o else None,
-                    o.offset if o and o.status == "acked" else None,
-                    o.latency_us if o else None,
+                    r[1] if r else None,
+                    r[2] if r else None,
+                    r[3] if r else f.latency_us if f else None,
                     txn_no,
-                    o.error if o else None,
-                    e.n,
+                    f.error if f else None,
+                    n,
                 )
             )
+        self._delivered, self._failed = [], []
 
     def _call_with_retry(self, fn, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import secrets
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -74,10 +75,30 @@ class Generator:
         pool_len = max(_POOL_BYTES, 2 * payload_bytes)
         self._pool = bytes(alphabet[rng.randrange(len(alphabet))] for _ in range(pool_len))
         self._span = pool_len - payload_bytes
+        self._run_id_bytes = run_id.encode()
+        self._key_bytes = [f"k{i}".encode() for i in range(keys)]
 
     def payload(self, n: int) -> bytes:
         start = (n * 7919) % (self._span + 1)
         return self._pool[start : start + self.payload_bytes]
+
+    def records(self, ns: Iterable[int], publish_at_ms: int) -> list[tuple[int, int]]:
+        """(n, publish_at_ms) of each event to send: what the producer client takes."""
+        return [(n, publish_at_ms) for n in ns]
+
+    def wire(self, n: int, publish_at_ms: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+        """Event n as its record's value, key and headers, without building an Event: the
+        producer's per-record path. `event(n).headers(run_id)` gives the same headers."""
+        return (
+            self.payload(n),
+            self._key_bytes[n % self.keys],
+            [
+                (H_EVENT_ID, b"%s-%d" % (self._run_id_bytes, n)),
+                (H_SEQ, b"%d" % (n // self.keys)),
+                (H_PUBLISH_AT, b"%d" % publish_at_ms),
+                (H_RUN_ID, self._run_id_bytes),
+            ],
+        )
 
     def event(self, n: int, publish_at_ms: int | None = None) -> Event:
         return Event(
@@ -89,8 +110,7 @@ class Generator:
             self.payload(n),
         )
 
-    def batches(self, start: int, stop: int, batch_size: int):
-        """New events n in [start, stop), stamped with publish_at when the batch is made."""
+    def batches(self, start: int, stop: int, batch_size: int) -> Iterator[list[tuple[int, int]]]:
+        """The records of new events n in [start, stop), stamped with publish_at when the batch is made."""
         for lo in range(start, stop, batch_size):
-            now_ms = int(time.time() * 1000)
-            yield [self.event(n, now_ms) for n in range(lo, min(lo + batch_size, stop))]
+            yield self.records(range(lo, min(lo + batch_size, stop)), int(time.time() * 1000))

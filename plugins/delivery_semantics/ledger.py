@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from operator import attrgetter
+from operator import itemgetter
 
 import psycopg2
 import psycopg2.extras
@@ -110,39 +110,71 @@ class OutcomeBatch:
     latencies_us: list[int | None]
 
 
-def outcome_batches(outcomes: Iterable[Outcome]) -> tuple[list[OutcomeBatch], list[Outcome]]:
-    """The clean outcomes grouped by (status, transaction) into batches, and those left to a row
-    each: every outcome that is not clean, and a second outcome for an event already in its batch."""
-    groups: dict[tuple[str, int | None], list[Outcome]] = {}
-    singles: list[Outcome] = []
-    for o in outcomes:
+# A clean delivery report: (n, partition, offset, latency_us).
+Report = tuple[int, int | None, int | None, int | None]
+
+
+class Reports:
+    """Outcomes as a producer learns them. Clean reports are (n, partition, offset, latency_us)
+    tuples grouped by (status, transaction); every other outcome is an Outcome of its own. The
+    producer's per-record path appends a tuple, never an object (docs/BENCHMARKS.md)."""
+
+    def __init__(self, run_id: str, outcomes: Iterable[Outcome] = ()):
+        self.run_id = run_id
+        self.clean: dict[tuple[str, int | None], list[Report]] = {}
+        self.others: list[Outcome] = []
+        for o in outcomes:
+            self.add(o)
+
+    def add(self, o: Outcome) -> None:
         if o.clean:
-            groups.setdefault((o.status, o.txn_no), []).append(o)
+            self.clean.setdefault((o.status, o.txn_no), []).append((o.n, o.partition, o.offset, o.latency_us))
         else:
-            singles.append(o)
+            self.others.append(o)
+
+    def extend(self, status: str, txn_no: int | None, reports: list[Report]) -> None:
+        if reports:
+            self.clean.setdefault((status, txn_no), []).extend(reports)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.clean.values())) + len(self.others)
+
+    def outcomes(self) -> Iterator[Outcome]:
+        """Every outcome as an Outcome: for a reader that wants them one by one, not for the hot path."""
+        for (status, txn_no), reports in self.clean.items():
+            for n, partition, offset, latency_us in reports:
+                yield Outcome(event_id(self.run_id, n), status, partition, offset, latency_us, txn_no, n=n)
+        yield from self.others
+
+
+def outcome_batches(reports: Reports) -> tuple[list[OutcomeBatch], list[Outcome]]:
+    """The clean reports as one batch per (status, transaction), and the outcomes left to a row
+    each: every outcome that is not clean, and a second report of an event already in its batch."""
+    singles = list(reports.others)
     batches = []
-    for (status, txn_no), group in groups.items():
-        group.sort(key=attrgetter("n"))
+    for (status, txn_no), group in reports.clean.items():
+        group.sort(key=itemgetter(0))
         n_lo, n_hi, batched = [], [], []
-        for o in group:
-            if n_hi and o.n == n_hi[-1] - 1:
-                singles.append(o)
+        for r in group:
+            n = r[0]
+            if n_hi and n == n_hi[-1] - 1:
+                singles.append(Outcome(event_id(reports.run_id, n), status, r[1], r[2], r[3], txn_no, n=n))
                 continue
-            if n_hi and o.n == n_hi[-1]:
+            if n_hi and n == n_hi[-1]:
                 n_hi[-1] += 1
             else:
-                n_lo.append(o.n)
-                n_hi.append(o.n + 1)
-            batched.append(o)
+                n_lo.append(n)
+                n_hi.append(n + 1)
+            batched.append(r)
         batches.append(
             OutcomeBatch(
                 status,
                 txn_no,
                 n_lo,
                 n_hi,
-                [o.partition for o in batched],
-                [o.offset for o in batched],
-                [o.latency_us for o in batched],
+                [r[1] for r in batched],
+                [r[2] for r in batched],
+                [r[3] for r in batched],
             )
         )
     return batches, singles
@@ -323,11 +355,11 @@ class Ledger:
         self._copy(("ledger_events (run_id, n, event_id, key, seq, publish_at)", buf))
         return n
 
-    def copy_outcomes(self, run_id: str, session: int, outcomes: Iterable[Outcome], producer: int = 0) -> int:
+    def copy_outcomes(self, run_id: str, session: int, outcomes: Reports | Iterable[Outcome], producer: int = 0) -> int:
         """Clean outcomes as one `ledger_batches` row per (status, transaction), the others one
         row each. Returns how many outcomes were recorded."""
-        outcomes = list(outcomes)
-        groups, singles = outcome_batches(outcomes)
+        reports = outcomes if isinstance(outcomes, Reports) else Reports(run_id, outcomes)
+        groups, singles = outcome_batches(reports)
         buf = io.StringIO()
         for b in groups:
             buf.write(
@@ -371,7 +403,7 @@ class Ledger:
                 )
             )
         self._copy(*copies)  # one transaction: a batch's outcomes are recorded together or not at all
-        return len(outcomes)
+        return len(reports)
 
     def _copy(self, *copies: tuple[str, io.StringIO]) -> None:
         if not copies:

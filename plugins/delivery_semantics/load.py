@@ -25,7 +25,7 @@ from delivery_semantics import catalog, readback, topics
 from delivery_semantics.client import ProducerClient, producer_config
 from delivery_semantics.endpoints import Database, child_process_env, kafka_config, ledger_database, mask_secrets
 from delivery_semantics.generator import Generator, new_run_id, slices
-from delivery_semantics.ledger import Ledger, Outcome
+from delivery_semantics.ledger import Ledger, Outcome, Reports
 
 BROKER_MESSAGE_MAX_BYTES = 1048588
 # Key, four headers and record framing, generously: what a record adds to its payload.
@@ -370,7 +370,7 @@ def _drive(
         mine,
         mode,
         session,
-        ProducerClient(conf, run["topic"], run_id, transactional=mode.transactional),
+        ProducerClient(conf, run["topic"], gen, transactional=mode.transactional),
         gen,
         bar,
         on_progress,
@@ -520,9 +520,9 @@ class _Session:
             self.batch_size = max(run["txn_size"], (self.batch_size // run["txn_size"]) * run["txn_size"])
         self._t0 = time.monotonic()
         self._sent_this_session = 0
-        # Event ids whose latest outcome in this session is not an ack: when it is empty after a
+        # Event numbers whose latest outcome in this session is not an ack: when it is empty after a
         # first session, the resend round needs no anti-join over the whole run.
-        self.not_acked: set[str] = set()
+        self.not_acked: set[int] = set()
         self.ledger_has_older_unacked = session > 1
         self._closed = False
 
@@ -545,10 +545,10 @@ class _Session:
         return self.writer.submit(
             self.ledger.record_event_range,
             self.run_id,
-            batch[0].n,
-            batch[-1].n + 1,
+            batch[0][0],
+            batch[-1][0] + 1,
             self.gen.keys,
-            batch[0].publish_at_ms,
+            batch[0][1],
         )
 
     def resolve_in_doubt(self, kafka_conf: dict) -> None:
@@ -587,7 +587,7 @@ class _Session:
         count = 0
         chunk = []
         for n, publish_at_ms in self.ledger.unacked(self.run_id, self.start, self.stop):
-            chunk.append(self.gen.event(n, publish_at_ms))
+            chunk.append((n, publish_at_ms))
             if len(chunk) >= self.batch_size:
                 self._send(chunk)
                 count += len(chunk)
@@ -598,14 +598,14 @@ class _Session:
         self._finish_outcomes()
         return count
 
-    def _send(self, events) -> None:
+    def _send(self, records: list[tuple[int, int]]) -> None:
         if self.mode.transactional:
             size = self.run["txn_size"]
-            for i in range(0, len(events), size):
-                txn = events[i : i + size]
+            for i in range(0, len(records), size):
+                txn = records[i : i + size]
                 self.txn_no += 1
                 abort = self.rng.random() < (self.run["abort_ratio"] or 0.0)
-                # An aborted transaction's events go again at once, so per-key order holds.
+                # An aborted transaction's records go again at once, so per-key order holds.
                 while not self.client.send_transaction(
                     txn, self.txn_no, abort=abort, before_commit=self._record_written
                 ):
@@ -614,23 +614,29 @@ class _Session:
                 # Each commit's acks follow it at once, so a crash leaves at most one transaction in doubt.
                 self._record(self.client.drain())
         else:
-            self.client.send(events)
+            self.client.send(records)
             self._record(self.client.drain())
-        self._throttle(len(events))
+        self._throttle(len(records))
         if self.bar is not None:
-            self.bar.update(len(events))
+            self.bar.update(len(records))
         if self.on_progress is not None:
             self.on_progress(self.run_id, self.client.produced)
 
-    def _record(self, outcomes) -> Future:
-        for o in outcomes:
+    def _record(self, reports: Reports) -> Future:
+        # A drain's failures and aborts come before its acks: an event aborted, then resent and
+        # committed, ends acked.
+        for o in reports.others:
             if o.status in ("acked", "sent"):
-                self.not_acked.discard(o.event_id)
+                self.not_acked.discard(o.n)
             elif o.status != "written":
-                self.not_acked.add(o.event_id)
-        return self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, outcomes, self.producer)
+                self.not_acked.add(o.n)
+        if self.not_acked:
+            for (status, _), group in reports.clean.items():
+                if status != "written":
+                    self.not_acked.difference_update(r[0] for r in group)
+        return self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, reports, self.producer)
 
-    def _record_written(self, outcomes) -> None:
+    def _record_written(self, outcomes: Reports) -> None:
         # Synchronous, and after every earlier outcome: the commit must not start before these are durable.
         self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, outcomes, self.producer).result()
 

@@ -1,7 +1,13 @@
-"""The ledger's batch rows: clean outcomes as event-number ranges with positions in n order, every
-other outcome a row of its own (sql/V015)."""
+"""The producer's records, and the ledger's batch rows: clean outcomes as event-number ranges with
+positions in n order, every other outcome a row of its own (sql/V015)."""
 
-from delivery_semantics.ledger import Outcome, _array, outcome_batches
+from delivery_semantics.generator import Generator
+from delivery_semantics.ledger import Outcome, Reports, _array
+from delivery_semantics.ledger import outcome_batches as batches_of
+
+
+def outcome_batches(outcomes: list[Outcome]):
+    return batches_of(Reports("r", outcomes))
 
 
 def acked(n: int, partition: int, offset: int, txn_no: int | None = None) -> Outcome:
@@ -45,9 +51,25 @@ def test_an_event_reported_twice_keeps_both_reports():
     twice = acked(1, 0, 11)
     batches, singles = outcome_batches([acked(0, 0, 10), acked(1, 0, 12), twice])
     assert (batches[0].n_lo, batches[0].n_hi, len(batches[0].offsets)) == ([0], [2], 2)
-    assert len(singles) == 1 and singles[0].n == 1
+    assert len(singles) == 1 and singles[0] == Outcome("r-1", "acked", 0, 11, 101, n=1)
 
 
 def test_an_outcome_without_an_event_number_is_a_row_of_its_own():
     hand_made = Outcome("r-7", "acked", 0, 3)
     assert outcome_batches([hand_made]) == ([], [hand_made])
+
+
+def test_reports_give_every_outcome_back_one_by_one():
+    outcomes = [acked(0, 0, 10), Outcome("r-1", "failed", None, None, 5, error="MSG_TIMED_OUT", n=1)]
+    reports = Reports("r", outcomes)
+    assert len(reports) == 2 and list(reports.outcomes()) == outcomes
+
+
+def test_the_producers_records_are_the_generators_events():
+    """The per-record path (wire) builds the same bytes as the Event the ledger and checker derive."""
+    gen = Generator("r20261124t000000_abcdef", keys=7, payload_bytes=50, seed=3)
+    [records] = gen.batches(40, 45, 10)
+    assert [n for n, _ in records] == [40, 41, 42, 43, 44]
+    for n, at in records:
+        e = gen.event(n, at)
+        assert gen.wire(n, at) == (e.payload, e.key.encode(), e.headers(gen.run_id))
