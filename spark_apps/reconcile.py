@@ -61,6 +61,7 @@ PRINTED = (
     "unexpected",
     "out_of_order",
     "aborted_visible",
+    "torn_events",
     "malformed",
     "stale_overwrites",
     "verdict",

@@ -41,13 +41,14 @@ class ScenarioError(CatalogError):
 
 # --------------------------------------------------------------------------- promises
 
-GUARANTEES = ("no_duplicates", "no_acked_loss", "no_aborted_visible", "no_stale_overwrite")
+GUARANTEES = ("no_duplicates", "no_acked_loss", "no_aborted_visible", "no_stale_overwrite", "atomic_transactions")
 # The count that breaks each guarantee, as the checker's summary names it.
 BROKEN_BY = {
     "no_duplicates": ("duplicate", "duplicate_events"),
     "no_acked_loss": ("lost_acked", "lost_acked"),
     "no_aborted_visible": ("aborted_visible", "aborted_visible"),
     "no_stale_overwrite": ("stale_overwrite", "stale_overwrites"),
+    "atomic_transactions": ("torn_transaction", "torn_events"),
 }
 
 
@@ -179,10 +180,11 @@ MODES: dict[str, DeliveryMode] = {
             READ_COMMITTED,
             _promise(
                 "exactly once for read_committed readers, across restarts that reuse the transactional.id; "
-                "aborted batches never visible",
+                "aborted batches never visible; a committed transaction visible whole or not at all",
                 "no_duplicates",
                 "no_acked_loss",
                 "no_aborted_visible",
+                "atomic_transactions",
             ),
             transactional=True,
         ),

@@ -26,7 +26,7 @@ from functools import cached_property
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from delivery_semantics.catalog import READ_UNCOMMITTED
+from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
 
 NOT_ACKED = ("failed", "unknown", "pending", "aborted", "written")
 MAX_OFFSETS = 100  # offsets kept per discrepancy row
@@ -67,6 +67,8 @@ class Observation:
     committed_copies: DataFrame | None = None
     sink: bool = False
     id_prefix: str | None = None  # the ids' common prefix, when they are `<prefix><n>`
+    # Every event of a committed transaction (ID_KEY, txn), when the ledger knows them.
+    transactions: DataFrame | None = None
 
     def __post_init__(self):
         if "n" not in self.records.columns:
@@ -75,6 +77,8 @@ class Observation:
             self.ledger = with_id_key(self.ledger, self.id_prefix)
         if self.committed_copies is not None and "n" not in self.committed_copies.columns:
             self.committed_copies = with_id_key(self.committed_copies, self.id_prefix)
+        if self.transactions is not None and "n" not in self.transactions.columns:
+            self.transactions = with_id_key(self.transactions, self.id_prefix)
 
     def event_id(self) -> Column:
         """The id's text, from ID_KEY."""
@@ -255,6 +259,35 @@ def aborted_visible(obs: Observation) -> DataFrame:
     )
 
 
+def torn_transaction(obs: Observation) -> DataFrame | None:
+    """Under read_committed, a committed transaction is visible all or none, across partitions
+    [KAFKA-17754]. A row per event of a partly visible transaction that was not read, with the
+    positions of the transaction's events that were."""
+    if obs.transactions is None or obs.isolation != READ_COMMITTED:
+        return None
+    txn = Window.partitionBy("txn")
+    members = obs.transactions.select(*ID_KEY, "txn").join(
+        obs.copies.select(*ID_KEY, "copies", "partitions", "offsets"), list(ID_KEY), "left"
+    )
+    return (
+        members.withColumn("read", F.count("copies").over(txn))
+        .withColumn(
+            "seen_partitions", F.array_sort(F.array_distinct(F.flatten(F.collect_list("partitions").over(txn))))
+        )
+        .withColumn(
+            "seen_offsets", F.slice(F.array_sort(F.flatten(F.collect_list("offsets").over(txn))), 1, MAX_OFFSETS)
+        )
+        .where(F.col("copies").isNull() & (F.col("read") > 0))
+        .select(
+            obs.event_id(),
+            F.lit("torn_transaction").alias("kind"),
+            F.lit(0).alias("copies"),
+            F.col("seen_partitions").alias("partitions"),
+            F.col("seen_offsets").alias("offsets"),
+        )
+    )
+
+
 def malformed(obs: Observation) -> DataFrame:
     """A record without a usable event id, named by its position."""
     return obs.records.where(F.col("event_id").isNull()).select(
@@ -296,6 +329,7 @@ ANOMALIES = (
     unexpected,
     out_of_order,
     aborted_visible,
+    torn_transaction,
     malformed,
     stale_overwrite,
 )

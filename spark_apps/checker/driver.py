@@ -8,7 +8,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from checker import anomalies, results
-from checker.sources import Jdbc, Source, fixed_offsets, read_ledger, read_sink, read_topic
+from checker.sources import (
+    Jdbc,
+    Source,
+    committed_transactions,
+    fixed_offsets,
+    read_ledger,
+    read_sink,
+    read_topic,
+)
 from delivery_semantics import catalog
 from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
 
@@ -41,6 +49,8 @@ def reconcile(
         .groupBy(*anomalies.ID_KEY)
         .agg(F.count(F.lit(1)).cast("int").alias("copies"))
     )
+    # Committed transactions are checked whole where the ledger knows their events.
+    transactions = committed_transactions(jdbc, src.ledger["run_id"]).cache() if src.knows_transactions else None
     summaries, all_disc, classified = [], None, {}
     for iso in sorted(src.isolations, reverse=True):  # read_uncommitted first
         if single_read and iso == READ_COMMITTED:
@@ -55,6 +65,7 @@ def reconcile(
                 committed_copies if iso == READ_UNCOMMITTED else None,
                 sink=bool(src.sink),
                 id_prefix=src.id_prefix,
+                transactions=transactions if iso == READ_COMMITTED else None,
             )
             # The union of the kinds has a partition per branch and shuffle partition, most of them
             # empty: one JDBC connection each on write. A few suffice for what is left.
@@ -63,7 +74,7 @@ def reconcile(
                 .coalesce(spark.sparkContext.defaultParallelism)
                 .cache()
             )
-            counts = results.counts(disc, anomalies.totals(obs), bool(src.sink))
+            counts = results.counts(disc, anomalies.totals(obs), obs)
         classified[iso] = (disc, counts, obs)
         summaries.append(results.summary(src, iso, counts, end))
         all_disc = disc if all_disc is None else all_disc.unionByName(disc)

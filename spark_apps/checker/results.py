@@ -11,13 +11,14 @@ import secrets
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from checker.anomalies import Observation
 from checker.sources import Jdbc, Source
 from delivery_semantics import catalog
 
 
-def counts(disc: DataFrame, totals: DataFrame, sink: bool) -> dict:
+def counts(disc: DataFrame, totals: DataFrame, obs: Observation) -> dict:
     """The summary's counts from one isolation level's discrepancies and totals (a few rows
-    collected)."""
+    collected). A count that does not apply to the observation is None."""
     kinds = {
         r["kind"]: (r["events"], r["copies"])
         for r in disc.groupBy("kind").agg(F.count(F.lit(1)).alias("events"), F.sum("copies").alias("copies")).collect()
@@ -39,7 +40,8 @@ def counts(disc: DataFrame, totals: DataFrame, sink: bool) -> dict:
         "out_of_order": kinds.get("out_of_order", (0, 0))[0],
         "aborted_visible": int(kinds.get("aborted_visible", (0, 0))[1] or 0),
         "malformed": malformed,
-        "stale_overwrites": kinds.get("stale_overwrite", (0, 0))[0] if sink else None,
+        "torn_events": kinds.get("torn_transaction", (0, 0))[0] if obs.transactions is not None else None,
+        "stale_overwrites": kinds.get("stale_overwrite", (0, 0))[0] if obs.sink else None,
     }
 
 

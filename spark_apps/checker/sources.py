@@ -85,6 +85,17 @@ class Source:
         return f"{self.ledger['run_id']}-" if self.ledger.get("kind") == "platform" else None
 
     @property
+    def knows_transactions(self) -> bool:
+        """The topic is the one a platform run's transactional producers wrote, so the ledger has
+        the events of each transaction they committed (a consumer's copy is another topic)."""
+        return (
+            bool(self.transactional)
+            and self.ledger.get("kind") == "platform"
+            and self.ledger["run_id"] == self.reconciliation_id
+            and not self.sink
+        )
+
+    @property
     def isolations(self) -> tuple[str, ...]:
         # A sink holds what a read_committed consumer wrote: there is no other isolation to read.
         return (READ_COMMITTED,) if self.sink else ISOLATIONS
@@ -448,9 +459,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
 
     batches = jdbc.read(f"SELECT outcome_no, status, n_lo, n_hi FROM ledger_batches WHERE run_id = {literal}")
     batch_rows = batches.repartition(parts).select(
-        F.explode(
-            F.flatten(F.transform(F.arrays_zip("n_lo", "n_hi"), lambda r: F.sequence(r["n_lo"], r["n_hi"] - 1)))
-        ).alias("n"),
+        _batch_ns().alias("n"),
         "outcome_no",
         _status_code(F.col("status")).alias("code"),
     )
@@ -515,6 +524,29 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
             "aborted_positions"
         ),
     )
+
+
+def _batch_ns() -> F.Column:
+    """One row per event number of a `ledger_batches` row (its ranges n_lo, n_hi expanded)."""
+    return F.explode(
+        F.flatten(F.transform(F.arrays_zip("n_lo", "n_hi"), lambda r: F.sequence(r["n_lo"], r["n_hi"] - 1)))
+    )
+
+
+def committed_transactions(jdbc: Jdbc, run_id: str) -> DataFrame:
+    """(n, txn) of every event a platform run's producers committed in a transaction, txn being
+    `<producer>/<txn_no>`: the acked batch rows with a transaction number, and the acked per-event
+    rows with one (a hand-made ledger's)."""
+    literal = _run_id_literal(run_id)
+    acked = f"WHERE run_id = {literal} AND status = 'acked' AND txn_no IS NOT NULL"
+    txn = F.concat_ws("/", F.col("producer").cast("string"), F.col("txn_no").cast("string")).alias("txn")
+    batched = jdbc.read(f"SELECT producer, txn_no, n_lo, n_hi FROM ledger_batches {acked}").select(
+        _batch_ns().alias("n"), txn
+    )
+    singles = anomalies.with_id_key(
+        jdbc.read(f"SELECT producer, txn_no, event_id FROM ledger_event_outcomes {acked}"), f"{run_id}-"
+    ).where(F.col("n") >= 0)
+    return batched.unionByName(singles.select("n", txn)).select("n", F.lit("").alias("id_rest"), "txn")
 
 
 # A ledger outcome's status as a small integer, so that the ledger is aggregated on integers.

@@ -60,6 +60,8 @@ def planted(kafka_conf_module):
         (e(18), "kC", 2, "acked"),
         (e(19), "kD", 0, None),
         (e(20), "kE", 0, None),
+        (e(21), "kF", 0, None),  # e21 and e22: one committed transaction, of which only e21 landed
+        (e(22), "kF", 1, None),
     ]
     p = Producer({**conf, "acks": "all", "enable.idempotence": False, "linger.ms": 0})
     pos = {}
@@ -82,14 +84,14 @@ def planted(kafka_conf_module):
     tp = Producer({**conf, "transactional.id": f"plant-{tag}"})
     tp.init_transactions(30)
 
-    def in_transaction(commit: bool) -> list:
+    def in_transaction(commit: bool, eid: str = e(19), key: str = "kD") -> list:
         positions = []
         tp.begin_transaction()
         tp.produce(
             topic,
-            key="kD",
+            key=key,
             value=b"payload",
-            headers=[("event_id", e(19).encode()), ("seq", b"0")],
+            headers=[("event_id", eid.encode()), ("seq", b"0")],
             on_delivery=lambda err, msg: positions.append((msg.partition(), msg.offset())),
         )
         tp.flush(30)
@@ -98,6 +100,7 @@ def planted(kafka_conf_module):
 
     aborted_pos = in_transaction(commit=False)
     committed_pos = in_transaction(commit=True)
+    torn_pos = in_transaction(commit=True, eid=e(21), key="kF")
 
     lg = Ledger()
     lg.migrate()
@@ -122,6 +125,8 @@ def planted(kafka_conf_module):
     outcomes += [
         Outcome(e(19), "aborted", *aborted_pos[0], txn_no=1),
         Outcome(e(19), "acked", *committed_pos[0], txn_no=2),
+        Outcome(e(21), "acked", *torn_pos[0], txn_no=3),
+        Outcome(e(22), "acked", 0, None, txn_no=3),
     ]
     lg.copy_outcomes(run_id, 1, outcomes)
     lg.close()
@@ -173,7 +178,7 @@ def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
     e, rid = planted["e"], planted["run_id"]
     d = _discrepancies(rid)
     for iso in ("read_committed", "read_uncommitted"):
-        assert d[(iso, "lost_acked")] == {e(12): 0}
+        assert d[(iso, "lost_acked")] == {e(12): 0, e(22): 0}
         assert d[(iso, "lost_unacked")] == {e(13): 0}
         assert d[(iso, "unknown_landed")] == {e(14): 1, e(15): 1, e(20): 1}
         assert d[(iso, "unexpected")] == {f"{rid}-u1": 1}
@@ -183,11 +188,13 @@ def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
     assert d[("read_uncommitted", "duplicate")] == {e(10): 2, e(11): 3, e(19): 2}
     assert d[("read_uncommitted", "aborted_visible")] == {e(19): 1}
     assert ("read_committed", "aborted_visible") not in d
+    assert d[("read_committed", "torn_transaction")] == {e(22): 0}
+    assert ("read_uncommitted", "torn_transaction") not in d, "atomicity is read_committed's promise"
 
     s = _summary(rid)
     rc, ru = s["read_committed"], s["read_uncommitted"]
-    assert (rc["records_read"], ru["records_read"]) == (25, 26)
-    assert (rc["delivered_once"], ru["delivered_once"]) == (17, 16)
+    assert (rc["records_read"], ru["records_read"]) == (26, 27)
+    assert (rc["delivered_once"], ru["delivered_once"]) == (18, 17)
     assert (rc["duplicate_events"], rc["duplicate_copies"]) == (2, 3)
     assert (ru["duplicate_events"], ru["duplicate_copies"]) == (3, 4)
     assert (
@@ -198,13 +205,15 @@ def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
         rc["out_of_order"],
         rc["malformed"],
         rc["aborted_visible"],
-    ) == (1, 1, 3, 1, 1, 2, 0)
+    ) == (2, 1, 3, 1, 1, 2, 0)
     assert ru["aborted_visible"] == 1
-    assert (rc["verdict"], rc["broken_by"]) == ("broken", "duplicate,lost_acked")
+    assert (rc["torn_events"], ru["torn_events"]) == (1, None)
+    assert (rc["verdict"], rc["broken_by"]) == ("broken", "duplicate,lost_acked,torn_transaction")
     assert ru["verdict"] == "n/a", "transactional is judged on read_committed"
-    assert rc["ledger_events"] == 21 and rc["ledger_acked"] == 17  # e00-e12, e16-e18, e19 (committed)
-    # 26 records, an abort marker at 25 and a commit marker at 27: the end is offset 28, not a count.
-    assert rc["end_offsets"] == {"0": 28}
+    assert rc["ledger_events"] == 23 and rc["ledger_acked"] == 19  # e00-e12, e16-e18, e19, e21, e22
+    # 27 records and three control markers (an abort at 25, commits at 27 and 29): the end is
+    # offset 30, not a count.
+    assert rc["end_offsets"] == {"0": 30}
 
 
 def test_a_rerun_leaves_every_table_row_for_row_unchanged(planted, kafka_conf_module):
@@ -233,8 +242,8 @@ def test_dedup_table_keeps_the_first_copy_by_offset(planted):
         rows = dict(cur.fetchall())
     assert (rows[e(10)], rows[e(11)], rows[e(19)]) == (10, 12, 26)  # first copies; e19's committed one
     assert e(12) not in rows and e(13) not in rows and rows[f"{rid}-u1"] == 20
-    # read_committed, as the transactional mode's readers read: 20 distinct event ids
-    assert len(rows) == 20
+    # read_committed, as the transactional mode's readers read: 21 distinct event ids
+    assert len(rows) == 21
 
 
 def test_without_the_dedup_copy_the_verdicts_are_the_same_and_no_copy_is_written():

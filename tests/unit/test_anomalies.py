@@ -78,6 +78,7 @@ def found(rows) -> set[tuple]:
         (anomalies.aborted_visible, {("e8", "aborted_visible", 1)}),
         (anomalies.malformed, {("partition 0 offset 9", "malformed", 1)}),
         (anomalies.stale_overwrite, set()),
+        (anomalies.torn_transaction, set()),
     ],
 )
 def test_each_kind_finds_exactly_its_planted_event(planted, kind, expected):
@@ -108,6 +109,29 @@ def test_discrepancies_compose_every_kind_and_the_totals_count(planted):
         "delivered_once": 5,
         "duplicate_copies": 1,
     }  # e1, e5, e6, e7, e8: one copy each
+
+
+def test_a_committed_transaction_partly_visible_is_torn(spark, planted):
+    """t1 has e1 read and e3 not: e3 is torn (and lost_acked). t2 was read whole; t3 not at all,
+    which is a loss but not a torn transaction."""
+    txns = spark.createDataFrame(
+        [("e1", "0/1"), ("e3", "0/1"), ("e6", "0/2"), ("e7", "0/2"), ("e9", "1/1"), ("e10", "1/1")],
+        "event_id string, txn string",
+    )
+    obs = Observation(planted.records, planted.ledger, "read_committed", transactions=txns)
+    [row] = anomalies.torn_transaction(obs).collect()
+    assert (row["event_id"], row["kind"], row["copies"], row["partitions"], row["offsets"]) == (
+        "e3",
+        "torn_transaction",
+        0,
+        [0],
+        [0],
+    )
+    assert (
+        anomalies.torn_transaction(Observation(planted.records, planted.ledger, "read_uncommitted", transactions=txns))
+        is None
+    )
+    assert anomalies.torn_transaction(planted) is None, "no transactions known"
 
 
 def test_read_uncommitted_counts_the_copies_read_committed_does_not_see(spark):
