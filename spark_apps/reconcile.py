@@ -62,6 +62,7 @@ PRINTED = (
     "out_of_order",
     "aborted_visible",
     "torn_events",
+    "inconsistent_offsets",
     "malformed",
     "stale_overwrites",
     "verdict",

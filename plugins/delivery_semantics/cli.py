@@ -72,6 +72,13 @@ def _load_parser(sub) -> None:
     res = cmds.add_parser("resume", help="run a producer session for an existing run: finish a crashed one")
     res.add_argument("--run-id", required=True)
     res.add_argument("--producer", type=int, help="only this producer's slice (default: every slice not completed)")
+    res.add_argument(
+        "--crash-before-commit-at",
+        type=int,
+        metavar="I",
+        help="a transactional producer kills itself (SIGKILL) between the flush and the commit of the transaction "
+        "holding its slice's I-th event: the producer_crash fault, as the scenario arms it",
+    )
     for p in (run, res):
         p.add_argument("--no-progress", action="store_true")
         p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -81,7 +88,12 @@ def _load(args):
     from delivery_semantics import load, scenarios
 
     if args.action == "resume":
-        return load.resume(args.run_id, producer=args.producer, progress=not args.no_progress)
+        return load.resume(
+            args.run_id,
+            producer=args.producer,
+            progress=not args.no_progress,
+            crash_before_commit_at=args.crash_before_commit_at,
+        )
     spec = load.LoadSpec(
         mode=args.mode,
         messages=args.messages,

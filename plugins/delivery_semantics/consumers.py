@@ -24,9 +24,6 @@ these processes and restarts them after a crash.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -36,6 +33,7 @@ from delivery_semantics.catalog import Strategy
 from delivery_semantics.endpoints import Database, kafka_config, ledger_database
 from delivery_semantics.generator import H_EVENT_ID, H_PUBLISH_AT, H_SEQ
 from delivery_semantics.ledger import Ledger
+from delivery_semantics.nemesis import crash_here
 from delivery_semantics.sink import Sink, SinkRecord
 
 H_COPIED_FROM = "copied_from"
@@ -99,15 +97,6 @@ class _Input:
         self.consumer.close()
 
 
-def _crash(session: int, processed: int, batch: int, point: str, **extra) -> None:
-    print(
-        "CRASH "
-        + json.dumps({"session": session, "processed_before": processed, "batch": batch, "point": point, **extra}),
-        flush=True,
-    )
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def sink_record(m) -> SinkRecord:
     h = dict(m.headers() or [])
     eid, seq, at = h.get(H_EVENT_ID), h.get(H_SEQ), h.get(H_PUBLISH_AT)
@@ -134,12 +123,12 @@ def run_sink_session(
             if strategy.commit_first:
                 source.commit(batch)
                 if crash:
-                    _crash(session, processed, len(batch), strategy.crash_point)
+                    crash_here(strategy.crash_point, session=session, processed_before=processed, batch=len(batch))
                 written += sink.apply(records, session)
             else:
                 written += sink.apply(records, session)
                 if crash:
-                    _crash(session, processed, len(batch), strategy.crash_point)
+                    crash_here(strategy.crash_point, session=session, processed_before=processed, batch=len(batch))
                 source.commit(batch)
             processed += len(batch)
     finally:
@@ -183,11 +172,11 @@ def run_copier_session(run: dict, kafka_conf: dict, session: int, crash_after: i
                 )
                 if crash and i == len(batch) // 2:
                     producer.flush(30)
-                    _crash(
-                        session,
-                        processed,
-                        len(batch),
+                    crash_here(
                         catalog.STRATEGIES["transactional_copy"].crash_point,
+                        session=session,
+                        processed_before=processed,
+                        batch=len(batch),
                         produced_in_open_transaction=i + 1,
                     )
             producer.send_offsets_to_transaction(

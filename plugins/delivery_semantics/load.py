@@ -26,6 +26,7 @@ from delivery_semantics.client import ProducerClient, producer_config
 from delivery_semantics.endpoints import Database, child_process_env, kafka_config, ledger_database, mask_secrets
 from delivery_semantics.generator import Generator, new_run_id, slices
 from delivery_semantics.ledger import Ledger, Outcome, Reports
+from delivery_semantics.nemesis import crash_here
 
 BROKER_MESSAGE_MAX_BYTES = 1048588
 # Key, four headers and record framing, generously: what a record adds to its payload.
@@ -238,11 +239,16 @@ def resume(
     db: Database | None = None,
     progress: bool = False,
     on_progress: ProgressCallback | None = None,
+    crash_before_commit_at: int | None = None,
 ) -> RunSummary:
     """Producer sessions for a run: the first ones, or new ones after a crash, each of which sends
     every event of its slice the ledger does not show as acked, then the events never written.
     One producer (`producer`, or a run's only one) runs in this process; several run as local
-    processes side by side, one for each slice not yet completed."""
+    processes side by side, one for each slice not yet completed.
+
+    `crash_before_commit_at` (a transactional run's one producer): this process kills itself
+    between the flush and the commit of the transaction holding the slice's event of that index
+    (the producer_crash scenario's fault, catalog.Step.in_open_transaction)."""
     kafka_conf = kafka_conf or kafka_config()
     ledger = open_endpoints(kafka_conf, db or ledger_database())
     try:
@@ -251,12 +257,20 @@ def resume(
         producers = ledger.producers(run_id)
         if producer is not None and not 0 <= producer < len(producers):
             raise LoadError(f"run {run_id} has producers 0 to {len(producers) - 1}, not {producer}")
+        if crash_before_commit_at is not None:
+            mode = ledger.get_run(run_id)["mode"]
+            if not catalog.get_mode(mode).transactional:
+                raise LoadError(f"a crash before a commit needs the transactional mode; run {run_id} is {mode}")
+            if crash_before_commit_at < 0:
+                raise LoadError(f"the crash point must be >= 0, got {crash_before_commit_at}")
         todo = [p["producer"] for p in producers if p["status"] != "completed"]
+        if crash_before_commit_at is not None and (producer is None and len(producers) > 1):
+            raise LoadError("a crash point needs one producer: name it with --producer")
         if producer is not None:
-            _drive(ledger, run_id, producer, kafka_conf, progress, on_progress)
+            _drive(ledger, run_id, producer, kafka_conf, progress, on_progress, crash_before_commit_at)
             return summary(ledger, run_id, producer)
         if len(producers) == 1 or len(todo) == 1:
-            _drive(ledger, run_id, (todo or [0])[0], kafka_conf, progress, on_progress)
+            _drive(ledger, run_id, (todo or [0])[0], kafka_conf, progress, on_progress, crash_before_commit_at)
         elif todo:
             wait_producers(ledger, run_id, spawn_producers(run_id, todo, kafka_conf, ledger.db), progress, on_progress)
         return summary(ledger, run_id)
@@ -264,10 +278,14 @@ def resume(
         ledger.close()
 
 
-def spawn_producers(run_id: str, producers: list[int], kafka_conf: dict, db: Database) -> dict[int, subprocess.Popen]:
+def spawn_producers(
+    run_id: str, producers: list[int], kafka_conf: dict, db: Database, crash_before_commit_at: int | None = None
+) -> dict[int, subprocess.Popen]:
     """One local process per producer slice (`cli load resume --producer P`), each writing its
-    stderr to a file of its own for the error a failure reports."""
+    stderr to a file of its own for the error a failure reports (and, armed with a crash point,
+    its `CRASH` line to stdout)."""
     procs = {}
+    armed = [] if crash_before_commit_at is None else ["--crash-before-commit-at", str(crash_before_commit_at)]
     for p in producers:
         stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed once the process has been waited for)
         proc = subprocess.Popen(
@@ -282,8 +300,9 @@ def spawn_producers(run_id: str, producers: list[int], kafka_conf: dict, db: Dat
                 "--producer",
                 str(p),
                 "--no-progress",
+                *armed,
             ],
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if armed else subprocess.DEVNULL,
             stderr=stderr,
             text=True,
             env=child_process_env(kafka_conf, db),
@@ -346,6 +365,7 @@ def _drive(
     kafka_conf: dict,
     progress: bool,
     on_progress: ProgressCallback | None = None,
+    crash_before_commit_at: int | None = None,
 ) -> None:
     ledger.claim_run(run_id, producer)
     run = ledger.get_run(run_id)
@@ -374,6 +394,7 @@ def _drive(
         gen,
         bar,
         on_progress,
+        crash_before_commit_at,
     )
     try:
         if session > 1 and mode.resends_unacked:
@@ -498,6 +519,7 @@ class _Session:
         gen: Generator,
         bar,
         on_progress: ProgressCallback | None = None,
+        crash_before_commit_at: int | None = None,
     ):
         self.ledger, self.run, self.mode, self.session, self.client, self.gen, self.bar = (
             ledger,
@@ -511,6 +533,7 @@ class _Session:
         self.on_progress = on_progress
         self.run_id = run["run_id"]
         self.producer, self.start, self.stop = mine["producer"], mine["n_start"], mine["n_stop"]
+        self.crash_before_commit_n = None if crash_before_commit_at is None else self.start + crash_before_commit_at
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="ledger-writer")
         self.rng = random.Random(run["seed"] * 1_000_003 + session + 7919 * self.producer)
         self.txn_no = ledger.max_txn_no(self.run_id, self.producer)
@@ -639,6 +662,17 @@ class _Session:
     def _record_written(self, outcomes: Reports) -> None:
         # Synchronous, and after every earlier outcome: the commit must not start before these are durable.
         self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, outcomes, self.producer).result()
+        if self.crash_before_commit_n is not None:
+            [((_, txn_no), written)] = outcomes.clean.items()
+            if max(r[0] for r in written) >= self.crash_before_commit_n:
+                crash_here(
+                    "before_commit",
+                    run_id=self.run_id,
+                    producer=self.producer,
+                    session=self.session,
+                    txn_no=txn_no,
+                    written=len(written),
+                )
 
     def _throttle(self, n: int) -> None:
         self._sent_this_session += n

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 import urllib.error
@@ -244,6 +245,13 @@ class Nemesis:
         if wait:
             wait_healthy(self.kafka_conf, timeout=timeout)
             self.timeline.record("healthy")
+
+
+def crash_here(point: str, **facts) -> None:
+    """The calling process kills itself (SIGKILL) at a crash point only it can see, saying first
+    where, on stdout, as `CRASH {json}` for whoever ran it."""
+    print("CRASH " + json.dumps({"point": point, **facts}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def wait_healthy(kafka_conf: dict, timeout: float = 180, brokers: int = 3) -> None:

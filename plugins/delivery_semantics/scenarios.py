@@ -13,6 +13,8 @@ the run.
 from __future__ import annotations
 
 import dataclasses
+import json
+import signal
 import subprocess
 import threading
 import time
@@ -165,16 +167,38 @@ class _Timeline:
             return [b for b in self.nemesis.backend.broker_ids if b != self._leader]
         raise NemesisError(f"unknown step target {target!r}")
 
+    def crashes_itself(self, step: Step) -> bool:
+        """The step is a kill the producer process does to itself, armed when it was started."""
+        return step.in_open_transaction and catalog.get_mode(self.run["mode"]).transactional
+
+    def crash_point(self) -> int | None:
+        """The index in producer 0's slice at which its process is armed to kill itself, if any."""
+        armed = [s for s in self.steps if self.crashes_itself(s)]
+        return int(self.slice_size * armed[0].after_share) if armed else None
+
     def apply(self, started: threading.Event) -> None:
         started.wait()
         t0 = time.monotonic()
         for step in self.steps:
+            if self.crashes_itself(step):
+                self._wait_for_own_crash()
+                continue
             if step.after_share is not None:
                 self._wait_for_outcomes(int(self.slice_size * step.after_share))
             else:
                 time.sleep(max(0.0, t0 + step.at - time.monotonic()))
             for target in self.targets(step.target):
                 getattr(self.nemesis, step.action)(target)
+
+    def _wait_for_own_crash(self) -> None:
+        try:
+            out, _ = self.producer.communicate(timeout=catalog.LOAD_SECONDS * 4)
+        except subprocess.TimeoutExpired:
+            raise ScenarioError("the load never reached its crash point") from None
+        crash = next((line[len("CRASH ") :] for line in out.splitlines() if line.startswith("CRASH ")), None)
+        if self.producer.returncode != -signal.SIGKILL or crash is None:
+            raise ScenarioError(f"the load process exited ({self.producer.returncode}) before its crash point")
+        self.nemesis.timeline.record("kill_producer", pid=self.producer.pid, signal="SIGKILL", **json.loads(crash))
 
     def _wait_for_outcomes(self, target: int) -> None:
         deadline = time.monotonic() + catalog.LOAD_SECONDS * 4
@@ -219,13 +243,17 @@ def _load_with_timeline(
 
 
 def _forked_load(run: dict, scenario: Scenario, nemesis: Nemesis, kafka_conf: dict, db: Database) -> load.RunSummary:
-    """Producer 0's first session as a child process that the timeline kills; then a new session
-    here (same slice, same transactional.id) resends what the ledger lacks and completes it."""
-    proc = load.spawn_producers(run["run_id"], [0], kafka_conf, db)[0]
+    """Producer 0's first session as a child process that the timeline kills (or that kills itself
+    at its crash point); then a new session here (same slice, same transactional.id) fences it,
+    resends what the ledger lacks and completes it."""
+    timeline = _Timeline(scenario.timeline, nemesis, run, db)
+    proc = timeline.producer = load.spawn_producers(
+        run["run_id"], [0], kafka_conf, db, crash_before_commit_at=timeline.crash_point()
+    )[0]
     try:
         started = threading.Event()
         started.set()
-        _Timeline(scenario.timeline, nemesis, run, db, producer=proc).apply(started)
+        timeline.apply(started)
     except ScenarioError as e:
         raise ScenarioError(f"{e}: {load.stderr_tail(proc)}") from None
     finally:

@@ -11,7 +11,8 @@ Inputs:
 - records: what was read (`event_id` NULL when a record has none; `key, seq, publish_at,
   partition, offset`; a sink adds `apply_no, state_applied`);
 - ledger: one row per ledger event (`event_id, key, seq, publish_at, status,
-  aborted_positions`), status one of acked, sent, failed, unknown, pending, aborted, written.
+  aborted_positions`, and where the ledger knows it `acked_position`, see `position`), status
+  one of acked, sent, failed, unknown, pending, aborted, written.
 
 Events are grouped and joined on `ID_KEY`, not on the id's text: a platform run's ids are
 `<run>-<n>`, so its shuffles and joins compare one long per event (`with_id_key`). The text is
@@ -37,6 +38,19 @@ UNNUMBERED = -1  # n of an id that is not <prefix><n>: its text, in id_rest, is 
 # shuffled. Counted before it is decided.
 BROADCAST_MAX_ROWS = 1_000_000
 FIRST_COPY = ("key", "seq", "publish_at", "partition", "offset", "value")
+OFFSET_BITS = 40  # a position is partition << OFFSET_BITS | offset: one long to aggregate and compare
+
+
+def position(partition: Column, offset: Column) -> Column:
+    return F.shiftleft(partition.cast("bigint"), OFFSET_BITS).bitwiseOR(offset.cast("bigint"))
+
+
+def position_parts(pos: Column) -> tuple[Column, Column]:
+    """(partition, offset) of a position."""
+    return (
+        F.shiftright(pos, OFFSET_BITS).cast("int").alias("partition"),
+        pos.bitwiseAND(F.lit((1 << OFFSET_BITS) - 1)).alias("offset"),
+    )
 
 
 def with_id_key(df: DataFrame, prefix: str | None) -> DataFrame:
@@ -105,12 +119,16 @@ class Observation:
                 F.max("partition").alias("p_hi"),
                 F.min("offset").alias("o_lo"),
                 F.max("offset").alias("o_hi"),
+                F.min(position(F.col("partition"), F.col("offset"))).alias("pos_lo"),
+                F.max(position(F.col("partition"), F.col("offset"))).alias("pos_hi"),
             )
             .select(
                 *ID_KEY,
                 "copies",
                 F.when(p_lo == p_hi, F.array(p_lo)).otherwise(F.array(p_lo, p_hi)).alias("partitions"),
                 F.when(F.col("copies") == 1, F.array(o_lo)).otherwise(F.array(o_lo, o_hi)).alias("offsets"),
+                "pos_lo",
+                "pos_hi",
             )
         )
 
@@ -147,8 +165,11 @@ class Observation:
     def joined(self) -> DataFrame:
         """Copies full-outer-joined with the ledger's status; most kinds and the totals read it,
         so it is computed once."""
+        acked_at = F.col("acked_position") if "acked_position" in self.ledger.columns else F.lit(None).cast("bigint")
         return self.copies.join(
-            self.ledger.select(*ID_KEY, "status", "aborted_positions"), list(ID_KEY), "full_outer"
+            self.ledger.select(*ID_KEY, "status", "aborted_positions", acked_at.alias("acked_position")),
+            list(ID_KEY),
+            "full_outer",
         ).cache()
 
     def first_copies(self, duplicate_events: int) -> DataFrame:
@@ -288,6 +309,31 @@ def torn_transaction(obs: Observation) -> DataFrame | None:
     )
 
 
+def inconsistent_offset(obs: Observation) -> DataFrame | None:
+    """The position the ledger recorded an event's ack at holds another event: the log was
+    truncated and written again there, as after an isolated leader's unclean election [Jepsen:
+    inconsistent-offsets]. A row per such event, at that position, copies counting its own copies
+    read elsewhere."""
+    if "acked_position" not in obs.ledger.columns:
+        return None
+    acked_at = F.col("acked_position")
+    moved = obs.joined.where(
+        (F.col("status") == "acked")
+        & acked_at.isNotNull()
+        & (F.col("pos_lo").isNull() | ((acked_at != F.col("pos_lo")) & (acked_at != F.col("pos_hi"))))
+    ).select(*ID_KEY, F.coalesce("copies", F.lit(0)).alias("copies"), *position_parts(acked_at))
+    if moved.count() <= BROADCAST_MAX_ROWS:
+        moved = F.broadcast(moved)
+    there = obs.identified.select(
+        F.col("n").alias("n_there"), F.col("id_rest").alias("rest_there"), "partition", "offset"
+    )
+    return (
+        moved.join(there, ["partition", "offset"])
+        .where((F.col("n_there") != F.col("n")) | (F.col("rest_there") != F.col("id_rest")))
+        .select(obs.event_id(), F.lit("inconsistent_offset").alias("kind"), "copies", *_position())
+    )
+
+
 def malformed(obs: Observation) -> DataFrame:
     """A record without a usable event id, named by its position."""
     return obs.records.where(F.col("event_id").isNull()).select(
@@ -330,6 +376,7 @@ ANOMALIES = (
     out_of_order,
     aborted_visible,
     torn_transaction,
+    inconsistent_offset,
     malformed,
     stale_overwrite,
 )

@@ -28,7 +28,10 @@ def reconcile(
     audit's outbox is read from, when it is another. Without `dedup_copy` no `dedup_events` rows
     are written (a quarter of the time at 10M events; docs/BENCHMARKS.md)."""
     single_read = src.transactional is False and not src.sink
-    ledger = read_ledger(outbox or jdbc, src).cache()
+    ledger = read_ledger(outbox or jdbc, src)
+    if not src.ledger_wrote_topic and "acked_position" in ledger.columns:
+        ledger = ledger.drop("acked_position")  # positions in another topic
+    ledger = ledger.cache()
     if src.sink:
         start, end, recorded_before = {}, src.sink["end_offsets"], True
         reads = {READ_COMMITTED: read_sink(jdbc, src).cache()}

@@ -41,6 +41,9 @@ def counts(disc: DataFrame, totals: DataFrame, obs: Observation) -> dict:
         "aborted_visible": int(kinds.get("aborted_visible", (0, 0))[1] or 0),
         "malformed": malformed,
         "torn_events": kinds.get("torn_transaction", (0, 0))[0] if obs.transactions is not None else None,
+        "inconsistent_offsets": (
+            kinds.get("inconsistent_offset", (0, 0))[0] if "acked_position" in obs.ledger.columns else None
+        ),
         "stale_overwrites": kinds.get("stale_overwrite", (0, 0))[0] if obs.sink else None,
     }
 

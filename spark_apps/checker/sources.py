@@ -85,15 +85,15 @@ class Source:
         return f"{self.ledger['run_id']}-" if self.ledger.get("kind") == "platform" else None
 
     @property
+    def ledger_wrote_topic(self) -> bool:
+        """The records are the ones a platform run's producers wrote, at the positions its ledger
+        recorded (a consumer's copy, or its sink, holds other positions)."""
+        return self.ledger.get("kind") == "platform" and self.ledger["run_id"] == self.reconciliation_id
+
+    @property
     def knows_transactions(self) -> bool:
-        """The topic is the one a platform run's transactional producers wrote, so the ledger has
-        the events of each transaction they committed (a consumer's copy is another topic)."""
-        return (
-            bool(self.transactional)
-            and self.ledger.get("kind") == "platform"
-            and self.ledger["run_id"] == self.reconciliation_id
-            and not self.sink
-        )
+        """The ledger has the events of each transaction that wrote the topic."""
+        return bool(self.transactional) and self.ledger_wrote_topic
 
     @property
     def isolations(self) -> tuple[str, ...]:
@@ -396,7 +396,8 @@ def read_sink(jdbc: Jdbc, src: Source) -> DataFrame:
 
 def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
     """One row per ledger event: event_id and its ID_KEY, status (acked, sent, failed, unknown,
-    pending, aborted, written) and aborted_positions; an outbox's also key, seq and publish_at."""
+    pending, aborted, written) and aborted_positions; a platform run's also acked_position
+    (anomalies.position), an outbox's key, seq and publish_at."""
     led = src.ledger
     if led["kind"] == "platform":
         return _platform_ledger(jdbc, led["run_id"], led["messages"])
@@ -457,11 +458,20 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
     for p in pieces[1:]:
         events = events.unionByName(p)
 
-    batches = jdbc.read(f"SELECT outcome_no, status, n_lo, n_hi FROM ledger_batches WHERE run_id = {literal}")
-    batch_rows = batches.repartition(parts).select(
-        _batch_ns().alias("n"),
-        "outcome_no",
-        _status_code(F.col("status")).alias("code"),
+    batches = jdbc.read(
+        f"SELECT outcome_no, status, n_lo, n_hi, partitions, offsets FROM ledger_batches WHERE run_id = {literal}"
+    )
+    # A batch's partitions and offsets are in the order of its event numbers.
+    batch_rows = (
+        batches.repartition(parts)
+        .select(_batch_ns_array().alias("ns"), "partitions", "offsets", "outcome_no", "status")
+        .select(F.explode(F.arrays_zip("ns", "partitions", "offsets")).alias("e"), "outcome_no", "status")
+        .select(
+            F.col("e.ns").alias("n"),
+            "outcome_no",
+            _status_code(F.col("status")).alias("code"),
+            anomalies.position(F.col("e.partitions"), F.col("e.offsets")).alias("pos"),
+        )
     )
     lo, hi, count = jdbc.scalar_rows(
         "SELECT coalesce(min(outcome_no), 0), coalesce(max(outcome_no), 0), count(*) "
@@ -479,24 +489,37 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
     single_rows = (
         anomalies.with_id_key(singles, prefix)
         .where(F.col("n") >= 0)
-        .select("n", "outcome_no", _status_code(F.col("status")).alias("code"), "partition", "offset")
+        .select(
+            "n",
+            "outcome_no",
+            _status_code(F.col("status")).alias("code"),
+            "partition",
+            "offset",
+            anomalies.position(F.col("partition"), F.col("offset")).alias("pos"),
+        )
         .cache()
     )
     # One aggregation over the events and their outcomes, on integer columns only, which Spark
     # aggregates in place: an event with no outcome is pending; among its outcomes, acked wins,
-    # then sent, then the latest.
+    # then sent, then the latest. An acked event keeps the position it was acked at.
     code = F.col("code")
     per_event = (
-        events.select("n", F.lit(None).cast("bigint").alias("outcome_no"), F.lit(None).cast("int").alias("code"))
+        events.select(
+            "n",
+            F.lit(None).cast("bigint").alias("outcome_no"),
+            F.lit(None).cast("int").alias("code"),
+            F.lit(None).cast("bigint").alias("pos"),
+        )
         .withColumn("recorded", F.lit(1))
         .unionByName(batch_rows.withColumn("recorded", F.lit(0)))
-        .unionByName(single_rows.select("n", "outcome_no", "code").withColumn("recorded", F.lit(0)))
+        .unionByName(single_rows.select("n", "outcome_no", "code", "pos").withColumn("recorded", F.lit(0)))
         .groupBy("n")
         .agg(
             F.max("recorded").alias("recorded"),
             F.max(F.when(code == STATUS_CODES["acked"], 1).otherwise(0)).alias("acked"),
             F.max(F.when(code == STATUS_CODES["sent"], 1).otherwise(0)).alias("sent"),
             F.max_by(code, "outcome_no").alias("last_code"),
+            F.max(F.when(code == STATUS_CODES["acked"], F.col("pos"))).alias("acked_position"),
         )
         .where(F.col("recorded") == 1)
     )
@@ -523,14 +546,13 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
         F.coalesce("aborted_positions", F.array().cast("array<struct<partition:int,offset:bigint>>")).alias(
             "aborted_positions"
         ),
+        "acked_position",
     )
 
 
-def _batch_ns() -> F.Column:
-    """One row per event number of a `ledger_batches` row (its ranges n_lo, n_hi expanded)."""
-    return F.explode(
-        F.flatten(F.transform(F.arrays_zip("n_lo", "n_hi"), lambda r: F.sequence(r["n_lo"], r["n_hi"] - 1)))
-    )
+def _batch_ns_array() -> F.Column:
+    """The event numbers of a `ledger_batches` row in order (its ranges n_lo, n_hi expanded)."""
+    return F.flatten(F.transform(F.arrays_zip("n_lo", "n_hi"), lambda r: F.sequence(r["n_lo"], r["n_hi"] - 1)))
 
 
 def committed_transactions(jdbc: Jdbc, run_id: str) -> DataFrame:
@@ -541,7 +563,7 @@ def committed_transactions(jdbc: Jdbc, run_id: str) -> DataFrame:
     acked = f"WHERE run_id = {literal} AND status = 'acked' AND txn_no IS NOT NULL"
     txn = F.concat_ws("/", F.col("producer").cast("string"), F.col("txn_no").cast("string")).alias("txn")
     batched = jdbc.read(f"SELECT producer, txn_no, n_lo, n_hi FROM ledger_batches {acked}").select(
-        _batch_ns().alias("n"), txn
+        F.explode(_batch_ns_array()).alias("n"), txn
     )
     singles = anomalies.with_id_key(
         jdbc.read(f"SELECT producer, txn_no, event_id FROM ledger_event_outcomes {acked}"), f"{run_id}-"

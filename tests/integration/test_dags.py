@@ -19,10 +19,10 @@ def dags_test(dag_id: str, conf: dict, name: str, timeout: float = 1200):
 
 
 # The transactional mode, read_committed, with its producers as two mapped tasks, the first killed
-# and resumed: the matrix DAG below runs the other modes through Airflow, test_faults.py the crash
+# inside its open transaction and resumed: the matrix DAG below runs the other modes through Airflow, test_faults.py the crash
 # of one producer of two from the command line, and test_audits.py reconciles all five modes on
 # both listeners.
-def test_single_run_dag_with_two_mapped_producers_one_killed_is_exactly_once():
+def test_single_run_dag_with_two_mapped_producers_one_killed_in_a_transaction_is_exactly_once():
     conf = {"mode": "transactional", "scenario": "producer_crash", "messages": 2000, "producers": 2}
     res, out = dags_test("semantics_single_run", conf, "single-transactional")
     assert res.returncode == 0 and "state=success" in out, out[-3000:]
@@ -44,6 +44,19 @@ def test_single_run_dag_with_two_mapped_producers_one_killed_is_exactly_once():
     assert (r["scenario"], r["messages"], r["records_read"], r["sessions"]) == ("producer_crash", 2000, 2000, 3)
     assert (r["lost"], r["duplicate_events"], r["verdict"], r["meets_expectation"]) == (0, 0, "kept", True)
     assert r["isolation"] == catalog.MODES["transactional"].isolation
+    assert r["torn_events"] == 0
+    # Producer 0 killed itself inside its open transaction, after the flush: the resume fenced it,
+    # and that transaction's records are on the brokers, aborted. read_uncommitted shows them.
+    [timeline] = query("SELECT timeline FROM runs WHERE run_id = %s", (r["run_id"],))
+    [crash] = [e for e in timeline["timeline"]["events"] if e["action"] == "kill_producer"]
+    assert (crash["point"], crash["producer"], crash["session"]) == ("before_commit", 0, 1)
+    assert crash["written"] > 0
+    [uncommitted] = query(
+        "SELECT aborted_visible, duplicate_events FROM reconcile_summary "
+        "WHERE reconciliation_id = %s AND isolation = 'read_uncommitted'",
+        (r["run_id"],),
+    )
+    assert uncommitted == {"aborted_visible": crash["written"], "duplicate_events": crash["written"]}
 
 
 def test_consumer_run_dag_makes_its_input_run_crashes_the_consumer_and_reports_it():
@@ -95,6 +108,10 @@ def test_matrix_dag_with_a_small_n_matches_design_expectations():
     assert all(r["meets_expectation"] for r in results.values()), {k: v["expectation"] for k, v in results.items()}
     assert results[("at_least_once", "lost_ack")]["duplicate_events"] > 0
     assert results[("idempotent", "lost_ack")]["duplicate_events"] == 0
+    # No false positive of the kinds a retry or a lost ack must not produce.
+    assert {k: (r["inconsistent_offsets"], r["torn_events"]) for k, r in results.items()} == {
+        k: (0, None) for k in results
+    }
     consumer = query("""SELECT v.* FROM v_run_results v JOIN consumer_runs c ON c.consumer_run_id = v.run_id
                         WHERE c.airflow_run_id LIKE 'semantics_matrix/%%' ORDER BY v.created_at DESC LIMIT 1""")[0]
     assert (consumer["mode"], consumer["scenario"], consumer["meets_expectation"]) == (

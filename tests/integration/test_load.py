@@ -239,6 +239,17 @@ def test_a_second_producer_cannot_take_a_run_held_by_a_live_one(ledger):
 # ------------------------------------------------------------------------ bad input
 
 
+def test_a_crash_point_is_refused_where_it_cannot_apply_before_any_side_effect(ledger):
+    s = load.start(load.LoadSpec(mode="at_least_once", messages=100))
+    before = ledger.get_run(s.run_id)
+    with pytest.raises(load.LoadError, match=r"needs the transactional mode; run .* is at_least_once"):
+        load.resume(s.run_id, crash_before_commit_at=5)
+    t = load.create(load.LoadSpec(mode="transactional", messages=100))
+    with pytest.raises(load.LoadError, match="the crash point must be >= 0, got -1"):
+        load.resume(t, crash_before_commit_at=-1)
+    assert ledger.get_run(s.run_id) == before and ledger.get_run(t)["status"] == "created"
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [

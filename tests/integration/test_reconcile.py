@@ -121,6 +121,7 @@ def planted(kafka_conf_module):
     )
     now = int(time.time() * 1000)
     lg.copy_events(run_id, [Event(n, eid, key, seq, now, b"") for n, (eid, key, seq, _) in enumerate(ledger_rows)])
+    pos[e(12)] = pos[e(0)]  # e12's ack at a position that holds e0: an inconsistent offset
     outcomes = [Outcome(eid, st, *(pos.get(eid, (0, None)))) for eid, _, _, st in ledger_rows if st]
     outcomes += [
         Outcome(e(19), "aborted", *aborted_pos[0], txn_no=1),
@@ -179,6 +180,7 @@ def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
     d = _discrepancies(rid)
     for iso in ("read_committed", "read_uncommitted"):
         assert d[(iso, "lost_acked")] == {e(12): 0, e(22): 0}
+        assert d[(iso, "inconsistent_offset")] == {e(12): 0}
         assert d[(iso, "lost_unacked")] == {e(13): 0}
         assert d[(iso, "unknown_landed")] == {e(14): 1, e(15): 1, e(20): 1}
         assert d[(iso, "unexpected")] == {f"{rid}-u1": 1}
@@ -208,6 +210,7 @@ def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
     ) == (2, 1, 3, 1, 1, 2, 0)
     assert ru["aborted_visible"] == 1
     assert (rc["torn_events"], ru["torn_events"]) == (1, None)
+    assert (rc["inconsistent_offsets"], ru["inconsistent_offsets"]) == (1, 1)
     assert (rc["verdict"], rc["broken_by"]) == ("broken", "duplicate,lost_acked,torn_transaction")
     assert ru["verdict"] == "n/a", "transactional is judged on read_committed"
     assert rc["ledger_events"] == 23 and rc["ledger_acked"] == 19  # e00-e12, e16-e18, e19, e21, e22

@@ -79,6 +79,7 @@ def found(rows) -> set[tuple]:
         (anomalies.malformed, {("partition 0 offset 9", "malformed", 1)}),
         (anomalies.stale_overwrite, set()),
         (anomalies.torn_transaction, set()),
+        (anomalies.inconsistent_offset, set()),
     ],
 )
 def test_each_kind_finds_exactly_its_planted_event(planted, kind, expected):
@@ -132,6 +133,26 @@ def test_a_committed_transaction_partly_visible_is_torn(spark, planted):
         is None
     )
     assert anomalies.torn_transaction(planted) is None, "no transactions known"
+
+
+def test_an_acked_position_holding_another_event_is_an_inconsistent_offset(spark):
+    """a's ack was at 0/5, which now holds b: the log was rewritten there. c is where it was
+    acked; d moved, but nothing took its place; e was read three times, once where acked."""
+    ledger = spark.createDataFrame(
+        [
+            (*led(eid, "acked"), p << anomalies.OFFSET_BITS | o)
+            for eid, p, o in (("a", 0, 5), ("b", 0, 6), ("c", 1, 2), ("d", 1, 3), ("e", 2, 5))
+        ],
+        LEDGER + ", acked_position bigint",
+    )
+    records = spark.createDataFrame(
+        [rec("b", 0, 5), rec("c", 1, 2), rec("d", 1, 7), rec("e", 2, 1), rec("e", 2, 5), rec("e", 2, 9)], RECORD
+    )
+    rows = anomalies.inconsistent_offset(Observation(records, ledger, "read_uncommitted")).collect()
+    assert [(r["event_id"], r["kind"], r["copies"], r["partitions"], r["offsets"]) for r in rows] == [
+        ("a", "inconsistent_offset", 0, [0], [5])
+    ]
+    assert anomalies.inconsistent_offset(Observation(records, ledger.drop("acked_position"), "read_committed")) is None
 
 
 def test_read_uncommitted_counts_the_copies_read_committed_does_not_see(spark):

@@ -13,7 +13,7 @@ BREAKS = {
     "at_least_once": ["lost_acked"],
     "at_least_once_all": ["lost_acked"],
     "idempotent": ["duplicate", "lost_acked"],
-    "transactional": ["duplicate", "lost_acked", "aborted_visible"],
+    "transactional": ["duplicate", "lost_acked", "aborted_visible", "torn_transaction"],
     "commit_before_process": ["duplicate"],
     "process_then_commit": ["lost_acked"],
     "process_then_commit_dedup": ["duplicate", "lost_acked", "stale_overwrite"],
@@ -26,7 +26,15 @@ LIFTED = {
 }
 # DESIGN.md §3 states nothing for these pairs: acks=1 under leader_kill, acks=0 under isolated_leader.
 SILENT = {("at_least_once", "leader_kill"), ("at_most_once", "isolated_leader")}
-ALL_BAD = {"duplicate_events": 3, "lost_acked": 2, "lost_unacked": 1, "aborted_visible": 4, "stale_overwrites": 5}
+ALL_BAD = {
+    "duplicate_events": 3,
+    "lost_acked": 2,
+    "lost_unacked": 1,
+    "aborted_visible": 4,
+    "stale_overwrites": 5,
+    "torn_events": 6,
+    "inconsistent_offsets": 7,
+}
 
 
 def all_subjects():
@@ -73,7 +81,7 @@ def test_expectation_holds_for_its_own_counts_and_fails_for_each_flip(name, scen
 def test_design_md_section_3_in_the_catalog():
     assert catalog.expectation_text("at_least_once", "lost_ack") == "duplicate_events > 0, lost_acked = 0"
     assert catalog.expectation_text("at_most_once", "leader_kill") == "lost > 0, duplicate_events = 0"
-    assert catalog.expectation("at_least_once", "isolated_leader") == {"lost_acked": ">0"}
+    assert catalog.expectation("at_least_once", "isolated_leader") == {"lost_acked": ">0", "inconsistent_offsets": ">0"}
     assert catalog.expectation("transactional", "txn_abort")["aborted_visible"] == "=0"
     assert catalog.expectation("process_then_commit", "consumer_crash") == {"duplicate_events": ">0", "lost": "=0"}
     assert catalog.expectation_text("idempotent", "no_such_scenario") == "-"
