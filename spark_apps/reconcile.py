@@ -63,6 +63,8 @@ PRINTED = (
     "aborted_visible",
     "torn_events",
     "inconsistent_offsets",
+    "poll_skips",
+    "nonmonotonic_polls",
     "malformed",
     "stale_overwrites",
     "verdict",

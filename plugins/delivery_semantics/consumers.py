@@ -59,9 +59,12 @@ def consumer_config(kafka_conf: dict, run: dict) -> dict:
 
 
 class _Input:
-    """The run's input topic, consumed in batches until every partition reaches its end."""
+    """The run's input topic, consumed in batches until every partition reaches its end. Each
+    poll's offsets are in the ledger (`consumer_polls`) before its records are processed, so the
+    checker sees the polls of a session that was killed too."""
 
-    def __init__(self, kafka_conf: dict, run: dict, timeout: float):
+    def __init__(self, kafka_conf: dict, run: dict, timeout: float, ledger: Ledger, session: int):
+        self.ledger, self.run_id, self.session, self.polls = ledger, run["consumer_run_id"], session, 0
         self.topic, self.batch_size = run["input_topic"], int(run["batch_size"])
         self.open_parts = {int(p) for p in run["input_end_offsets"]}
         self.deadline = time.monotonic() + timeout
@@ -82,6 +85,11 @@ class _Input:
                 else:
                     raise KafkaException(err)
             if data:
+                self.polls += 1
+                offsets: dict[int, list[int]] = {}
+                for m in data:
+                    offsets.setdefault(m.partition(), []).append(m.offset())
+                self.ledger.record_poll(self.run_id, self.session, self.polls, offsets)
                 yield data
 
     def next_offsets(self, batch) -> list[TopicPartition]:
@@ -111,10 +119,17 @@ def sink_record(m) -> SinkRecord:
 
 
 def run_sink_session(
-    run: dict, strategy: Strategy, kafka_conf: dict, db: Database, session: int, crash_after: int | None, timeout: float
+    run: dict,
+    strategy: Strategy,
+    kafka_conf: dict,
+    db: Database,
+    ledger: Ledger,
+    session: int,
+    crash_after: int | None,
+    timeout: float,
 ) -> dict:
     sink = Sink(db, run["consumer_run_id"], dedup=strategy.dedup)
-    source = _Input(kafka_conf, run, timeout)
+    source = _Input(kafka_conf, run, timeout, ledger, session)
     processed = written = 0
     try:
         for batch in source.batches():
@@ -141,7 +156,9 @@ def transform(value: bytes | None) -> bytes | None:
     return value.upper() if value is not None else None
 
 
-def run_copier_session(run: dict, kafka_conf: dict, session: int, crash_after: int | None, timeout: float) -> dict:
+def run_copier_session(
+    run: dict, kafka_conf: dict, ledger: Ledger, session: int, crash_after: int | None, timeout: float
+) -> dict:
     producer = Producer(
         {
             **kafka_conf,
@@ -155,7 +172,7 @@ def run_copier_session(run: dict, kafka_conf: dict, session: int, crash_after: i
     # Fences the killed process's producer and aborts its open transaction; only then are the
     # input offsets read back, so none is pending.
     producer.init_transactions(60)
-    source = _Input(kafka_conf, run, timeout)
+    source = _Input(kafka_conf, run, timeout, ledger, session)
     processed = 0
     try:
         for batch in source.batches():
@@ -196,14 +213,14 @@ def run_session(consumer_run_id: str, session: int, crash_after: int | None, tim
     ledger = Ledger(db)
     try:
         run = ledger.get_consumer_run(consumer_run_id)
+        if run is None:
+            raise SessionError(f"no consumer run {consumer_run_id!r}")
+        strategy = catalog.get_strategy(run["strategy"])
+        started = time.monotonic()
+        if strategy.transactional:
+            result = run_copier_session(run, kafka_conf, ledger, session, crash_after, timeout)
+        else:
+            result = run_sink_session(run, strategy, kafka_conf, db, ledger, session, crash_after, timeout)
     finally:
         ledger.close()
-    if run is None:
-        raise SessionError(f"no consumer run {consumer_run_id!r}")
-    strategy = catalog.get_strategy(run["strategy"])
-    started = time.monotonic()
-    if strategy.transactional:
-        result = run_copier_session(run, kafka_conf, session, crash_after, timeout)
-    else:
-        result = run_sink_session(run, strategy, kafka_conf, db, session, crash_after, timeout)
     return {"session": session, **result, "seconds": round(time.monotonic() - started, 3)}

@@ -285,6 +285,15 @@ class Ledger:
                 (row["consumer_run_id"],),
             )
 
+    def record_poll(self, consumer_run_id: str, session: int, poll_no: int, offsets: dict[int, list[int]]) -> None:
+        """What one poll of a consumer session returned: per partition, its offsets in order."""
+        with self._write_lock, self.conn, self.conn.cursor() as cur:
+            psycopg2.extras.execute_values(
+                cur,
+                'INSERT INTO consumer_polls (consumer_run_id, session, poll_no, "partition", offsets) VALUES %s',
+                [(consumer_run_id, session, poll_no, p, o) for p, o in sorted(offsets.items())],
+            )
+
     def get_consumer_run(self, consumer_run_id: str) -> dict | None:
         return self._get("consumer_runs", "consumer_run_id", consumer_run_id)
 
@@ -355,9 +364,18 @@ class Ledger:
         self._copy(("ledger_events (run_id, n, event_id, key, seq, publish_at)", buf))
         return n
 
-    def copy_outcomes(self, run_id: str, session: int, outcomes: Reports | Iterable[Outcome], producer: int = 0) -> int:
+    def copy_outcomes(
+        self,
+        run_id: str,
+        session: int,
+        outcomes: Reports | Iterable[Outcome],
+        producer: int = 0,
+        progress: dict | None = None,
+    ) -> int:
         """Clean outcomes as one `ledger_batches` row per (status, transaction), the others one
-        row each. Returns how many outcomes were recorded."""
+        row each. Returns how many outcomes were recorded. `progress` (the producer's `produced`
+        and `active_seconds` so far) is written with them, so a session that is killed has its
+        work counted up to its last durable batch."""
         reports = outcomes if isinstance(outcomes, Reports) else Reports(run_id, outcomes)
         groups, singles = outcome_batches(reports)
         buf = io.StringIO()
@@ -402,16 +420,26 @@ class Ledger:
                     buf,
                 )
             )
-        self._copy(*copies)  # one transaction: a batch's outcomes are recorded together or not at all
+        then = None
+        if progress:
+            then = (
+                "UPDATE run_producers SET "
+                + ", ".join(f"{k} = %({k})s" for k in progress)
+                + " WHERE run_id = %(run_id)s AND producer = %(producer)s",
+                {**progress, "run_id": run_id, "producer": producer},
+            )
+        self._copy(*copies, then=then)  # one transaction: a batch's outcomes are recorded together or not at all
         return len(reports)
 
-    def _copy(self, *copies: tuple[str, io.StringIO]) -> None:
-        if not copies:
+    def _copy(self, *copies: tuple[str, io.StringIO], then: tuple[str, dict] | None = None) -> None:
+        if not copies and then is None:
             return
         with self._write_lock, self.conn, self.conn.cursor() as cur:
             for target, buf in copies:
                 buf.seek(0)
                 cur.copy_expert(f"COPY {target} FROM STDIN", buf)
+            if then is not None:
+                cur.execute(*then)
 
     def seal(self, run_id: str) -> None:
         """Indexes the run's events by n (unique), unless already done: a duplicate event in the

@@ -542,6 +542,7 @@ class _Session:
         if mode.transactional:
             self.batch_size = max(run["txn_size"], (self.batch_size // run["txn_size"]) * run["txn_size"])
         self._t0 = time.monotonic()
+        self._counted_before = (mine["produced"], mine["active_seconds"])
         self._sent_this_session = 0
         # Event numbers whose latest outcome in this session is not an ack: when it is empty after a
         # first session, the resend round needs no anti-join over the whole run.
@@ -657,11 +658,21 @@ class _Session:
             for (status, _), group in reports.clean.items():
                 if status != "written":
                     self.not_acked.difference_update(r[0] for r in group)
-        return self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, reports, self.producer)
+        return self.writer.submit(
+            self.ledger.copy_outcomes, self.run_id, self.session, reports, self.producer, self._progress()
+        )
+
+    def _progress(self) -> dict:
+        """The slice's produce() calls and active time so far, sessions before this one included:
+        written with each batch's outcomes, so a killed session's work is counted up to there."""
+        produced, active = self._counted_before
+        return {"produced": produced + self.client.produced, "active_seconds": active + time.monotonic() - self._t0}
 
     def _record_written(self, outcomes: Reports) -> None:
         # Synchronous, and after every earlier outcome: the commit must not start before these are durable.
-        self.writer.submit(self.ledger.copy_outcomes, self.run_id, self.session, outcomes, self.producer).result()
+        self.writer.submit(
+            self.ledger.copy_outcomes, self.run_id, self.session, outcomes, self.producer, self._progress()
+        ).result()
         if self.crash_before_commit_n is not None:
             [((_, txn_no), written)] = outcomes.clean.items()
             if max(r[0] for r in written) >= self.crash_before_commit_n:

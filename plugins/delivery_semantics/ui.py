@@ -31,7 +31,7 @@ def matrix_page(user: AuthenticatedUser) -> str:
         f"<td>{_cell(r['mode'])}</td><td>{_cell(r['scenario'])}</td>"
         f"<td><a href='runs/{html.escape(r['run_id'])}'>{_cell(r['run_id'])}</a></td>"
         f"<td>{_cell(r['lost_acked'])}</td><td>{_cell(r['lost_unacked'])}</td><td>{_cell(r['duplicate_events'])}</td>"
-        f"<td>{_cell(r['aborted_visible'])}</td><td>{_cell(r['torn_events'])}</td><td>{_cell(r['inconsistent_offsets'])}</td><td>{_cell(r['stale_overwrites'])}</td><td>{_cell(r['verdict'])}{' (' + _cell(r['broken_by']) + ')' if r['broken_by'] else ''}</td>"
+        f"<td>{_cell(r['aborted_visible'])}</td><td>{_cell(r['torn_events'])}</td><td>{_cell(r['inconsistent_offsets'])}</td><td>{_cell(r['poll_skips'])}</td><td>{_cell(r['nonmonotonic_polls'])}</td><td>{_cell(r['stale_overwrites'])}</td><td>{_cell(r['verdict'])}{' (' + _cell(r['broken_by']) + ')' if r['broken_by'] else ''}</td>"
         f"<td>{_cell(r['expectation'])}</td>"
         f"<td class='{'' if r['meets_expectation'] is not False else 'no'}'>"
         f"{ {True: 'yes', False: 'NO', None: '-'}[r['meets_expectation']] }</td></tr>"
@@ -43,7 +43,7 @@ def matrix_page(user: AuthenticatedUser) -> str:
         f"({len(rows)} pairs): producer modes, then consumer strategies (checked on what they wrote). A verdict "
         f"judges the promise; <em>as expected</em> compares what was observed with DESIGN.md §3.</p>"
         "<table id='matrix'><tr><th>mode / strategy</th><th>scenario</th><th>run</th><th>lost acked</th>"
-        "<th>lost unacked</th><th>duplicated events</th><th>aborted visible</th><th>torn events</th><th>inconsistent offsets</th><th>stale overwrites</th><th>verdict</th><th>expected</th><th>as expected</th></tr>"
+        "<th>lost unacked</th><th>duplicated events</th><th>aborted visible</th><th>torn events</th><th>inconsistent offsets</th><th>poll skips</th><th>nonmonotonic polls</th><th>stale overwrites</th><th>verdict</th><th>expected</th><th>as expected</th></tr>"
         f"{body}</table></body></html>"
     )
 

@@ -83,6 +83,11 @@ class Observation:
     id_prefix: str | None = None  # the ids' common prefix, when they are `<prefix><n>`
     # Every event of a committed transaction (ID_KEY, txn), when the ledger knows them.
     transactions: DataFrame | None = None
+    # A consumer run's polls: per session and partition, each offset polled after the first
+    # (`session, partition, offset, prev_offset`), and the records of the topic they polled
+    # (`partition, offset` and ID_KEY), as the consumer's isolation level shows them.
+    polls: DataFrame | None = None
+    polled_topic: DataFrame | None = None
 
     def __post_init__(self):
         if "n" not in self.records.columns:
@@ -93,6 +98,8 @@ class Observation:
             self.committed_copies = with_id_key(self.committed_copies, self.id_prefix)
         if self.transactions is not None and "n" not in self.transactions.columns:
             self.transactions = with_id_key(self.transactions, self.id_prefix)
+        if self.polled_topic is not None and "n" not in self.polled_topic.columns:
+            self.polled_topic = with_id_key(self.polled_topic, self.id_prefix)
 
     def event_id(self) -> Column:
         """The id's text, from ID_KEY."""
@@ -334,6 +341,61 @@ def inconsistent_offset(obs: Observation) -> DataFrame | None:
     )
 
 
+def poll_steps(log: DataFrame) -> DataFrame:
+    """From a poll log (`session, poll_no, partition, offsets` in the order polled), each offset
+    polled after a session's first in its partition, with the one before it: `session, partition,
+    offset, prev_offset`."""
+    order = Window.partitionBy("session", "partition").orderBy("poll_no", "i")
+    return (
+        log.select("session", "poll_no", "partition", F.posexplode("offsets").alias("i", "offset"))
+        .withColumn("prev_offset", F.lag("offset").over(order))
+        .where(F.col("prev_offset").isNotNull())
+        .select("session", "partition", "offset", "prev_offset")
+    )
+
+
+def _polled(obs: Observation, positions: DataFrame, kind: str) -> DataFrame:
+    """A row per polled-topic position: the event there, by its id, or by its position."""
+    named = positions.join(obs.polled_topic.select("partition", "offset", *ID_KEY), ["partition", "offset"], "left")
+    where = F.concat(
+        F.lit("partition "), F.col("partition").cast("string"), F.lit(" offset "), F.col("offset").cast("string")
+    )
+    return named.select(
+        F.coalesce(obs.event_id(), where).alias("event_id"),
+        F.lit(kind).alias("kind"),
+        F.lit(1).alias("copies"),
+        *_position(),
+    )
+
+
+def nonmonotonic_poll(obs: Observation) -> DataFrame | None:
+    """Within one consumer session, a poll returned an offset of a partition at or below one
+    polled before it [Jepsen: nonmonotonic-poll]."""
+    if obs.polls is None:
+        return None
+    back = obs.polls.where(F.col("offset") <= F.col("prev_offset")).select("partition", "offset").distinct()
+    return _polled(obs, back, "nonmonotonic_poll")
+
+
+def poll_skip(obs: Observation) -> DataFrame | None:
+    """Within one consumer session, a record of the topic lies between two offsets polled one
+    after the other [Jepsen: poll-skip]. Offsets that hold no visible record (transaction markers,
+    aborted records under read_committed) are not skips. A row per record skipped."""
+    if obs.polls is None:
+        return None
+    gaps = obs.polls.where(F.col("offset") > F.col("prev_offset") + 1).select(
+        F.col("partition").alias("gap_partition"), "prev_offset", F.col("offset").alias("next_offset")
+    )
+    records = obs.polled_topic.select("partition", "offset")
+    skipped = records.join(
+        F.broadcast(gaps),
+        (F.col("partition") == F.col("gap_partition"))
+        & (F.col("offset") > F.col("prev_offset"))
+        & (F.col("offset") < F.col("next_offset")),
+    ).select("partition", "offset")
+    return _polled(obs, skipped.distinct(), "poll_skip")
+
+
 def malformed(obs: Observation) -> DataFrame:
     """A record without a usable event id, named by its position."""
     return obs.records.where(F.col("event_id").isNull()).select(
@@ -377,6 +439,8 @@ ANOMALIES = (
     aborted_visible,
     torn_transaction,
     inconsistent_offset,
+    poll_skip,
+    nonmonotonic_poll,
     malformed,
     stale_overwrite,
 )

@@ -14,6 +14,7 @@ from checker.sources import (
     committed_transactions,
     fixed_offsets,
     read_ledger,
+    read_polls,
     read_sink,
     read_topic,
 )
@@ -54,6 +55,10 @@ def reconcile(
     )
     # Committed transactions are checked whole where the ledger knows their events.
     transactions = committed_transactions(jdbc, src.ledger["run_id"]).cache() if src.knows_transactions else None
+    # A consumer run's polls are checked against the topic it polled, as it read it.
+    polls, polled_topic = read_polls(spark, jdbc, src) if src.polled else (None, None)
+    if polled_topic is not None:
+        polled_topic = polled_topic.cache()
     summaries, all_disc, classified = [], None, {}
     for iso in sorted(src.isolations, reverse=True):  # read_uncommitted first
         if single_read and iso == READ_COMMITTED:
@@ -69,6 +74,8 @@ def reconcile(
                 sink=bool(src.sink),
                 id_prefix=src.id_prefix,
                 transactions=transactions if iso == READ_COMMITTED else None,
+                polls=polls if iso == READ_COMMITTED else None,
+                polled_topic=polled_topic,
             )
             # The union of the kinds has a partition per branch and shuffle partition, most of them
             # empty: one JDBC connection each on write. A few suffice for what is left.

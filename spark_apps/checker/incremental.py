@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import secrets
 from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
@@ -118,7 +117,7 @@ def reconcile_window(
     b = Bounds(jdbc, src, audit, end)
     grace = audit.grace
     isolation = catalog.get_mode(audit.mode).isolation
-    token = secrets.token_hex(6)
+    token = jdbc.staging_token(src.reconciliation_id)
     staged: list[str] = []
 
     def stage(df: DataFrame, what: str) -> str:

@@ -6,7 +6,6 @@ did."""
 from __future__ import annotations
 
 import json
-import secrets
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -44,6 +43,8 @@ def counts(disc: DataFrame, totals: DataFrame, obs: Observation) -> dict:
         "inconsistent_offsets": (
             kinds.get("inconsistent_offset", (0, 0))[0] if "acked_position" in obs.ledger.columns else None
         ),
+        "poll_skips": kinds.get("poll_skip", (0, 0))[0] if obs.polls is not None else None,
+        "nonmonotonic_polls": kinds.get("nonmonotonic_poll", (0, 0))[0] if obs.polls is not None else None,
         "stale_overwrites": kinds.get("stale_overwrite", (0, 0))[0] if obs.sink else None,
     }
 
@@ -85,7 +86,7 @@ def write_results(
     end: dict,
     recorded_before: bool,
 ) -> None:
-    token = secrets.token_hex(6)
+    token = jdbc.staging_token(src.reconciliation_id)
     stg_disc, stg_dedup = f"stg_discrepancies_{token}", f"stg_dedup_{token}"
     rid = src.reconciliation_id
     jdbc.write(disc, stg_disc)

@@ -15,7 +15,8 @@ import json
 import os
 import re
 import secrets
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -77,6 +78,8 @@ class Source:
     # records and one read serves both. None: unknown, read both.
     transactional: bool | None = None
     judged_by_reader: bool = True  # False: the records are a derived copy (no dedup_events rows)
+    # A consumer run's poll log and the topic it polled: {consumer_run_id, topic, end_offsets}.
+    polled: dict | None = None
     audit: str | None = None
 
     @property
@@ -124,6 +127,11 @@ def consumer_source(crun: dict, input_run: dict, kafka: Kafka) -> Source:
     src.reconciliation_id, src.mode, src.scenario = crun["consumer_run_id"], crun["strategy"], crun["scenario"]
     src.topic = crun["output_topic"] if copier else crun["input_topic"]
     src.judged_by_reader, src.transactional = False, copier
+    src.polled = {
+        "consumer_run_id": crun["consumer_run_id"],
+        "topic": crun["input_topic"],
+        "end_offsets": {int(p): int(o) for p, o in json.loads(crun["input_end_offsets"]).items()},
+    }
     if not copier:
         src.sink = {
             "consumer_run_id": crun["consumer_run_id"],
@@ -246,6 +254,20 @@ class Jdbc:
         finally:
             conn.close()
 
+    def staging_token(self, owner: str) -> str:
+        """The token of this attempt's staging tables (`stg_<what>_<token>`), once the tables an
+        earlier attempt for the same owner (a reconciliation, a window) left behind are dropped: an
+        attempt killed after staging left them, and nothing else, since its merge is one
+        transaction."""
+        tag = f"{zlib.crc32(owner.encode()):08x}"
+        left = self.scalar_rows(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE ?",
+            [f"stg\\_%\\_{tag}\\_%"],
+        )
+        if left:
+            self.execute_in_transaction([(f'DROP TABLE IF EXISTS "{t}"', []) for (t,) in left])
+        return f"{tag}_{secrets.token_hex(6)}"
+
 
 def _java_message(e: Exception) -> str:
     text = str(e)
@@ -364,6 +386,24 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
         F.col("timestamp").alias("record_at"),
     )
     return anomalies.with_id_key(records, src.id_prefix)
+
+
+def read_polls(spark: SparkSession, jdbc: Jdbc, src: Source) -> tuple[DataFrame, DataFrame]:
+    """A consumer run's polls, each offset after a session's first with the one before it in that
+    session and partition (`session, partition, offset, prev_offset`), and the topic it polled,
+    read as the consumers read it (read_committed)."""
+    polled = src.polled
+    literal = _run_id_literal(polled["consumer_run_id"])
+    polls = anomalies.poll_steps(
+        jdbc.read(
+            f'SELECT session, poll_no, "partition", offsets FROM consumer_polls WHERE consumer_run_id = {literal}'
+        )
+    )
+    end = polled["end_offsets"]
+    topic = read_topic(
+        spark, replace(src, topic=polled["topic"], sink=None), READ_COMMITTED, dict.fromkeys(end, 0), end
+    )
+    return polls, topic
 
 
 def _run_id_literal(run_id: str) -> str:

@@ -41,6 +41,16 @@ def consume(strategy: str, input_run: str, scenario: str = "consumer_crash", cra
     assert r.returncode == 0, r.error
     summaries = {x["isolation"]: x for x in r.summaries}
     row = query("SELECT * FROM v_run_results WHERE run_id = %s", (s.consumer_run_id,))[0]
+    # Every poll of every session, the killed ones too, is in the poll log, and none skipped a
+    # record or went back: a crash ends a session, it does not make its polls skip.
+    polls = query(
+        "SELECT count(DISTINCT session) AS sessions, sum(cardinality(offsets)) AS polled FROM consumer_polls "
+        "WHERE consumer_run_id = %s",
+        (s.consumer_run_id,),
+    )[0]
+    assert (polls["sessions"], polls["polled"]) == (run["sessions"], run["processed"])
+    rc = summaries["read_committed"]
+    assert (rc["poll_skips"], rc["nonmonotonic_polls"]) == (0, 0)
     print(f"\n{strategy} + {scenario}: {summaries}\n crashes: {killed}")
     return run, killed, summaries, row
 

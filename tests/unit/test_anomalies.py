@@ -80,6 +80,8 @@ def found(rows) -> set[tuple]:
         (anomalies.stale_overwrite, set()),
         (anomalies.torn_transaction, set()),
         (anomalies.inconsistent_offset, set()),
+        (anomalies.poll_skip, set()),
+        (anomalies.nonmonotonic_poll, set()),
     ],
 )
 def test_each_kind_finds_exactly_its_planted_event(planted, kind, expected):
@@ -153,6 +155,32 @@ def test_an_acked_position_holding_another_event_is_an_inconsistent_offset(spark
         ("a", "inconsistent_offset", 0, [0], [5])
     ]
     assert anomalies.inconsistent_offset(Observation(records, ledger.drop("acked_position"), "read_committed")) is None
+
+
+def test_a_session_that_skips_a_record_or_goes_back_shows_poll_anomalies(spark):
+    """Partition 0 holds p0-p9 but nothing at offset 5 (a transaction marker); partition 1, q0-q3.
+    Session 1 polls p0-p2, then p4 (p3 skipped), p6 (5 is no record: not a skip), p7-p9, and q0,
+    then q2 (q1 skipped), q3; session 2 polls p9, then p8 (backwards). A new session starting
+    anywhere is not a skip."""
+    topic = spark.createDataFrame(
+        [rec(f"p{o}", 0, o) for o in range(10) if o != 5] + [rec(f"q{o}", 1, o) for o in range(4)], RECORD
+    )
+    log = spark.createDataFrame(
+        [
+            (1, 1, 0, [0, 1, 2]),
+            (1, 1, 1, [0]),
+            (1, 2, 0, [4, 6, 7]),
+            (1, 2, 1, [2, 3]),
+            (1, 3, 0, [8, 9]),
+            (2, 1, 0, [9, 8]),
+        ],
+        "session int, poll_no int, partition int, offsets array<bigint>",
+    )
+    ledger = spark.createDataFrame([led(f"p{o}", "acked") for o in range(10)], LEDGER)
+    obs = Observation(topic, ledger, "read_committed", polls=anomalies.poll_steps(log), polled_topic=topic)
+    assert found(anomalies.poll_skip(obs)) == {("p3", "poll_skip", 1), ("q1", "poll_skip", 1)}
+    assert found(anomalies.nonmonotonic_poll(obs)) == {("p8", "nonmonotonic_poll", 1)}
+    assert anomalies.poll_skip(Observation(topic, ledger, "read_committed")) is None, "no poll log"
 
 
 def test_read_uncommitted_counts_the_copies_read_committed_does_not_see(spark):
