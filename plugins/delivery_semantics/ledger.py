@@ -27,13 +27,14 @@ import psycopg2.extras
 
 from delivery_semantics import schema
 from delivery_semantics.endpoints import Database, ledger_database
-from delivery_semantics.generator import EVENT_ROWS_SQL, Event, event_id
+from delivery_semantics.generator import Event, event_id
 
 BATCH_STATUSES = ("acked", "sent", "written")
 # Per run: (partitioned table, the stem of its partitions' names). Per-event outcome partitions
 # kept the name they had before the table was renamed (sql/V015).
 RUN_TABLES = (
-    ("ledger_events", "ledger_events"),
+    ("ledger_event_rows", "ledger_events"),
+    ("ledger_event_ranges", "ledger_ranges"),
     ("ledger_event_outcomes", "ledger_outcomes"),
     ("ledger_batches", "ledger_batches"),
 )
@@ -71,6 +72,10 @@ class _AdvisoryLock:
 
     def __exit__(self, *exc):
         self.conn.close()  # the lock goes with the session
+
+
+class DuplicateEvent(RuntimeError):
+    """The ledger records an event of a run more than once."""
 
 
 class LedgerUnavailable(ConnectionError):
@@ -333,18 +338,13 @@ class Ledger:
     # ------------------------------------------------------------------ writers
 
     def record_event_range(self, run_id: str, start: int, stop: int, keys: int, publish_at_ms: int) -> int:
-        """The events n in [start, stop) of a generated run, all published at one time: PostgreSQL
-        derives their rows the way Generator.event does."""
+        """The events n in [start, stop) of a generated run, all published at one time: one
+        `ledger_event_ranges` row, from which the view `ledger_events` derives them the way
+        Generator.event does (sql/V019)."""
         with self._write_lock, self.conn, self.conn.cursor() as cur:
             cur.execute(
-                "INSERT INTO ledger_events (run_id, n, event_id, key, seq, publish_at)" + EVENT_ROWS_SQL,
-                {
-                    "run_id": run_id,
-                    "start": start,
-                    "stop": stop,
-                    "keys": keys,
-                    "publish_at": datetime.fromtimestamp(publish_at_ms / 1000, tz=UTC),
-                },
+                "INSERT INTO ledger_event_ranges (run_id, n_lo, n_hi, keys, publish_at) VALUES (%s, %s, %s, %s, %s)",
+                (run_id, start, stop, keys, datetime.fromtimestamp(publish_at_ms / 1000, tz=UTC)),
             )
         return stop - start
 
@@ -361,7 +361,7 @@ class Ledger:
                 stamp_ms, stamp = e.publish_at_ms, e.publish_at.isoformat()
             buf.write(f"{run_id}\t{e.n}\t{e.event_id}\t{_copy_text(e.key)}\t{e.seq}\t{stamp}\n")
             n += 1
-        self._copy(("ledger_events (run_id, n, event_id, key, seq, publish_at)", buf))
+        self._copy(("ledger_event_rows (run_id, n, event_id, key, seq, publish_at)", buf))
         return n
 
     def copy_outcomes(
@@ -442,11 +442,26 @@ class Ledger:
                 cur.execute(*then)
 
     def seal(self, run_id: str) -> None:
-        """Indexes the run's events by n (unique), unless already done: a duplicate event in the
-        run fails here. A session that fails leaves this to the resume."""
+        """Checks that no event of the run was recorded twice, and indexes its event rows by n
+        (unique) unless already done: a duplicate event fails the run here. A session that fails
+        leaves this to the resume."""
         part = partition_name("ledger_events", run_id)
         with self._write_lock, self.conn, self.conn.cursor() as cur:
             cur.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {part}_n ON {part} (n)")
+            # Ranges in n order: one that starts below where an earlier one reached repeats events.
+            cur.execute(
+                """
+                SELECT n_lo, reach FROM (
+                    SELECT n_lo, max(n_hi) OVER (ORDER BY n_lo, n_hi ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                               AS reach
+                    FROM (SELECT n_lo, n_hi FROM ledger_event_ranges WHERE run_id = %(run)s
+                          UNION ALL SELECT n, n + 1 FROM ledger_event_rows WHERE run_id = %(run)s) AS r) AS o
+                WHERE n_lo < reach LIMIT 1""",
+                {"run": run_id},
+            )
+            repeated = cur.fetchone()
+            if repeated:  # inside the transaction: the run stays unsealed
+                raise DuplicateEvent(f"run {run_id} records event {repeated[0]} more than once")
 
     # ------------------------------------------------------------------ reads
 
@@ -544,8 +559,13 @@ class Ledger:
         producer goes on."""
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
-                "SELECT coalesce(max(n) + 1, %s) FROM ledger_events WHERE run_id = %s AND n >= %s AND n < %s",
-                (start, run_id, start, stop),
+                """
+                SELECT greatest(
+                    (SELECT max(least(n_hi, %(stop)s)) FROM ledger_event_ranges
+                     WHERE run_id = %(run)s AND n_lo < %(stop)s AND n_hi > %(start)s),
+                    (SELECT max(n) + 1 FROM ledger_event_rows WHERE run_id = %(run)s AND n >= %(start)s AND n < %(stop)s),
+                    %(start)s)""",
+                {"run": run_id, "start": start, "stop": stop},
             )
             return cur.fetchone()[0]
 

@@ -479,11 +479,13 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
     spark = jdbc.spark
     literal = _run_id_literal(run_id)
     parts = max(spark.sparkContext.defaultParallelism, min(64, messages // 250_000 + 1))
-    # Events are recorded a batch at a time, in n order, per producer slice: a few islands of n.
+    # Events are recorded a batch at a time, as ranges of n (a hand-made ledger's as rows): merged,
+    # a few islands of n, one per producer slice.
     islands = jdbc.scalar_rows(
-        "SELECT min(n), max(n) + 1 FROM (SELECT n, n - row_number() OVER (ORDER BY n) AS island "
-        "FROM ledger_events WHERE run_id = ?) AS e GROUP BY island ORDER BY 1",
-        [run_id],
+        "SELECT lower(r), upper(r) FROM unnest((SELECT range_agg(x) FROM ("
+        "SELECT int8range(n_lo, n_hi) AS x FROM ledger_event_ranges WHERE run_id = ? "
+        "UNION ALL SELECT int8range(n, n + 1) FROM ledger_event_rows WHERE run_id = ?) AS e)) AS r ORDER BY 1",
+        [run_id, run_id],
     )
     big = [(int(lo), int(hi)) for lo, hi in islands if hi - lo >= 100_000]
     small = [(int(lo), int(hi)) for lo, hi in islands if hi - lo < 100_000]

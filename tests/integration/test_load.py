@@ -16,7 +16,7 @@ from conftest import REPO
 from delivery_semantics import catalog, load, readback
 from delivery_semantics.endpoints import Database, ledger_database
 from delivery_semantics.generator import new_run_id
-from delivery_semantics.ledger import Ledger
+from delivery_semantics.ledger import DuplicateEvent, Ledger
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def _sealed(ledger: Ledger, run_id: str) -> bool:
         cur.execute(
             """SELECT EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = part.oid)
                        FROM pg_inherits i JOIN pg_class part ON part.oid = i.inhrelid
-                       WHERE i.inhparent = 'ledger_events'::regclass
+                       WHERE i.inhparent = 'ledger_event_rows'::regclass
                          AND pg_get_expr(part.relpartbound, part.oid) = format('FOR VALUES IN (%%L)', %s::text)""",
             (run_id,),
         )
@@ -105,8 +105,9 @@ def test_sealing_a_run_rejects_a_duplicate_event(ledger):
         ledger.record_event_range(run_id, 0, 2, keys=1, publish_at_ms=0)
         ledger.record_event_range(run_id, 1, 2, keys=1, publish_at_ms=0)  # n = 1 again
         assert not _sealed(ledger, run_id)
-        with pytest.raises(psycopg2.errors.UniqueViolation):
+        with pytest.raises(DuplicateEvent, match=f"run {run_id} records event 1 more than once"):
             ledger.seal(run_id)
+        assert not _sealed(ledger, run_id), "a run that repeats an event stays unsealed"
     finally:
         ledger.conn.rollback()
         ledger.drop_run(run_id)
