@@ -1,0 +1,142 @@
+"""Progress for a person watching a long command: run k of N with its mode (or strategy),
+scenario and stage, the time elapsed and an ETA. On a terminal it is a live bar (tqdm); piped
+into a file or another program, one line per run.
+
+    python -m delivery_semantics.progress matrix --conf '{"messages": 15000}' --log var/logs/demo.log
+
+runs `airflow dags test semantics_matrix` with that conf, its output to the log, and follows its
+runs in the ledger while it goes: each run's line comes when its load has ended (the matrix loads
+its runs one at a time, then reconciles them all in one Spark application), then one line when
+the reconciliation has written every run's verdict. Exits with the DAG run's exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from typing import TextIO
+
+from delivery_semantics import catalog, orchestration
+from delivery_semantics.report import query
+
+
+def clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}:{s:02d}" if m < 60 else f"{m // 60}:{m % 60:02d}:{s:02d}"
+
+
+class Progress:
+    """Steps of known count: a bar on a terminal, a line a step otherwise."""
+
+    def __init__(self, total: int, what: str, stream: TextIO = sys.stdout):
+        self.total, self.what, self.stream, self.done = total, what, stream, 0
+        self.started = time.monotonic()
+        self.bar = None
+        if stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=what, unit="run", file=stream, dynamic_ncols=True)
+
+    def step(self, label: str) -> str:
+        self.done += 1
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / self.done * (self.total - self.done)
+        line = f"{self.what} {self.done}/{self.total}: {label} | elapsed {clock(elapsed)}, eta {clock(eta)}"
+        if self.bar is not None:
+            self.bar.set_postfix_str(label, refresh=False)
+            self.bar.update(1)
+        else:
+            print(line, file=self.stream, flush=True)
+        return line
+
+    def note(self, text: str) -> None:
+        text = f"{text} | elapsed {clock(time.monotonic() - self.started)}"
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# A matrix run's rows: its producer runs and its consumer runs (not their input runs, which are
+# keyed `input-of:...`), made after the watch began.
+_MATRIX_RUNS = """
+    SELECT run_id, mode AS label, scenario, status FROM runs
+    WHERE airflow_run_id LIKE 'semantics_matrix/%%' AND created_at >= %(since)s
+    UNION ALL
+    SELECT consumer_run_id, strategy, scenario, status FROM consumer_runs
+    WHERE airflow_run_id LIKE 'semantics_matrix/%%' AND created_at >= %(since)s"""
+
+
+def matrix_size(conf: dict) -> int:
+    """How many runs the matrix DAG makes for this conf, its form's defaults filled in."""
+    params = {name: spec.get("default") for name, spec in catalog.matrix_form().items()}
+    return len(orchestration.matrix_confs({**params, **conf}))
+
+
+def follow_matrix(proc: subprocess.Popen, total: int, since: datetime, progress: Progress, poll: float = 2.0) -> None:
+    """Reports each run of the matrix as its load ends, then the reconciliation, until `proc` exits."""
+    loaded: set[str] = set()
+    stage = "load"
+    while True:
+        running = proc.poll() is None
+        for r in sorted(query(_MATRIX_RUNS, {"since": since}), key=lambda r: r["run_id"]):
+            if r["run_id"] not in loaded and r["status"] in ("completed", "failed"):
+                loaded.add(r["run_id"])
+                progress.step(f"{r['label']} x {r['scenario']} loaded ({r['status']})")
+        if stage == "load" and len(loaded) >= total:
+            stage = "reconcile"
+            progress.note(f"reconciling {len(loaded)} runs in one Spark application")
+        if stage == "reconcile":
+            judged = query(
+                "SELECT count(DISTINCT reconciliation_id) AS n FROM reconcile_summary WHERE reconciliation_id = ANY(%s)",
+                (sorted(loaded),),
+            )[0]["n"]
+            if judged >= len(loaded):
+                stage = "reported"
+                progress.note(f"reconciled {judged} runs")
+        if not running:
+            return
+        time.sleep(poll)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    m = sub.add_parser("matrix", help="airflow dags test semantics_matrix, followed run by run")
+    m.add_argument("--conf", default="{}", help="the DAG run's conf (JSON), as the matrix form takes it")
+    m.add_argument("--log", required=True, help="where the DAG run's own output goes")
+    args = ap.parse_args(argv)
+    try:
+        conf = json.loads(args.conf)
+        total = matrix_size(conf)
+    except (ValueError, orchestration.ConfError) as e:
+        print(f"progress: bad matrix conf: {e}", file=sys.stderr)
+        return 2
+    since = datetime.now(UTC)
+    progress = Progress(total, "matrix run")
+    with open(args.log, "w") as log:
+        proc = subprocess.Popen(
+            ["airflow", "dags", "test", "semantics_matrix", "-c", json.dumps(conf)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            follow_matrix(proc, total, since, progress)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            progress.close()
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Progress as a person sees it: one line a run when the output is piped, and the matrix's size
+from the form's defaults."""
+
+from __future__ import annotations
+
+import io
+
+from delivery_semantics import catalog
+from delivery_semantics.progress import Progress, clock, matrix_size
+
+
+def test_piped_progress_is_one_line_a_step_with_elapsed_and_eta():
+    out = io.StringIO()
+    p = Progress(3, "matrix run", out)
+    p.step("at_least_once x none loaded (completed)")
+    p.step("idempotent x lost_ack loaded (completed)")
+    p.note("reconciling 2 runs")
+    lines = out.getvalue().splitlines()
+    assert [ln.split(" | ")[0] for ln in lines] == [
+        "matrix run 1/3: at_least_once x none loaded (completed)",
+        "matrix run 2/3: idempotent x lost_ack loaded (completed)",
+        "reconciling 2 runs",
+    ]
+    assert all(", eta " in ln for ln in lines[:2]) and "elapsed" in lines[2]
+
+
+def test_clock_reads_minutes_and_hours():
+    assert (clock(5), clock(65), clock(3725)) == ("0:05", "1:05", "1:02:05")
+
+
+def test_the_matrix_size_follows_the_form():
+    everything = len(catalog.valid_pairs()) + len(catalog.STRATEGIES)
+    assert matrix_size({"messages": 100}) == everything == 29
+    assert matrix_size({"modes": ["idempotent"], "scenarios": ["none", "lost_ack"], "consumer_strategies": []}) == 2
