@@ -110,6 +110,64 @@ def matrix_text(rows: list[dict]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
 
 
+# What a run showed, as the source articles' comparison tables put it: nothing, duplicates, loss,
+# or both. Each has its colour in the matrix grid.
+OBSERVED_COLOURS = {"clean": "#cdeccd", "duplicates": "#fde2a6", "loss": "#f7b9b3", "both": "#d9b8e8"}
+VERDICT_MARKS = {"kept": "\u2713 kept", "broken": "\u2717 broken", "n/a": "\u2013"}
+GRID_STYLE = (
+    ".grid td{min-width:7em;text-align:center;vertical-align:middle}.grid .mark{font-weight:bold}"
+    ".grid .unexpected{outline:3px solid #b00;outline-offset:-3px}.legend span{padding:2px 8px;margin-right:6px}"
+    ".scroll{overflow-x:auto;max-width:100%}"
+)
+
+
+def observed(r: dict) -> str:
+    lost = (r["lost_acked"] or 0) + (r["lost_unacked"] or 0)
+    dup = r["duplicate_events"] or 0
+    return {(False, False): "clean", (False, True): "duplicates", (True, False): "loss"}.get(
+        (lost > 0, dup > 0), "both"
+    )
+
+
+def matrix_grid_html(rows: list[dict], run_link: str | None = None) -> str:
+    """Modes and strategies down, scenarios across; each cell coloured by what its run showed,
+    with its counts and its verdict's mark, and the expectation (DESIGN.md §3) as its tooltip. A
+    run that did not show what was expected is outlined. `run_link` (a format with {run_id})
+    links each cell to its run's page."""
+    modes = [m for m in ROW_ORDER if any(r["mode"] == m for r in rows)]
+    modes += sorted({r["mode"] for r in rows} - set(modes))
+    scenarios = [s for s in SCENARIO_ORDER if any(r["scenario"] == s for r in rows)]
+    by_pair = {(r["mode"], r["scenario"]): r for r in rows}
+    esc = html.escape
+
+    def cell(r: dict | None) -> str:
+        if r is None:
+            return "<td></td>"
+        seen = observed(r)
+        lost = (r["lost_acked"] or 0) + (r["lost_unacked"] or 0)
+        tip = f"expected: {r['expectation'] or '-'}; observed: {seen}; verdict: {r['verdict']}"
+        if r["broken_by"]:
+            tip += f" ({r['broken_by']})"
+        counts = f"lost {lost} &middot; dup {r['duplicate_events']}"
+        mark = esc(VERDICT_MARKS.get(r["verdict"], r["verdict"] or "-"))
+        if run_link:
+            mark = f"<a href='{esc(run_link.format(run_id=r['run_id']))}'>{mark}</a>"
+        outline = " unexpected" if r["meets_expectation"] is False else ""
+        return (
+            f"<td class='{seen}{outline}' style='background:{OBSERVED_COLOURS[seen]}' title='{esc(tip)}'>"
+            f"{counts}<br><span class='mark'>{mark}</span></td>"
+        )
+
+    head = "".join(f"<th>{esc(s)}</th>" for s in scenarios)
+    body = "".join(f"<tr><th>{esc(m)}</th>{''.join(cell(by_pair.get((m, s))) for s in scenarios)}</tr>" for m in modes)
+    legend = "".join(f"<span style='background:{c}'>{k}</span>" for k, c in OBSERVED_COLOURS.items())
+    return (
+        f"<p class='legend'>{legend} &mdash; the mark is the verdict on the promise; hover a cell for what "
+        f"DESIGN.md §3 expects; an outlined cell did not show it.</p>"
+        f"<div class='scroll'><table class='grid'><tr><th>mode / strategy</th>{head}</tr>{body}</table></div>"
+    )
+
+
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
@@ -128,6 +186,116 @@ def latency_histogram(run_ids: list[str]) -> list[dict]:
     )
 
 
+# A fault and the step that ends it: drawn as a band between the two.
+NEMESIS_SPANS = {
+    "pause": "resume",
+    "drop_responses": "restore_responses",
+    "kill": "restart",
+}
+LOST_KINDS = ("lost_acked", "lost_unacked")
+
+
+def run_timeline(run_id: str) -> dict:
+    """What a run's timeline plot shows, from the ledger and the checker's results: events
+    produced per second, ack latency per second (p50 and max), the nemesis steps, and the publish
+    times of the events lost and duplicated at the run's own isolation level."""
+    run = query("SELECT run_id, mode, scenario, timeline FROM runs WHERE run_id = %s", (run_id,))
+    if not run:
+        return {}
+    mode = catalog.MODES.get(run[0]["mode"])
+    produced = query(
+        """SELECT date_trunc('second', publish_at) AS t, sum(events)::bigint AS n FROM (
+               SELECT publish_at, n_hi - n_lo AS events FROM ledger_event_ranges WHERE run_id = %(r)s
+               UNION ALL SELECT publish_at, 1 FROM ledger_event_rows WHERE run_id = %(r)s) AS e
+           GROUP BY 1 ORDER BY 1""",
+        {"r": run_id},
+    )
+    latency = query(
+        """SELECT date_trunc('second', b.recorded_at) AS t,
+                  percentile_cont(0.5) WITHIN GROUP (ORDER BY l) / 1000.0 AS p50_ms, max(l) / 1000.0 AS max_ms
+           FROM ledger_batches b, unnest(b.latencies_us) AS l
+           WHERE b.run_id = %s AND b.status IN ('acked', 'sent') GROUP BY 1 ORDER BY 1""",
+        (run_id,),
+    )
+    marked = query(
+        """SELECT d.kind, e.publish_at FROM reconcile_discrepancies d
+           JOIN ledger_events e ON e.run_id = %(r)s AND e.event_id = d.event_id
+           WHERE d.reconciliation_id = %(r)s AND d.isolation = %(iso)s
+             AND d.kind IN ('lost_acked', 'lost_unacked', 'duplicate')""",
+        {"r": run_id, "iso": mode.isolation if mode else catalog.READ_COMMITTED},
+    )
+    return {
+        "run": run[0],
+        "produced": produced,
+        "latency": latency,
+        "nemesis": ((run[0]["timeline"] or {}).get("events") or []),
+        "lost": [m["publish_at"] for m in marked if m["kind"] in LOST_KINDS],
+        "duplicated": [m["publish_at"] for m in marked if m["kind"] == "duplicate"],
+    }
+
+
+def timeline_png(data: dict) -> str | None:
+    """A run's timeline as Jepsen draws one: produce rate and ack latency over time, the nemesis's
+    faults as bands (single steps as lines), each lost or duplicated event marked where it was
+    produced. A base64 PNG, or None for a run with nothing recorded."""
+    if not data or not data["produced"]:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = data["produced"][0]["t"]
+
+    def at(when) -> float:
+        if isinstance(when, str):
+            when = datetime.fromisoformat(when)
+        return (when - t0).total_seconds()
+
+    fig, (rate, lat) = plt.subplots(2, 1, sharex=True, figsize=(9, 4.2), height_ratios=(3, 2))
+    rate.step(
+        [at(p["t"]) for p in data["produced"]], [p["n"] for p in data["produced"]], where="post", label="produced/s"
+    )
+    if data["latency"]:
+        xs = [at(p["t"]) for p in data["latency"]]
+        lat.plot(xs, [p["p50_ms"] for p in data["latency"]], label="ack p50")
+        lat.plot(xs, [p["max_ms"] for p in data["latency"]], label="ack max", alpha=0.6)
+        lat.set_yscale("log")
+    lat.set_ylabel("ms")
+    lat.set_xlabel("seconds since the first event")
+    rate.set_ylabel("events/s")
+    top = max(p["n"] for p in data["produced"])
+    for times, colour, label in ((data["lost"], "red", "lost"), (data["duplicated"], "orange", "duplicated")):
+        if times:
+            xs = [at(x) for x in times]
+            rate.plot(xs, [top * 1.05] * len(xs), "|", color=colour, markersize=10, label=f"{label} ({len(xs)})")
+    opened: dict[tuple, float] = {}
+    for step in data["nemesis"]:
+        action, x = step["action"], at(step["at"])
+        ends = {v: k for k, v in NEMESIS_SPANS.items()}
+        key = (action, step.get("broker"))
+        if action in NEMESIS_SPANS:
+            opened[key] = x
+        elif action in ends and (ends[action], step.get("broker")) in opened:
+            start = opened.pop((ends[action], step.get("broker")))
+            for ax in (rate, lat):
+                ax.axvspan(start, x, color="grey", alpha=0.18)
+            rate.text(start, top * 1.12, f"{ends[action]} {step.get('broker', '')}".strip(), fontsize=7)
+        elif action not in ("healthy_before", "healthy", "heal"):
+            for ax in (rate, lat):
+                ax.axvline(x, color="purple", linestyle="--", linewidth=1)
+            rate.text(x, top * 1.12, action, fontsize=7, color="purple")
+    run = data["run"]
+    rate.set_title(f"{run['mode']} x {run['scenario']} ({run['run_id']})", fontsize=9)
+    rate.set_ylim(0, top * 1.25)
+    rate.legend(fontsize=7, loc="lower right")
+    if data["latency"]:
+        lat.legend(fontsize=7, loc="upper right")
+    png = _png(fig)
+    plt.close(fig)
+    return png
+
+
 def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics matrix") -> Path:
     import matplotlib
 
@@ -135,35 +303,8 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
     import matplotlib.pyplot as plt
 
     mode_names = [m for m in ROW_ORDER if any(r["mode"] == m for r in rows)]
-    scen_names = [s for s in SCENARIO_ORDER if any(r["scenario"] == s for r in rows)]
-    by_pair = {(r["mode"], r["scenario"]): r for r in rows}
     images = []
     if rows:
-        fig, ax = plt.subplots(figsize=(1.9 * max(3, len(scen_names)), 0.8 * max(3, len(mode_names)) + 1))
-        colour = {"kept": 0.0, "broken": 1.0, "n/a": 0.5}
-        grid = [
-            [colour.get(by_pair[(m, s)]["verdict"], 0.5) if (m, s) in by_pair else float("nan") for s in scen_names]
-            for m in mode_names
-        ]
-        ax.imshow(grid, cmap="RdYlGn_r", vmin=0, vmax=1, aspect="auto")
-        for i, m in enumerate(mode_names):
-            for j, s in enumerate(scen_names):
-                r = by_pair.get((m, s))
-                if r:
-                    ax.text(
-                        j,
-                        i,
-                        f"lost {r['lost_acked'] + r['lost_unacked']}\ndup {r['duplicate_events']}\n{r['verdict']}",
-                        ha="center",
-                        va="center",
-                        fontsize=8,
-                    )
-        ax.set_xticks(range(len(scen_names)), scen_names, rotation=20)
-        ax.set_yticks(range(len(mode_names)), mode_names)
-        ax.set_title("verdict per mode x scenario (green kept, red broken)")
-        images.append(("Matrix", _png(fig)))
-        plt.close(fig)
-
         fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(rows)), 3.5))
         labels = [f"{r['mode']}\n{r['scenario']}" for r in rows]
         xs = range(len(rows))
@@ -201,12 +342,21 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
     body = "".join(
         f"<h2>{html.escape(t)}</h2><img alt='{html.escape(t)}' src='data:image/png;base64,{b}'>" for t, b in images
     )
+    timelines = [(r, timeline_png(run_timeline(r["run_id"]))) for r in rows]
+    body += "<h2>Timelines</h2>" + "".join(
+        f"<h3 id='{html.escape(r['run_id'])}'>{html.escape(r['mode'])} x {html.escape(r['scenario'])}</h3>"
+        f"<img alt='timeline of {html.escape(r['run_id'])}' src='data:image/png;base64,{png}'>"
+        for r, png in timelines
+        if png
+    )
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:12px}}
-td,th{{border:1px solid #ccc;padding:3px 6px}}th{{background:#eee}}</style></head><body>
+td,th{{border:1px solid #ccc;padding:3px 6px}}th{{background:#eee}}{GRID_STYLE}</style></head><body>
 <h1>{html.escape(title)}</h1><p>Generated {generated}; {len(rows)} runs.</p>
-<table><tr>{"".join(f"<th>{c}</th>" for c in MATRIX_COLUMNS)}</tr>{table_rows}</table>{body}</body></html>"""
+<h2>Matrix</h2>{matrix_grid_html(rows) if rows else ""}
+<h2>Runs</h2><div class="scroll"><table><tr>{"".join(f"<th>{c}</th>" for c in MATRIX_COLUMNS)}</tr>{table_rows}</table></div>
+{body}</body></html>"""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page)
     return path

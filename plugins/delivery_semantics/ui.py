@@ -16,7 +16,8 @@ AuthenticatedUser = Annotated[object, Depends(get_user)]
 
 _STYLE = """<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #ccc;padding:4px 8px}th{background:#f0f0f0}.kept{background:#d8f5d8}
-.broken{background:#f8d0d0}.na{background:#eee}.no{color:#b00;font-weight:bold}</style>"""
+.broken{background:#f8d0d0}.na{background:#eee}.no{color:#b00;font-weight:bold}"""
+_STYLE += report.GRID_STYLE + "</style>"
 
 
 def _cell(v) -> str:
@@ -42,9 +43,10 @@ def matrix_page(user: AuthenticatedUser) -> str:
         f"<h1>Delivery-semantics matrix</h1><p>The latest reconciled run of every mode x scenario pair "
         f"({len(rows)} pairs): producer modes, then consumer strategies (checked on what they wrote). A verdict "
         f"judges the promise; <em>as expected</em> compares what was observed with DESIGN.md §3.</p>"
-        "<table id='matrix'><tr><th>mode / strategy</th><th>scenario</th><th>run</th><th>lost acked</th>"
+        f"{report.matrix_grid_html(rows, run_link='runs/{run_id}')}"
+        "<h2>Runs</h2><div class='scroll'><table id='matrix'><tr><th>mode / strategy</th><th>scenario</th><th>run</th><th>lost acked</th>"
         "<th>lost unacked</th><th>duplicated events</th><th>aborted visible</th><th>torn events</th><th>inconsistent offsets</th><th>poll skips</th><th>nonmonotonic polls</th><th>stale overwrites</th><th>verdict</th><th>expected</th><th>as expected</th></tr>"
-        f"{body}</table></body></html>"
+        f"{body}</table></div></body></html>"
     )
 
 
@@ -65,9 +67,11 @@ def run_page(run_id: str, user: AuthenticatedUser) -> str:
         f"<td>{_cell(d['partitions'])}</td><td>{_cell(d['offsets'])}</td></tr>"
         for d in violations
     )
+    png = report.timeline_png(report.run_timeline(run_id))
+    timeline = f"<h2>Timeline</h2><img id='timeline' alt='timeline' src='data:image/png;base64,{png}'>" if png else ""
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>Run {html.escape(run_id)}</title>{_STYLE}"
-        f"</head><body><p><a href='../'>&larr; matrix</a></p><h1>Run {html.escape(run_id)}</h1>"
+        f"</head><body><p><a href='../'>&larr; matrix</a></p><h1>Run {html.escape(run_id)}</h1>{timeline}"
         f"<table>{facts}</table><h2>Discrepancies (first 200, {html.escape(r['isolation'])})</h2>"
         f"<table><tr><th>kind</th><th>event id</th><th>copies</th><th>partitions</th><th>offsets</th></tr>{disc}"
         "</table></body></html>"

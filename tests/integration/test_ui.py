@@ -116,6 +116,9 @@ def test_headless_chromium_shows_the_matrix_and_keeps_a_screenshot(api_server):
             assert resp.status == 200
             rows = page.locator("#matrix tr")
             assert rows.count() >= 2, "a header and at least one mode x scenario row"
+            cells = page.locator(".grid td[title]")
+            assert cells.count() >= 1 and "expected:" in cells.first.get_attribute("title")
+            assert cells.first.get_attribute("class").split()[0] in ("clean", "duplicates", "loss", "both")
             assert page.locator("h1").inner_text() == "Delivery-semantics matrix"
             first_run = page.locator("#matrix a").first
             run_id = first_run.inner_text()

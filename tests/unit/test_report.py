@@ -1,0 +1,53 @@
+"""The matrix as a person reads it: each cell coloured by what its run showed, the verdict as a
+mark, the expectation as a tooltip, a surprise outlined. No database: rows are made here."""
+
+from __future__ import annotations
+
+import re
+
+from delivery_semantics.report import OBSERVED_COLOURS, matrix_grid_html, observed
+
+
+def row(mode, scenario, lost=0, dup=0, verdict="kept", meets=True, expectation="lost = 0"):
+    return {
+        "mode": mode,
+        "scenario": scenario,
+        "run_id": f"r-{mode}-{scenario}",
+        "lost_acked": 0,
+        "lost_unacked": lost,
+        "duplicate_events": dup,
+        "verdict": verdict,
+        "broken_by": "duplicate" if verdict == "broken" else None,
+        "expectation": expectation,
+        "meets_expectation": meets,
+    }
+
+
+def test_each_run_is_clean_duplicated_lost_or_both():
+    assert [observed(row("m", "s", lost, dup)) for lost, dup in ((0, 0), (0, 3), (2, 0), (2, 3))] == [
+        "clean",
+        "duplicates",
+        "loss",
+        "both",
+    ]
+
+
+def test_the_grid_colours_by_observation_marks_the_verdict_and_explains_in_a_tooltip():
+    rows = [
+        row("at_most_once", "leader_kill", lost=439, expectation="lost > 0, duplicate_events = 0"),
+        row("at_least_once", "lost_ack", dup=110),
+        row("idempotent", "none"),
+        row("idempotent", "lost_ack", dup=4, verdict="broken", meets=False, expectation="duplicate_events = 0"),
+    ]
+    page = matrix_grid_html(rows, run_link="runs/{run_id}")
+    cells = re.findall(r"<td class='([a-z ]+)' style='background:(#\w+)' title='([^']*)'>(.*?)</td>", page)
+    by_class = {c.split()[0]: (colour, tip, body, c) for c, colour, tip, body in cells}
+    assert len(cells) == 4
+    assert by_class["loss"][0] == OBSERVED_COLOURS["loss"] and "lost 439" in by_class["loss"][2]
+    assert "expected: lost &gt; 0, duplicate_events = 0; observed: loss; verdict: kept" in by_class["loss"][1]
+    assert "\u2713 kept" in by_class["clean"][2] and "href='runs/r-idempotent-none'" in by_class["clean"][2]
+    broken = next(c for c in cells if "\u2717 broken" in c[3])
+    assert broken[0] == "duplicates unexpected", "a run that did not show what was expected is outlined"
+    # Modes in the catalog's order down, scenarios across, an empty cell where no run was made.
+    assert page.index(">at_most_once<") < page.index(">at_least_once<") < page.index(">idempotent<")
+    assert page.count("<td></td>") == 3 * 3 - 4
