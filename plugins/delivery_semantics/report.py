@@ -269,22 +269,24 @@ def timeline_png(data: dict) -> str | None:
         if times:
             xs = [at(x) for x in times]
             rate.plot(xs, [top * 1.05] * len(xs), "|", color=colour, markersize=10, label=f"{label} ({len(xs)})")
+    ends = {v: k for k, v in NEMESIS_SPANS.items()}
     opened: dict[tuple, float] = {}
+    labels: dict[float, list[str]] = {}  # steps at one time share one label
     for step in data["nemesis"]:
-        action, x = step["action"], at(step["at"])
-        ends = {v: k for k, v in NEMESIS_SPANS.items()}
-        key = (action, step.get("broker"))
+        action, x, broker = step["action"], at(step["at"]), step.get("broker")
         if action in NEMESIS_SPANS:
-            opened[key] = x
-        elif action in ends and (ends[action], step.get("broker")) in opened:
-            start = opened.pop((ends[action], step.get("broker")))
+            opened[(action, broker)] = x
+        elif action in ends and (ends[action], broker) in opened:
+            start = opened.pop((ends[action], broker))
             for ax in (rate, lat):
                 ax.axvspan(start, x, color="grey", alpha=0.18)
-            rate.text(start, top * 1.12, f"{ends[action]} {step.get('broker', '')}".strip(), fontsize=7)
+            labels.setdefault(round(start, 1), []).append(f"{ends[action]} {broker or ''}".strip())
         elif action not in ("healthy_before", "healthy", "heal"):
             for ax in (rate, lat):
                 ax.axvline(x, color="purple", linestyle="--", linewidth=1)
-            rate.text(x, top * 1.12, action, fontsize=7, color="purple")
+            labels.setdefault(round(x, 1), []).append(action)
+    for x, names in labels.items():
+        rate.text(x, top * 1.12, ", ".join(names), fontsize=7)
     run = data["run"]
     rate.set_title(f"{run['mode']} x {run['scenario']} ({run['run_id']})", fontsize=9)
     rate.set_ylim(0, top * 1.25)
