@@ -203,19 +203,25 @@ def run_timeline(run_id: str) -> dict:
     if not run:
         return {}
     mode = catalog.MODES.get(run[0]["mode"])
+    events = """SELECT publish_at, n_hi - n_lo AS events FROM ledger_event_ranges WHERE run_id = %(r)s
+                UNION ALL SELECT publish_at, 1 FROM ledger_event_rows WHERE run_id = %(r)s"""
+    [span] = query(
+        f"SELECT extract(epoch FROM max(publish_at) - min(publish_at)) AS s FROM ({events}) AS e", {"r": run_id}
+    )
+    # About 60 bins over the run, a second at most and a tenth of one at least.
+    step = min(1.0, max(0.1, round(float(span["s"] or 0) / 60, 1)))
+    binned = {"r": run_id, "step": f"{step} seconds"}
     produced = query(
-        """SELECT date_trunc('second', publish_at) AS t, sum(events)::bigint AS n FROM (
-               SELECT publish_at, n_hi - n_lo AS events FROM ledger_event_ranges WHERE run_id = %(r)s
-               UNION ALL SELECT publish_at, 1 FROM ledger_event_rows WHERE run_id = %(r)s) AS e
-           GROUP BY 1 ORDER BY 1""",
-        {"r": run_id},
+        f"""SELECT date_bin(%(step)s::interval, publish_at, 'epoch') AS t, sum(events)::float8 / {step} AS n
+            FROM ({events}) AS e GROUP BY 1 ORDER BY 1""",
+        binned,
     )
     latency = query(
-        """SELECT date_trunc('second', b.recorded_at) AS t,
+        """SELECT date_bin(%(step)s::interval, b.recorded_at, 'epoch') AS t,
                   percentile_cont(0.5) WITHIN GROUP (ORDER BY l) / 1000.0 AS p50_ms, max(l) / 1000.0 AS max_ms
            FROM ledger_batches b, unnest(b.latencies_us) AS l
-           WHERE b.run_id = %s AND b.status IN ('acked', 'sent') GROUP BY 1 ORDER BY 1""",
-        (run_id,),
+           WHERE b.run_id = %(r)s AND b.status IN ('acked', 'sent') GROUP BY 1 ORDER BY 1""",
+        binned,
     )
     marked = query(
         """SELECT d.kind, e.publish_at FROM reconcile_discrepancies d
@@ -254,12 +260,16 @@ def timeline_png(data: dict) -> str | None:
 
     fig, (rate, lat) = plt.subplots(2, 1, sharex=True, figsize=(9, 4.2), height_ratios=(3, 2))
     rate.step(
-        [at(p["t"]) for p in data["produced"]], [p["n"] for p in data["produced"]], where="post", label="produced/s"
+        [at(p["t"]) for p in data["produced"]],
+        [p["n"] for p in data["produced"]],
+        where="post",
+        marker=".",
+        label="produced/s",
     )
     if data["latency"]:
         xs = [at(p["t"]) for p in data["latency"]]
-        lat.plot(xs, [p["p50_ms"] for p in data["latency"]], label="ack p50")
-        lat.plot(xs, [p["max_ms"] for p in data["latency"]], label="ack max", alpha=0.6)
+        lat.plot(xs, [p["p50_ms"] for p in data["latency"]], marker=".", label="ack p50")
+        lat.plot(xs, [p["max_ms"] for p in data["latency"]], marker=".", label="ack max", alpha=0.6)
         lat.set_yscale("log")
     lat.set_ylabel("ms")
     lat.set_xlabel("seconds since the first event")
