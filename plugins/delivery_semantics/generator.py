@@ -94,7 +94,7 @@ class Generator:
         )
 
     def event(self, n: int, publish_at_ms: int | None = None) -> Event:
-        # The ledger's view `ledger_events` (sql/V019) and the checker's rebuilt ledger derive the
+        # The ledger's view `ledger_events` (sql/V017) and the checker's rebuilt ledger derive the
         # same id, key and seq from n: change them together.
         return Event(
             n,

@@ -340,7 +340,7 @@ class Ledger:
     def record_event_range(self, run_id: str, start: int, stop: int, keys: int, publish_at_ms: int) -> int:
         """The events n in [start, stop) of a generated run, all published at one time: one
         `ledger_event_ranges` row, from which the view `ledger_events` derives them the way
-        Generator.event does (sql/V019)."""
+        Generator.event does (sql/V017)."""
         with self._write_lock, self.conn, self.conn.cursor() as cur:
             cur.execute(
                 "INSERT INTO ledger_event_ranges (run_id, n_lo, n_hi, keys, publish_at) VALUES (%s, %s, %s, %s, %s)",
