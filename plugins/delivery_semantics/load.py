@@ -674,14 +674,14 @@ class _Session:
             self.ledger.copy_outcomes, self.run_id, self.session, outcomes, self.producer, self._progress()
         ).result()
         if self.crash_before_commit_n is not None:
-            [((_, txn_no), written)] = outcomes.clean.items()
-            if max(r[0] for r in written) >= self.crash_before_commit_n:
+            written = [(txn_no, r[0]) for (_, txn_no), group in outcomes.clean.items() for r in group]
+            if written and max(n for _, n in written) >= self.crash_before_commit_n:
                 crash_here(
                     "before_commit",
                     run_id=self.run_id,
                     producer=self.producer,
                     session=self.session,
-                    txn_no=txn_no,
+                    txn_no=written[0][0],
                     written=len(written),
                 )
 
