@@ -101,8 +101,19 @@ class Broker:
         return 19291 + self.node_id
 
     @property
+    def peer_host(self) -> str:
+        """The name the other brokers reach this one by, for replication and the controller
+        quorum. Each broker resolves it through its own hosts file (`hosts_file`): to the link
+        proxy from that broker to this one, so one link can be cut without the others."""
+        return f"kafka-{self.node_id}"
+
+    @property
     def data_dir(self) -> Path:
         return VAR / "kafka" / self.name
+
+    @property
+    def hosts_file(self) -> Path:
+        return self.data_dir / "hosts"
 
     @property
     def pid_file(self) -> Path:
@@ -114,6 +125,39 @@ class Broker:
 
 
 BROKERS = tuple(Broker(i) for i in BROKER_IDS)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of broker-to-broker traffic on one listener (inter-broker or controller),
+    through its own Toxiproxy proxy: `source` reaches `target` at a loopback address of its own,
+    so the nemesis can partition the network link by link."""
+
+    source: Broker
+    target: Broker
+    listener: str  # "internal" or "controller"
+
+    @property
+    def name(self) -> str:
+        return f"link-{self.source.node_id}-{self.target.node_id}-{self.listener}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.{self.source.node_id}.{self.target.node_id}"
+
+    @property
+    def port(self) -> int:
+        return self.target.internal_port if self.listener == "internal" else self.target.controller_port
+
+
+LINKS = tuple(
+    Link(s, t, listener) for s in BROKERS for t in BROKERS if s != t for listener in ("internal", "controller")
+)
+
+
+def links_of(node_id: int) -> list[str]:
+    """The proxies of every link into and out of a broker: the ones a network partition cuts."""
+    return [link.name for link in LINKS if node_id in (link.source.node_id, link.target.node_id)]
 
 
 def bootstrap_servers() -> str:
@@ -209,6 +253,9 @@ def _terminate(pid: int | None, grace: float) -> None:
         time.sleep(0.2)
     if _pid_alive(pid):
         os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _pid_alive(pid):
+            time.sleep(0.1)
 
 
 # --------------------------------------------------------------------------- prerequisites
@@ -568,10 +615,15 @@ def toxiproxy_pid() -> int | None:
 
 
 def _toxiproxy_proxies() -> list[dict]:
-    return [
+    clients = [
         {"name": b.name, "listen": f"{HOST}:{b.proxy_port}", "upstream": f"{HOST}:{b.client_port}", "enabled": True}
         for b in BROKERS
     ]
+    links = [
+        {"name": link.name, "listen": f"{link.address}:{link.port}", "upstream": f"{HOST}:{link.port}", "enabled": True}
+        for link in LINKS
+    ]
+    return clients + links
 
 
 def _toxiproxy_get(path: str):
@@ -594,7 +646,11 @@ def start_toxiproxy() -> str:
         TOXIPROXY_PID,
     )
     _wait_until(
-        lambda: _port_open(TOXIPROXY_PORT) and all(_port_open(b.proxy_port) for b in BROKERS),
+        lambda: (
+            _port_open(TOXIPROXY_PORT)
+            and all(_port_open(b.proxy_port) for b in BROKERS)
+            and all(_port_open(link.port, link.address) for link in LINKS)
+        ),
         20,
         "toxiproxy",
         TOXIPROXY_LOG,
@@ -604,7 +660,18 @@ def start_toxiproxy() -> str:
 
 
 def _ensure_proxies() -> None:
-    """Heal what a crashed fault run may have left behind: disabled proxies or leftover toxics."""
+    """Heal what a crashed fault run may have left behind: disabled proxies or leftover toxics;
+    and create the proxies a Toxiproxy started by an older version of this file lacks."""
+    existing = _toxiproxy_get("/proxies")
+    missing = [p for p in _toxiproxy_proxies() if p["name"] not in existing]
+    if missing:
+        req = urllib.request.Request(
+            toxiproxy_url("/populate"),
+            method="POST",
+            data=json.dumps(missing).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(req, timeout=5).read()
     for p in _toxiproxy_proxies():
         req = urllib.request.Request(
             toxiproxy_url(f"/proxies/{p['name']}"),
@@ -636,13 +703,32 @@ def _cluster_id() -> str:
     return CLUSTER_ID_FILE.read_text().strip()
 
 
+def _render_hosts_file(b: Broker) -> Path:
+    """The broker's own name resolution (the JVM's jdk.net.hosts.file): itself directly, every
+    other broker through the link proxy from this broker to that one."""
+    names = [f"{HOST} localhost {socket.gethostname()} {b.peer_host}"]
+    names += [
+        f"{link.address} {link.target.peer_host}" for link in LINKS if link.source == b and link.listener == "internal"
+    ]
+    b.hosts_file.parent.mkdir(parents=True, exist_ok=True)
+    b.hosts_file.write_text(
+        "# Rendered by local/devstack.py: how this broker reaches its peers.\n" + "\n".join(names) + "\n"
+    )
+    return b.hosts_file
+
+
+def _broker_jvm_flags(b: Broker) -> list[str]:
+    return [f"-Djdk.net.hosts.file={_render_hosts_file(b)}"]
+
+
 def _render_broker_config(b: Broker) -> Path:
-    voters = ",".join(f"{x.node_id}@{HOST}:{x.controller_port}" for x in BROKERS)
+    voters = ",".join(f"{x.node_id}@{x.peer_host}:{x.controller_port}" for x in BROKERS)
     template = string.Template((CONFIG / "server.properties.template").read_text())
     text = template.substitute(
         node_id=b.node_id,
         quorum_voters=voters,
         host=HOST,
+        peer_host=b.peer_host,
         client_port=b.client_port,
         internal_port=b.internal_port,
         controller_port=b.controller_port,
@@ -688,6 +774,7 @@ def _format_storage(b: Broker, config: Path) -> None:
             "-c",
             str(config),
             "--ignore-formatted",
+            extra=_broker_jvm_flags(b),
         ),
         capture_output=True,
         text=True,
@@ -714,7 +801,9 @@ def start_broker(b: Broker) -> str:
     config = _render_broker_config(b)
     _format_storage(b, config)
     _spawn(
-        kafka_tool_command("kafka.Kafka", str(config), heap=BROKER_HEAP, extra=[f"-Dkafka.logs.dir={LOGS}"]),
+        kafka_tool_command(
+            "kafka.Kafka", str(config), heap=BROKER_HEAP, extra=[f"-Dkafka.logs.dir={LOGS}", *_broker_jvm_flags(b)]
+        ),
         b.log_file,
         b.pid_file,
     )
@@ -830,6 +919,9 @@ class NemesisBackend(Backend):
 
     def is_running(self, node_id: int) -> bool:
         return broker_pid(BROKERS[node_id - 1]) is not None
+
+    def link_proxies(self, node_id: int) -> list[str]:
+        return links_of(node_id)
 
 
 # --------------------------------------------------------------------------- Airflow metadata DB

@@ -132,7 +132,7 @@ MODES: dict[str, DeliveryMode] = {
             _promise(
                 "no loss of acked events while the leader survives; duplicates allowed",
                 "no_acked_loss",
-                no_acked_loss=("leader_kill", "isolated_leader"),
+                no_acked_loss=("leader_kill", "isolated_leader", "partitioned_leader"),
             ),
         ),
         _mode(
@@ -366,6 +366,23 @@ SCENARIOS: dict[str, Scenario] = {
                 at_least_once={"lost_acked": ">0", "inconsistent_offsets": ">0"},
                 at_least_once_all=_NO_ACKED_LOSS,
                 idempotent=_NO_ACKED_LOSS,
+                transactional=_EXACTLY_ONCE,
+            ),
+        ),
+        # Unlike isolated_leader, nothing is paused or killed, and clients still reach the leader:
+        # it goes on acking acks=1 writes after the quorum has fenced it and elected a follower,
+        # and truncates them when the partition heals. acks=all writes wait for followers that
+        # cannot fetch, so none is acked there.
+        Scenario(
+            "partitioned_leader",
+            "partition leader cut off by the network from both followers and the other controllers for 15 s "
+            "(its inter-broker and controller links disabled in Toxiproxy, both ways); clients still reach it",
+            timeline=(Step("partition", at=5.0), Step("heal_partition", at=20.0)),
+            expected=_expect(
+                at_most_once={"lost": ">0", "duplicate_events": "=0"},
+                at_least_once={"lost_acked": ">0", "inconsistent_offsets": ">0"},
+                at_least_once_all=_NO_ACKED_LOSS,
+                idempotent=_EXACTLY_ONCE,
                 transactional=_EXACTLY_ONCE,
             ),
         ),

@@ -50,6 +50,13 @@ class Backend:
     def proxy_name(self, node_id: int) -> str:
         return f"broker-{node_id}"
 
+    def link_proxies(self, node_id: int) -> list[str]:
+        """The Toxiproxy proxies of every link between this broker and the others, both ways."""
+        raise NemesisError(
+            f"the {self.name} backend routes only client traffic through Toxiproxy, so it cannot partition "
+            "a broker from its peers; run partition scenarios on the local stack"
+        )
+
 
 class DockerComposeBackend(Backend):
     """Drives `docker compose` for the deployment in docker-compose.yaml."""
@@ -225,6 +232,20 @@ class Nemesis:
         self.toxiproxy.remove_toxic(proxy, "lost_ack")
         self.timeline.record("restore_responses", broker=node_id, proxy=proxy)
 
+    def partition(self, node_id: int) -> list[str]:
+        """Cut the broker off by the network from the other brokers (replication) and the rest of
+        the controller quorum, both ways; its clients still reach it."""
+        links = self.backend.link_proxies(node_id)
+        for proxy in links:
+            self.toxiproxy.set_enabled(proxy, False)
+        self.timeline.record("partition", broker=node_id, links=len(links))
+        return links
+
+    def heal_partition(self, node_id: int) -> None:
+        for proxy in self.backend.link_proxies(node_id):
+            self.toxiproxy.set_enabled(proxy, True)
+        self.timeline.record("heal_partition", broker=node_id)
+
     def kill_producer(self, process) -> None:
         """SIGKILL of a producer process this one started (the forked load of producer_crash)."""
         process.kill()
@@ -232,7 +253,8 @@ class Nemesis:
         self.timeline.record("kill_producer", pid=process.pid, signal="SIGKILL")
 
     def heal(self, wait: bool = True, timeout: float = 180) -> None:
-        """Undo everything: SIGCONT, restart, clear toxics; then wait for a whole cluster."""
+        """Undo everything: SIGCONT, restart, clear toxics, enable every proxy (a partition's links
+        too); then wait for a whole cluster."""
         for node in list(self._paused) or []:
             self.resume(node)
         for node in self.backend.broker_ids:

@@ -24,7 +24,7 @@ from delivery_semantics.catalog import Scenario, ScenarioError, Step
 from delivery_semantics.endpoints import Database, kafka_config, ledger_database
 from delivery_semantics.generator import new_run_id, slices
 from delivery_semantics.ledger import Ledger
-from delivery_semantics.nemesis import Nemesis, NemesisError, wait_healthy
+from delivery_semantics.nemesis import Nemesis, NemesisError, backend_from_env, wait_healthy
 
 
 def prepare(spec: load.LoadSpec, scenario: Scenario) -> load.LoadSpec:
@@ -38,8 +38,14 @@ def prepare(spec: load.LoadSpec, scenario: Scenario) -> load.LoadSpec:
 
 
 def validate(spec: load.LoadSpec, scenario_name: str) -> tuple[load.LoadSpec, Scenario]:
-    """The pair and the prepared spec, checked before anything starts."""
+    """The pair and the prepared spec, checked before anything starts; and that the nemesis's
+    backend can inject the scenario's faults."""
     _, scenario = catalog.check_pair(spec.mode, scenario_name)
+    if any(step.action == "partition" for step in scenario.timeline):
+        try:
+            backend_from_env().link_proxies(1)
+        except NemesisError as e:
+            raise ScenarioError(f"{scenario.name}: {e}") from None
     spec = prepare(spec, scenario)
     load.validate(spec)
     return spec, scenario

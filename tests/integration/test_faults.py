@@ -85,6 +85,21 @@ def test_isolated_leader_loses_no_acked_event_with_acks_all(ledger, kafka_conf):
     assert seen.lost_acked == 0, "acks=all with min ISR 2: writes are refused or retried, never acked then lost"
 
 
+def test_partitioned_leader_keeps_acking_acks_1_writes_that_are_then_lost(ledger, kafka_conf):
+    _s, seen, tl = run_pair("at_least_once", "partitioned_leader", ledger, kafka_conf)
+    assert actions(tl)[1:3] == ["partition", "heal_partition"] and tl["events"][1]["links"] == 8
+    assert "kill" not in actions(tl) and "pause" not in actions(tl), "a network fault only"
+    assert seen.acked == MESSAGES
+    assert seen.lost_acked > 0, "writes acked by the deposed leader, which its clients still reached, are truncated"
+
+
+def test_partitioned_leader_loses_no_acked_event_with_acks_all(ledger, kafka_conf):
+    _s, seen, tl = run_pair("at_least_once_all", "partitioned_leader", ledger, kafka_conf)
+    assert "partition" in actions(tl)
+    assert seen.lost_acked == 0, "acks=all: followers that cannot fetch never ack, so nothing acked is lost"
+    assert seen.acked == MESSAGES
+
+
 def test_producer_crash_of_one_of_two_producers_resumes_its_slice_alone(ledger, kafka_conf):
     s, seen, tl = run_pair("idempotent", "producer_crash", ledger, kafka_conf, producers=2)
     slices = ledger.producers(s.run_id)

@@ -29,9 +29,35 @@ def test_metadata_lists_three_brokers_advertised_at_their_toxiproxy_ports(kafka_
     advertised = sorted((b.id, b.host, b.port) for b in md.brokers.values())
     assert advertised == [(1, "127.0.0.1", 9092), (2, "127.0.0.1", 9093), (3, "127.0.0.1", 9094)]
     proxies = json.load(urllib.request.urlopen(devstack.toxiproxy_url("/proxies"), timeout=5))
-    assert {p["name"]: (p["listen"], p["upstream"], p["enabled"]) for p in proxies.values()} == {
-        f"broker-{i}": (f"127.0.0.1:{9091 + i}", f"127.0.0.1:{19091 + i}", True) for i in (1, 2, 3)
+    clients = {f"broker-{i}": (f"127.0.0.1:{9091 + i}", f"127.0.0.1:{19091 + i}", True) for i in (1, 2, 3)}
+    # Replication and the controller quorum: one proxy per ordered pair of brokers and listener,
+    # each on a loopback address of its own, so that a partition can cut one broker's links.
+    links = {
+        f"link-{s}-{t}-{listener}": (f"127.0.{s}.{t}:{base + t}", f"127.0.0.1:{base + t}", True)
+        for s in (1, 2, 3)
+        for t in (1, 2, 3)
+        if s != t
+        for listener, base in (("internal", 19191), ("controller", 19291))
     }
+    assert {p["name"]: (p["listen"], p["upstream"], p["enabled"]) for p in proxies.values()} == clients | links
+
+
+def test_brokers_reach_their_peers_only_through_their_own_links():
+    for b in devstack.BROKERS:
+        resolved = {}
+        for line in b.hosts_file.read_text().splitlines():
+            if line and not line.startswith("#"):
+                address, *names = line.split()
+                resolved.update(dict.fromkeys(names, address))
+        assert resolved[f"kafka-{b.node_id}"] == "127.0.0.1", "a broker reaches itself directly"
+        assert {n: a for n, a in resolved.items() if n.startswith("kafka-") and n != f"kafka-{b.node_id}"} == {
+            f"kafka-{t}": f"127.0.{b.node_id}.{t}" for t in (1, 2, 3) if t != b.node_id
+        }
+    server = (devstack.BROKERS[0].data_dir / "server.properties").read_text()
+    assert "controller.quorum.voters=1@kafka-1:19292,2@kafka-2:19293,3@kafka-3:19294" in server
+    assert "INTERNAL://kafka-1:19192" in server
+    cut = devstack.links_of(1)
+    assert len(cut) == 8 and not any(n.startswith(("link-2-3", "link-3-2")) for n in cut)
 
 
 def test_topic_is_created_with_rf3_and_min_insync_2(kafka_conf, fresh_topic):

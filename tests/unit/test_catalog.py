@@ -22,6 +22,7 @@ BREAKS = {
 LIFTED = {
     ("at_least_once", "leader_kill"): "lost_acked",
     ("at_least_once", "isolated_leader"): "lost_acked",
+    ("at_least_once", "partitioned_leader"): "lost_acked",
     ("idempotent", "producer_crash"): "duplicate",
 }
 # DESIGN.md §3 states nothing for these pairs: acks=1 under leader_kill, acks=0 under isolated_leader.
@@ -43,9 +44,10 @@ def all_subjects():
     return pairs
 
 
-def test_the_valid_pairs_are_the_25_of_design_md():
+def test_the_valid_pairs_are_the_25_of_design_md_and_the_network_partition():
     pairs = catalog.valid_pairs()
-    assert len(pairs) == 25
+    assert len(pairs) == 30
+    assert [m for m, s in pairs if s == "partitioned_leader"] == list(catalog.MODES)
     assert ("at_most_once", "lost_ack") not in pairs, "acks=0 never waits for an ack"
     assert [m for m, s in pairs if s == "txn_abort"] == ["transactional"]
     assert all(s != "consumer_crash" for _, s in pairs)
@@ -83,6 +85,12 @@ def test_design_md_section_3_in_the_catalog():
     assert catalog.expectation_text("at_most_once", "leader_kill") == "lost > 0, duplicate_events = 0"
     assert catalog.expectation("at_least_once", "isolated_leader") == {"lost_acked": ">0", "inconsistent_offsets": ">0"}
     assert catalog.expectation("transactional", "txn_abort")["aborted_visible"] == "=0"
+    assert catalog.expectation_text("at_most_once", "partitioned_leader") == "lost > 0, duplicate_events = 0"
+    assert catalog.expectation("at_least_once", "partitioned_leader") == {
+        "lost_acked": ">0",
+        "inconsistent_offsets": ">0",
+    }
+    assert catalog.expectation_text("idempotent", "partitioned_leader") == "lost_acked = 0, duplicate_events = 0"
     assert catalog.expectation("process_then_commit", "consumer_crash") == {"duplicate_events": ">0", "lost": "=0"}
     assert catalog.expectation_text("idempotent", "no_such_scenario") == "-"
     assert catalog.meets_expectation("nobody", "none", {}) is None
@@ -138,6 +146,7 @@ def test_forms_take_their_bounds_from_the_limits():
         "none",
         "leader_kill",
         "isolated_leader",
+        "partitioned_leader",
         "producer_crash",
     ]
     assert catalog.consumer_run_form()["scenario"]["enum"] == ["none", "consumer_crash"]

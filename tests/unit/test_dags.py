@@ -117,6 +117,7 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
         "none",
         "leader_kill",
         "isolated_leader",
+        "partitioned_leader",
         "producer_crash",
     ]
 

@@ -69,9 +69,9 @@ def test_producer_slices_cover_every_event_once_and_evenly(messages, producers):
     assert len(cut) == producers and max(sizes) - min(sizes) <= 1 and min(sizes) > 0
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
-    env["PYTHONPATH"] = str(REPO / "plugins")
+    env.update(extra_env, PYTHONPATH=str(REPO / "plugins"))
     return subprocess.run(
         [sys.executable, "-m", "delivery_semantics.cli", *args], capture_output=True, text=True, env=env, timeout=120
     )
@@ -100,6 +100,16 @@ def test_the_cli_refuses_bad_input_with_one_line_and_exit_2(args, message):
     res = _cli(*args)
     assert res.returncode == 2, res.stderr
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_a_partition_is_refused_where_the_brokers_links_are_not_proxied():
+    res = _cli(
+        *("load", "run", "--mode", "idempotent", "--scenario", "partitioned_leader", "--messages", "5"),
+        SEMANTICS_NEMESIS_BACKEND="docker",
+    )
+    assert res.returncode == 2, res.stderr
+    assert "partitioned_leader: the docker backend routes only client traffic through Toxiproxy" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
 ORDERS = REPO / "audits" / "orders.yaml"

@@ -30,5 +30,5 @@ def test_clock_reads_minutes_and_hours():
 
 def test_the_matrix_size_follows_the_form():
     everything = len(catalog.valid_pairs()) + len(catalog.STRATEGIES)
-    assert matrix_size({"messages": 100}) == everything == 29
+    assert matrix_size({"messages": 100}) == everything == 34
     assert matrix_size({"modes": ["idempotent"], "scenarios": ["none", "lost_ack"], "consumer_strategies": []}) == 2
