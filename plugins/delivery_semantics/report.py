@@ -191,6 +191,7 @@ NEMESIS_SPANS = {
     "pause": "resume",
     "drop_responses": "restore_responses",
     "kill": "restart",
+    "partition": "heal_partition",
 }
 LOST_KINDS = ("lost_acked", "lost_unacked")
 
@@ -308,6 +309,88 @@ def timeline_png(data: dict) -> str | None:
     return png
 
 
+TREND_DAYS = 30
+
+
+def trend_points(days: int = TREND_DAYS) -> dict[str, list[dict]]:
+    """The trend plots' points over the last `days` days: every reconciled run, as its mode (or
+    strategy) x scenario, and every check of an audit, batch or window."""
+    runs = query(
+        """SELECT mode AS subject, scenario AS series, created_at AS at, loss_rate, duplicate_rate
+           FROM v_run_results WHERE created_at > now() - make_interval(days => %s) ORDER BY created_at""",
+        (days,),
+    )
+    audits = query(
+        """SELECT audit AS subject, source AS series, at, loss_rate, duplicate_rate
+           FROM v_audit_trends WHERE at > now() - make_interval(days => %s) ORDER BY at""",
+        (days,),
+    )
+    return {"runs": runs, "audits": audits}
+
+
+def trend_series(points: list[dict]) -> dict[str, dict[str, list[tuple]]]:
+    """{subject: {series: [(at, loss_rate, duplicate_rate), ...]}}: modes and strategies in the
+    catalog's order, then any other subject (an audit) by name; series in the scenarios' order."""
+    rank = {m: i for i, m in enumerate(ROW_ORDER)}
+    srank = {s: i for i, s in enumerate(SCENARIO_ORDER)}
+    out: dict[str, dict[str, list[tuple]]] = {}
+    for p in sorted(points, key=lambda p: p["at"]):
+        out.setdefault(p["subject"], {}).setdefault(p["series"], []).append(
+            (p["at"], p["loss_rate"], p["duplicate_rate"])
+        )
+    return {
+        subject: dict(sorted(out[subject].items(), key=lambda kv: (srank.get(kv[0], len(srank)), kv[0])))
+        for subject in sorted(out, key=lambda m: (rank.get(m, len(rank)), m))
+    }
+
+
+def trends_png(points: list[dict]) -> str | None:
+    """Loss and duplicate rates over time: a row of two panels per subject, a line per series. A
+    base64 PNG, or None with no points."""
+    series = trend_series(points)
+    if not series:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import PercentFormatter
+
+    fig, axes = plt.subplots(len(series), 2, figsize=(11, 1.9 * len(series)), squeeze=False, sharex=True)
+    for (subject, lines), (loss, dup) in zip(series.items(), axes, strict=True):
+        for name, pts in lines.items():
+            xs = [p[0] for p in pts]
+            loss.plot(xs, [p[1] for p in pts], marker=".", label=name)
+            dup.plot(xs, [p[2] for p in pts], marker=".", label=name)
+        loss.set_ylabel(subject, fontsize=8)
+        for ax in (loss, dup):
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.tick_params(labelsize=7)
+        dup.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axes[0][0].set_title("loss rate (lost / events)", fontsize=9)
+    axes[0][1].set_title("duplicate rate (extra copies / events)", fontsize=9)
+    fig.autofmt_xdate()
+    png = _png(fig)
+    plt.close(fig)
+    return png
+
+
+def trends_html(days: int = TREND_DAYS) -> str:
+    """The trends section of the report and the UI page: runs, then audits."""
+    points = trend_points(days)
+    parts = [
+        f"<h2>Trends</h2><p>Loss and duplicate rates of every reconciled run and audit check, last {days} days.</p>"
+    ]
+    for title, key in (("Runs, per mode or strategy and scenario", "runs"), ("Audits, per check", "audits")):
+        png = trends_png(points[key])
+        parts.append(
+            f"<h3>{title}</h3><img alt='trends: {key}' src='data:image/png;base64,{png}'>"
+            if png
+            else f"<h3>{title}</h3><p>None yet.</p>"
+        )
+    return "".join(parts)
+
+
 def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics matrix") -> Path:
     import matplotlib
 
@@ -361,6 +444,7 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
         for r, png in timelines
         if png
     )
+    body += trends_html()
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:12px}}

@@ -46,7 +46,7 @@ def matrix_page(user: AuthenticatedUser) -> str:
         f"{report.matrix_grid_html(rows, run_link='runs/{run_id}')}"
         "<h2>Runs</h2><div class='scroll'><table id='matrix'><tr><th>mode / strategy</th><th>scenario</th><th>run</th><th>lost acked</th>"
         "<th>lost unacked</th><th>duplicated events</th><th>aborted visible</th><th>torn events</th><th>inconsistent offsets</th><th>poll skips</th><th>nonmonotonic polls</th><th>stale overwrites</th><th>verdict</th><th>expected</th><th>as expected</th></tr>"
-        f"{body}</table></div></body></html>"
+        f"{body}</table></div>{report.trends_html()}</body></html>"
     )
 
 

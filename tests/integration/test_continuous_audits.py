@@ -391,6 +391,12 @@ def test_five_windows_find_exactly_what_was_planted(pipeline):
     delays = report.query("SELECT * FROM v_audit_delays WHERE audit = %s ORDER BY window_end", (AUDIT.name,))
     assert [d["window_end"] for d in delays] == T[1:]
     assert all(d["outbox_topic_p50_ms"] == minutes for d in delays[:1])  # the relay's minute
+    trend = report.query(
+        "SELECT at, events, lost, late FROM v_audit_trends WHERE audit = %s AND source = 'window' ORDER BY at",
+        (AUDIT.name,),
+    )
+    assert [t["at"] for t in trend] == T[1:], "a trend point per window"
+    assert (trend[-1]["events"], trend[-1]["lost"]) == (13, 1), "the fifth window: 13 due, Z lost"
 
     # A rerun leaves every row as it was: the first window (which reads everything before its
     # end), the third (a late record, a consumer crash) and the fifth (a carried record resolved,

@@ -3,9 +3,11 @@ mark, the expectation as a tooltip, a surprise outlined. No database: rows are m
 
 from __future__ import annotations
 
+import base64
 import re
+from datetime import UTC, datetime, timedelta
 
-from delivery_semantics.report import OBSERVED_COLOURS, matrix_grid_html, observed
+from delivery_semantics.report import OBSERVED_COLOURS, matrix_grid_html, observed, trend_series, trends_png
 
 
 def row(mode, scenario, lost=0, dup=0, verdict="kept", meets=True, expectation="lost = 0"):
@@ -51,3 +53,33 @@ def test_the_grid_colours_by_observation_marks_the_verdict_and_explains_in_a_too
     # Modes in the catalog's order down, scenarios across, an empty cell where no run was made.
     assert page.index(">at_most_once<") < page.index(">at_least_once<") < page.index(">idempotent<")
     assert page.count("<td></td>") == 3 * 3 - 4
+
+
+def test_trends_group_points_by_subject_and_series_in_time_order():
+    t0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+    def p(subject, series, day, loss, dup=0.0):
+        return {
+            "subject": subject,
+            "series": series,
+            "at": t0 + timedelta(days=day),
+            "loss_rate": loss,
+            "duplicate_rate": dup,
+        }
+
+    points = [
+        p("orders", "window", 2, 0.0),
+        p("transactional", "none", 1, 0.0),
+        p("at_most_once", "leader_kill", 3, 0.08),
+        p("at_most_once", "leader_kill", 1, 0.05),
+        p("at_most_once", "none", 2, 0.0),
+        p("orders", "batch", 1, 0.01, 0.02),
+    ]
+    series = trend_series(points)
+    assert list(series) == ["at_most_once", "transactional", "orders"], "the catalog's order, then audits"
+    assert list(series["at_most_once"]) == ["none", "leader_kill"], "the scenarios' order"
+    assert [loss for _, loss, _ in series["at_most_once"]["leader_kill"]] == [0.05, 0.08], "oldest first"
+    assert series["orders"]["batch"] == [(t0 + timedelta(days=1), 0.01, 0.02)]
+    png = base64.b64decode(trends_png(points))
+    assert png.startswith(b"\x89PNG")
+    assert trends_png([]) is None
