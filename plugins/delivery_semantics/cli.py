@@ -17,6 +17,7 @@ is the consumer process a consumer run starts; it is not for people.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import asdict
@@ -191,7 +192,34 @@ def _reconcile(args) -> int:
             print("reconcile: --no-dedup-copy is for --run-id; an audit always writes its copy", file=sys.stderr)
             return 2
         return _audit_run(args.mapping, args.reconciliation_id, args.master)
-    return _reconciled(reconcile.run(run_id=args.run_id, master=args.master, dedup_copy=not args.no_dedup_copy))
+    with _progress(len(args.run_id), "reconciled run") as on_result:
+        result = reconcile.run(
+            run_id=args.run_id, master=args.master, dedup_copy=not args.no_dedup_copy, on_result=on_result
+        )
+    return _reconciled(result)
+
+
+@contextlib.contextmanager
+def _progress(total: int, what: str):
+    """Progress of a Spark reconciliation on stderr (stdout keeps the JSON summaries): a step per
+    run or window as the application prints its first summary."""
+    from delivery_semantics.progress import Progress
+
+    progress = Progress(total, what, sys.stderr)
+    progress.note(f"spark-submit: {total} to reconcile")
+    seen: set[str] = set()
+
+    def on_result(s: dict) -> None:
+        key = s.get("reconciliation_id") or s.get("window_end")
+        if key not in seen:
+            seen.add(key)
+            broken = f" ({s['broken_by']})" if s.get("broken_by") else ""
+            progress.step(f"{s.get('window_end') or key}: {s.get('verdict')}{broken}")
+
+    try:
+        yield on_result
+    finally:
+        progress.close()
 
 
 def _reconciled(r) -> int:
@@ -261,9 +289,14 @@ def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str, wi
         ends = [audits.window_end(e) for e in window_ends or ()]
         audits.preflight(audit, ends)
         rid = reconciliation_id or audits.reconciliation_id(audit)
-        result = reconcile.run(
-            audit=audit, reconciliation_id=rid, master=master, window_ends=[e.isoformat() for e in ends] or None
-        )
+        with _progress(len(ends) or 1, "audit window" if ends else "audit run") as on_result:
+            result = reconcile.run(
+                audit=audit,
+                reconciliation_id=rid,
+                master=master,
+                window_ends=[e.isoformat() for e in ends] or None,
+                on_result=on_result,
+            )
     except (audits.AuditError, EndpointError) as e:
         print(f"audit: {e}", file=sys.stderr)
         return 2

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from delivery_semantics import catalog
@@ -54,10 +56,12 @@ def run(
     conf: dict | None = None,
     timeout: float = 3600,
     dedup_copy: bool = True,
+    on_result: Callable[[dict], None] | None = None,
 ) -> Reconciled:
     """Platform runs by id (one application for all), one run of an audit (an audits.Audit), or
     windows of a continuous audit (one application for all, in order): the audit's Kafka, outbox
-    and sink connections are resolved here and handed over by environment."""
+    and sink connections are resolved here and handed over by environment. `on_result` gets each
+    summary (a run's at one isolation level, or a window's) as the application prints it."""
     if (run_id is None) == (audit is None):
         raise ValueError("give exactly one of run_id or audit")
     if audit is not None:
@@ -74,14 +78,40 @@ def run(
     else:
         args = catalog.reconcile_args([run_id] if isinstance(run_id, str) else list(run_id), dedup_copy)
         app_env = spark_application_env()
-    res = subprocess.run(
-        command(args, master, conf),
-        capture_output=True,
+    cmd = command(args, master, conf)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         env={**os.environ, **app_env, **(env or {})},
     )
-    summaries = [
-        json.loads(ln.split(" ", 1)[1]) for ln in res.stdout.splitlines() if ln.startswith(("RECONCILED ", "WINDOW "))
-    ]
-    return Reconciled(res.returncode, summaries, res.stdout, res.stderr)
+    stderr: list[str] = []
+    reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    timed_out = threading.Event()
+
+    def expire() -> None:
+        timed_out.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, expire)
+    timer.start()
+    stdout, summaries = [], []
+    try:
+        for line in proc.stdout:
+            stdout.append(line)
+            if line.startswith(("RECONCILED ", "WINDOW ")):
+                summaries.append(json.loads(line.split(" ", 1)[1]))
+                if on_result is not None:
+                    on_result(summaries[-1])
+        proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join()
+    if timed_out.is_set():
+        raise subprocess.TimeoutExpired(cmd, timeout)
+    return Reconciled(proc.returncode, summaries, "".join(stdout), "".join(stderr))

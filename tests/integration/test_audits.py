@@ -332,6 +332,7 @@ def test_every_audit_file_in_the_docs_is_a_file_in_the_repo_and_runs(orders):
         rid = f"audit:{path.stem}:docs-{uuid.uuid4().hex[:6]}"
         res = run([str(REPO / "local" / "semantics"), "audit", "run", str(path), "--reconciliation-id", rid])
         assert res.returncode == 0, res.stderr[-2000:]
+        assert f"audit run 1/1: {rid}: " in res.stderr, "its progress line, on stderr"
         s = {
             r["isolation"]: r
             for r in report.query("SELECT * FROM v_audit_results WHERE reconciliation_id = %s", (rid,))

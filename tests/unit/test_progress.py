@@ -32,3 +32,21 @@ def test_the_matrix_size_follows_the_form():
     everything = len(catalog.valid_pairs()) + len(catalog.STRATEGIES)
     assert matrix_size({"messages": 100}) == everything == 34
     assert matrix_size({"modes": ["idempotent"], "scenarios": ["none", "lost_ack"], "consumer_strategies": []}) == 2
+
+
+def test_a_reconciliation_steps_once_a_run_or_window_on_stderr(capsys):
+    from delivery_semantics.cli import _progress
+
+    with _progress(2, "reconciled run") as on_result:
+        on_result({"reconciliation_id": "r1", "isolation": "read_committed", "verdict": "kept", "broken_by": None})
+        on_result({"reconciliation_id": "r1", "isolation": "read_uncommitted", "verdict": "kept", "broken_by": None})
+        on_result(
+            {"reconciliation_id": "r2", "isolation": "read_uncommitted", "verdict": "broken", "broken_by": "lost_acked"}
+        )
+    out, err = capsys.readouterr()
+    assert out == "", "stdout keeps the JSON summaries alone"
+    assert [ln.split(" | ")[0] for ln in err.splitlines()] == [
+        "spark-submit: 2 to reconcile",
+        "reconciled run 1/2: r1: kept",
+        "reconciled run 2/2: r2: broken (lost_acked)",
+    ]
