@@ -1,5 +1,5 @@
 # The two commands of the README:  make demo  |  make test
-.PHONY: setup start stop status reset demo unit integration test test-slow lint
+.PHONY: setup start stop status reset demo unit integration test test-slow lint screenshots
 
 setup:
 	bash local/setup
@@ -35,3 +35,9 @@ test-slow: start
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+
+# The README's screenshots, taken by the UI test from the runs in the ledger: run `make demo` first.
+screenshots: start
+	bash local/setup --with-browser
+	bash local/pytest tests/integration/test_ui.py -k chromium
+	cp artifacts/screenshots/*.png docs/screenshots/

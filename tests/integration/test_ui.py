@@ -1,5 +1,6 @@
 """The results page in the Airflow UI: the real api-server, Debian's Chromium driven by
-Playwright, a refused request without Airflow auth, and a screenshot kept in artifacts/."""
+Playwright, a refused request without Airflow auth, and the README's screenshots, kept in
+artifacts/screenshots/ (`make screenshots` copies them into docs/screenshots/)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def api_server(stack_env):
     if not report.matrix_rows():
         s = load.start(load.LoadSpec(mode="idempotent", messages=500))
         assert reconcile.run(run_id=s.run_id).returncode == 0
+    SHOTS.mkdir(parents=True, exist_ok=True)
     with open(ARTIFACTS / "airflow-api-server.log", "w") as log:
         yield from _serve(log)
 
@@ -54,6 +56,18 @@ def _serve(log):
     yield BASE
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(30)
+
+
+# `make screenshots` copies these into docs/screenshots/ for the README.
+SHOTS = ARTIFACTS / "screenshots"
+
+
+def _fault_run_with_loss() -> str:
+    """The run whose timeline the README shows: acked events lost under a fault if the matrix
+    has one, else its first run with a timeline."""
+    rows = [r for r in report.matrix_rows() if r["scenario"] != "none" and report.run_timeline(r["run_id"])]
+    rows.sort(key=lambda r: (r["lost_acked"] == 0, r["scenario"] != "partitioned_leader"))
+    return (rows or report.matrix_rows())[0]["run_id"]
 
 
 def _token() -> str:
@@ -120,13 +134,24 @@ def test_headless_chromium_shows_the_matrix_and_keeps_a_screenshot(api_server):
             assert cells.count() >= 1 and "expected:" in cells.first.get_attribute("title")
             assert cells.first.get_attribute("class").split()[0] in ("clean", "duplicates", "loss", "both")
             assert page.locator("h1").inner_text() == "Delivery-semantics matrix"
+            assert page.locator("h2", has_text="Trends").count() == 1
+            assert page.locator("img[alt='trends: runs']").count() == 1, "reconciled runs make a trend plot"
             first_run = page.locator("#matrix a").first
             run_id = first_run.inner_text()
-            page.screenshot(path=str(ARTIFACTS / "ui-matrix.png"), full_page=True)
+            page.screenshot(path=str(SHOTS / "ui-matrix.png"), full_page=True)
             first_run.click()
             page.wait_for_load_state()
             assert run_id in page.locator("h1").inner_text()
             page.screenshot(path=str(ARTIFACTS / "ui-run.png"), full_page=True)
+
+            # The README's pictures: a fault run's timeline on its page, and the report's grid.
+            faulty = _fault_run_with_loss()
+            page.goto(f"{BASE}/semantics/runs/{faulty}")
+            page.locator("#timeline").screenshot(path=str(SHOTS / "timeline.png"))
+            path = report.html_report(report.matrix_rows(), ARTIFACTS / "report.html")
+            page.goto(path.as_uri())
+            assert page.locator("h1").inner_text() == "Delivery-semantics matrix"
+            page.locator(".grid").screenshot(path=str(SHOTS / "report-grid.png"))
 
             # The same page inside the Airflow UI, through the plugin's nav entry.
             page.goto(f"{BASE}/plugin/delivery-semantics")
