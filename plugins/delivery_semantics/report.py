@@ -6,12 +6,12 @@ local/semantics report [--runs R1,R2 ... | --matrix-run ID] [--html PATH]
 from __future__ import annotations
 
 import base64
-import html
 import io
 import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+import jinja2
 import psycopg2
 import psycopg2.extras
 
@@ -114,11 +114,6 @@ def matrix_text(rows: list[dict]) -> str:
 # or both. Each has its colour in the matrix grid.
 OBSERVED_COLOURS = {"clean": "#cdeccd", "duplicates": "#fde2a6", "loss": "#f7b9b3", "both": "#d9b8e8"}
 VERDICT_MARKS = {"kept": "\u2713 kept", "broken": "\u2717 broken", "n/a": "\u2013"}
-GRID_STYLE = (
-    ".grid td{min-width:7em;text-align:center;vertical-align:middle}.grid .mark{font-weight:bold}"
-    ".grid .unexpected{outline:3px solid #b00;outline-offset:-3px}.legend span{padding:2px 8px;margin-right:6px}"
-    ".scroll{overflow-x:auto;max-width:100%}"
-)
 
 
 def observed(r: dict) -> str:
@@ -129,43 +124,56 @@ def observed(r: dict) -> str:
     )
 
 
-def matrix_grid_html(rows: list[dict], run_link: str | None = None) -> str:
-    """Modes and strategies down, scenarios across; each cell coloured by what its run showed,
-    with its counts and its verdict's mark, and the expectation (DESIGN.md §3) as its tooltip. A
-    run that did not show what was expected is outlined. `run_link` (a format with {run_id})
-    links each cell to its run's page."""
+def grid_view(rows: list[dict], run_link: str | None = None) -> dict:
+    """The grid's cells: modes and strategies down, scenarios across; each cell coloured by what
+    its run showed, with its counts and its verdict's mark, and the expectation (DESIGN.md §3) as
+    its tooltip; a run that did not show what was expected is outlined. `run_link` (a format with
+    {run_id}) links each cell to its run's page."""
     modes = [m for m in ROW_ORDER if any(r["mode"] == m for r in rows)]
     modes += sorted({r["mode"] for r in rows} - set(modes))
     scenarios = [s for s in SCENARIO_ORDER if any(r["scenario"] == s for r in rows)]
     by_pair = {(r["mode"], r["scenario"]): r for r in rows}
-    esc = html.escape
 
-    def cell(r: dict | None) -> str:
+    def cell(r: dict | None) -> dict | None:
         if r is None:
-            return "<td></td>"
+            return None
         seen = observed(r)
-        lost = (r["lost_acked"] or 0) + (r["lost_unacked"] or 0)
         tip = f"expected: {r['expectation'] or '-'}; observed: {seen}; verdict: {r['verdict']}"
-        if r["broken_by"]:
-            tip += f" ({r['broken_by']})"
-        counts = f"lost {lost} &middot; dup {r['duplicate_events']}"
-        mark = esc(VERDICT_MARKS.get(r["verdict"], r["verdict"] or "-"))
-        if run_link:
-            mark = f"<a href='{esc(run_link.format(run_id=r['run_id']))}'>{mark}</a>"
-        outline = " unexpected" if r["meets_expectation"] is False else ""
-        return (
-            f"<td class='{seen}{outline}' style='background:{OBSERVED_COLOURS[seen]}' title='{esc(tip)}'>"
-            f"{counts}<br><span class='mark'>{mark}</span></td>"
-        )
+        return {
+            "observed": seen,
+            "colour": OBSERVED_COLOURS[seen],
+            "tip": tip + (f" ({r['broken_by']})" if r["broken_by"] else ""),
+            "lost": (r["lost_acked"] or 0) + (r["lost_unacked"] or 0),
+            "dup": r["duplicate_events"],
+            "mark": VERDICT_MARKS.get(r["verdict"], r["verdict"] or "-"),
+            "href": run_link.format(run_id=r["run_id"]) if run_link else None,
+            "unexpected": r["meets_expectation"] is False,
+        }
 
-    head = "".join(f"<th>{esc(s)}</th>" for s in scenarios)
-    body = "".join(f"<tr><th>{esc(m)}</th>{''.join(cell(by_pair.get((m, s))) for s in scenarios)}</tr>" for m in modes)
-    legend = "".join(f"<span style='background:{c}'>{k}</span>" for k, c in OBSERVED_COLOURS.items())
-    return (
-        f"<p class='legend'>{legend} &mdash; the mark is the verdict on the promise; hover a cell for what "
-        f"DESIGN.md §3 expects; an outlined cell did not show it.</p>"
-        f"<div class='scroll'><table class='grid'><tr><th>mode / strategy</th>{head}</tr>{body}</table></div>"
-    )
+    return {
+        "colours": OBSERVED_COLOURS,
+        "scenarios": scenarios,
+        "rows": [(m, [cell(by_pair.get((m, s))) for s in scenarios]) for m in modes],
+    }
+
+
+def matrix_grid_html(rows: list[dict], run_link: str | None = None) -> str:
+    return render("grid.html", grid=grid_view(rows, run_link))
+
+
+# The HTML report and the Airflow UI page render from the same templates (templates/), with
+# autoescaping: every value from the ledger or a user is escaped.
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
+    autoescape=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    undefined=jinja2.StrictUndefined,
+)
+
+
+def render(template: str, **context) -> str:
+    return _TEMPLATES.get_template(template).render(**context)
 
 
 def _png(fig) -> str:
@@ -375,20 +383,14 @@ def trends_png(points: list[dict]) -> str | None:
     return png
 
 
-def trends_html(days: int = TREND_DAYS) -> str:
+def trends_view(days: int = TREND_DAYS) -> dict:
     """The trends section of the report and the UI page: runs, then audits."""
     points = trend_points(days)
-    parts = [
-        f"<h2>Trends</h2><p>Loss and duplicate rates of every reconciled run and audit check, last {days} days.</p>"
+    plots = [
+        (title, key, trends_png(points[key]))
+        for title, key in (("Runs, per mode or strategy and scenario", "runs"), ("Audits, per check", "audits"))
     ]
-    for title, key in (("Runs, per mode or strategy and scenario", "runs"), ("Audits, per check", "audits")):
-        png = trends_png(points[key])
-        parts.append(
-            f"<h3>{title}</h3><img alt='trends: {key}' src='data:image/png;base64,{png}'>"
-            if png
-            else f"<h3>{title}</h3><p>None yet.</p>"
-        )
-    return "".join(parts)
+    return {"days": days, "plots": plots}
 
 
 def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics matrix") -> Path:
@@ -428,31 +430,19 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
             images.append(("Ack latency", _png(fig)))
             plt.close(fig)
 
-    table_rows = "".join(
-        "<tr>"
-        + "".join(f"<td>{html.escape(str(r[c]) if r[c] is not None else '-')}</td>" for c in MATRIX_COLUMNS)
-        + "</tr>"
-        for r in rows
-    )
-    body = "".join(
-        f"<h2>{html.escape(t)}</h2><img alt='{html.escape(t)}' src='data:image/png;base64,{b}'>" for t, b in images
-    )
-    timelines = [(r, timeline_png(run_timeline(r["run_id"]))) for r in rows]
-    body += "<h2>Timelines</h2>" + "".join(
-        f"<h3 id='{html.escape(r['run_id'])}'>{html.escape(r['mode'])} x {html.escape(r['scenario'])}</h3>"
-        f"<img alt='timeline of {html.escape(r['run_id'])}' src='data:image/png;base64,{png}'>"
-        for r, png in timelines
-        if png
-    )
-    body += trends_html()
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:12px}}
-td,th{{border:1px solid #ccc;padding:3px 6px}}th{{background:#eee}}{GRID_STYLE}</style></head><body>
-<h1>{html.escape(title)}</h1><p>Generated {generated}; {len(rows)} runs.</p>
-<h2>Matrix</h2>{matrix_grid_html(rows) if rows else ""}
-<h2>Runs</h2><div class="scroll"><table><tr>{"".join(f"<th>{c}</th>" for c in MATRIX_COLUMNS)}</tr>{table_rows}</table></div>
-{body}</body></html>"""
+    page = render(
+        "matrix.html",
+        title=title,
+        intro=f"Generated {generated}; {len(rows)} runs.",
+        rows=rows,
+        grid=grid_view(rows),
+        columns=MATRIX_COLUMNS,
+        run_link="#{run_id}",
+        images=images,
+        timelines=[(r, png) for r in rows if (png := timeline_png(run_timeline(r["run_id"])))],
+        trends=trends_view(),
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page)
     return path

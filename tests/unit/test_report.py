@@ -83,3 +83,30 @@ def test_trends_group_points_by_subject_and_series_in_time_order():
     png = base64.b64decode(trends_png(points))
     assert png.startswith(b"\x89PNG")
     assert trends_png([]) is None
+
+
+def test_the_report_and_the_ui_page_render_one_template_and_escape_what_they_show():
+    from delivery_semantics.report import MATRIX_COLUMNS, grid_view, render
+
+    bad = {
+        **row("idempotent", "none"),
+        "run_id": "<script>alert(1)</script>",
+        **dict.fromkeys(("aborted_visible", "torn_events", "inconsistent_offsets", "poll_skips"), 0),
+        **dict.fromkeys(("nonmonotonic_polls", "stale_overwrites", "messages", "records_per_sec"), 0),
+    }
+    page = render(
+        "matrix.html",
+        title="T <b>",
+        intro="i",
+        rows=[bad],
+        grid=grid_view([bad], run_link="runs/{run_id}"),
+        columns=MATRIX_COLUMNS,
+        run_link="runs/{run_id}",
+        images=[],
+        timelines=[],
+        trends={"days": 30, "plots": [("Runs", "runs", None)]},
+    )
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<title>T &lt;b&gt;</title>" in page and "<h2>Trends</h2>" in page and "None yet." in page
+    assert "href='runs/&lt;script&gt;" in page, "the run link in the grid and the table, escaped"
+    assert page.count("<tr class='kept'>") == 1 and ".grid td{" in page, "one row; the page's style inlined"
