@@ -88,6 +88,9 @@ class Observation:
     # (`partition, offset` and ID_KEY), as the consumer's isolation level shows them.
     polls: DataFrame | None = None
     polled_topic: DataFrame | None = None
+    # The other read of the same offsets (read_uncommitted, for read_committed's observation),
+    # where the topic was read twice: a position both show must hold the same record in both.
+    other_read: DataFrame | None = None
 
     def __post_init__(self):
         if "n" not in self.records.columns:
@@ -100,6 +103,8 @@ class Observation:
             self.transactions = with_id_key(self.transactions, self.id_prefix)
         if self.polled_topic is not None and "n" not in self.polled_topic.columns:
             self.polled_topic = with_id_key(self.polled_topic, self.id_prefix)
+        if self.other_read is not None and "n" not in self.other_read.columns:
+            self.other_read = with_id_key(self.other_read, self.id_prefix)
 
     def event_id(self) -> Column:
         """The id's text, from ID_KEY."""
@@ -317,10 +322,20 @@ def torn_transaction(obs: Observation) -> DataFrame | None:
 
 
 def inconsistent_offset(obs: Observation) -> DataFrame | None:
-    """The position the ledger recorded an event's ack at holds another event: the log was
-    truncated and written again there, as after an isolated leader's unclean election [Jepsen:
-    inconsistent-offsets]. A row per such event, at that position, copies counting its own copies
-    read elsewhere."""
+    """A position holding two different records [Jepsen: inconsistent-offsets], both ways: the
+    ledger's acked position of an event holds another event (the log was truncated and written
+    again there, as after an isolated leader's unclean election), or the two reads of the topic
+    show different records there (the log changed between them). A row per event at each such
+    position: for the ledger, the acked event, copies counting its copies read elsewhere; for the
+    reads, the event this read shows."""
+    found = [f for f in (_acked_elsewhere(obs), _reads_differ(obs)) if f is not None]
+    if not found:
+        return None
+    rows = found[0] if len(found) == 1 else found[0].unionByName(found[1])
+    return rows.dropDuplicates(["event_id"]) if len(found) > 1 else rows
+
+
+def _acked_elsewhere(obs: Observation) -> DataFrame | None:
     if "acked_position" not in obs.ledger.columns:
         return None
     acked_at = F.col("acked_position")
@@ -338,6 +353,20 @@ def inconsistent_offset(obs: Observation) -> DataFrame | None:
         moved.join(there, ["partition", "offset"])
         .where((F.col("n_there") != F.col("n")) | (F.col("rest_there") != F.col("id_rest")))
         .select(obs.event_id(), F.lit("inconsistent_offset").alias("kind"), "copies", *_position())
+    )
+
+
+def _reads_differ(obs: Observation) -> DataFrame | None:
+    if obs.other_read is None:
+        return None
+    other = obs.other_read.select(
+        F.col("n").alias("n_other"), F.col("id_rest").alias("rest_other"), "partition", "offset"
+    )
+    same = F.col("n").eqNullSafe(F.col("n_other")) & F.col("id_rest").eqNullSafe(F.col("rest_other"))
+    return (
+        obs.records.join(other, ["partition", "offset"])
+        .where(~same)
+        .select(obs.event_id(), F.lit("inconsistent_offset").alias("kind"), F.lit(1).alias("copies"), *_position())
     )
 
 

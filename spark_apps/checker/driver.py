@@ -43,6 +43,10 @@ def reconcile(
             for iso in ((READ_UNCOMMITTED,) if single_read else src.isolations)
         }
         reads.setdefault(READ_COMMITTED, reads[READ_UNCOMMITTED])
+    # A topic read twice: read_committed's records are checked against read_uncommitted's.
+    second_read = reads.get(READ_UNCOMMITTED)
+    if second_read is reads[READ_COMMITTED]:
+        second_read = None
     # What read_committed sees of each event, for read_uncommitted's aborted copies; a topic read
     # once has none to tell apart.
     committed_copies = (
@@ -76,6 +80,7 @@ def reconcile(
                 transactions=transactions if iso == READ_COMMITTED else None,
                 polls=polls if iso == READ_COMMITTED else None,
                 polled_topic=polled_topic,
+                other_read=second_read if iso == READ_COMMITTED else None,
             )
             # The union of the kinds has a partition per branch and shuffle partition, most of them
             # empty: one JDBC connection each on write. A few suffice for what is left.

@@ -157,6 +157,34 @@ def test_an_acked_position_holding_another_event_is_an_inconsistent_offset(spark
     assert anomalies.inconsistent_offset(Observation(records, ledger.drop("acked_position"), "read_committed")) is None
 
 
+def test_two_reads_showing_different_records_at_one_position_are_inconsistent_offsets(spark):
+    """Both reads hold a at 0/0 and c at 1/0; at 0/1 read_committed shows b where read_uncommitted
+    showed x (the log changed between the reads); read_uncommitted alone holds the aborted y at
+    0/2, which read_committed skips: no inconsistency. b's ack was recorded at 0/0, where a is, so
+    the ledger finds b too: one row, not two."""
+    committed = spark.createDataFrame([rec("a", 0, 0), rec("b", 0, 1), rec("c", 1, 0)], RECORD)
+    uncommitted = spark.createDataFrame([rec("a", 0, 0), rec("x", 0, 1), rec("y", 0, 2), rec("c", 1, 0)], RECORD)
+    ledger = spark.createDataFrame(
+        [(*led(eid, "acked"), p << anomalies.OFFSET_BITS | o) for eid, p, o in (("a", 0, 0), ("b", 0, 0), ("c", 1, 0))],
+        LEDGER + ", acked_position bigint",
+    )
+    obs = Observation(committed, ledger.drop("acked_position"), "read_committed", other_read=uncommitted)
+    rows = anomalies.inconsistent_offset(obs).collect()
+    assert [(r["event_id"], r["kind"], r["copies"], r["partitions"], r["offsets"]) for r in rows] == [
+        ("b", "inconsistent_offset", 1, [0], [1])
+    ]
+    assert [r["event_id"] for r in anomalies.inconsistent_offset(Observation(committed, ledger, "x")).collect()] == [
+        "b"
+    ], "the ledger's half alone finds b"
+    both = anomalies.inconsistent_offset(Observation(committed, ledger, "read_committed", other_read=uncommitted))
+    assert [r["event_id"] for r in both.collect()] == ["b"]
+    assert anomalies.inconsistent_offset(Observation(committed, ledger.drop("acked_position"), "x")) is None
+    same = Observation(
+        uncommitted.where("event_id != 'y'"), ledger.drop("acked_position"), "read_committed", other_read=uncommitted
+    )
+    assert anomalies.inconsistent_offset(same).count() == 0
+
+
 def test_a_session_that_skips_a_record_or_goes_back_shows_poll_anomalies(spark):
     """Partition 0 holds p0-p9 but nothing at offset 5 (a transaction marker); partition 1, q0-q3.
     Session 1 polls p0-p2, then p4 (p3 skipped), p6 (5 is no record: not a skip), p7-p9, and q0,
