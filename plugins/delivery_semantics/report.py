@@ -364,19 +364,19 @@ def trends_png(points: list[dict]) -> str | None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import PercentFormatter
 
-    fig, axes = plt.subplots(len(series), 2, figsize=(11, 1.9 * len(series)), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(len(series), 2, figsize=(11, 2.0 * len(series)), squeeze=False, sharex=True)
     for (subject, lines), (loss, dup) in zip(series.items(), axes, strict=True):
         for name, pts in lines.items():
             xs = [p[0] for p in pts]
             loss.plot(xs, [p[1] for p in pts], marker=".", label=name)
             dup.plot(xs, [p[2] for p in pts], marker=".", label=name)
-        loss.set_ylabel(subject, fontsize=8)
+        loss.set_title(f"{subject}: loss rate (lost / events)", loc="left", fontsize=8)
+        dup.set_title("duplicate rate (extra copies / events)", loc="left", fontsize=8)
         for ax in (loss, dup):
             ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.set_ylim(bottom=0, top=max(0.01, ax.get_ylim()[1]))
             ax.tick_params(labelsize=7)
         dup.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    axes[0][0].set_title("loss rate (lost / events)", fontsize=9)
-    axes[0][1].set_title("duplicate rate (extra copies / events)", fontsize=9)
     fig.autofmt_xdate()
     png = _png(fig)
     plt.close(fig)
