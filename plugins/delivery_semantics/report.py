@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import jinja2
@@ -377,6 +377,9 @@ def trends_png(points: list[dict]) -> str | None:
             ax.set_ylim(bottom=0, top=max(0.01, ax.get_ylim()[1]))
             ax.tick_params(labelsize=7)
         dup.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    times = [p[0] for lines in series.values() for pts in lines.values() for p in pts]
+    if max(times) - min(times) < timedelta(hours=1):  # a lone point would get years either side
+        axes[0][0].set_xlim(min(times) - timedelta(minutes=30), max(times) + timedelta(minutes=30))
     fig.autofmt_xdate()
     png = _png(fig)
     plt.close(fig)
