@@ -8,8 +8,8 @@ writing are elsewhere (sources.py, results.py), so each can be checked on a few 
 `createDataFrame`.
 
 Inputs:
-- records: what was read (`event_id` NULL when a record has none; `key, seq, publish_at,
-  partition, offset`; a sink adds `apply_no, state_applied`);
+- records: what was read (`event_id` NULL when a record has none, or ID_KEY in its place;
+  `key, seq, publish_at, partition, offset`; a sink adds `apply_no, state_applied`);
 - ledger: one row per ledger event (`event_id, key, seq, publish_at, status,
   aborted_positions`, and where the ledger knows it `acked_position`, see `position`), status
   one of acked, sent, failed, unknown, pending, aborted, written.
@@ -427,7 +427,7 @@ def poll_skip(obs: Observation) -> DataFrame | None:
 
 def malformed(obs: Observation) -> DataFrame:
     """A record without a usable event id, named by its position."""
-    return obs.records.where(F.col("event_id").isNull()).select(
+    return obs.records.where(F.col("n").isNull()).select(
         F.concat(
             F.lit("partition "), F.col("partition").cast("string"), F.lit(" offset "), F.col("offset").cast("string")
         ).alias("event_id"),

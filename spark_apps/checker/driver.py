@@ -29,6 +29,7 @@ def reconcile(
     audit's outbox is read from, when it is another. Without `dedup_copy` no `dedup_events` rows
     are written (a quarter of the time at 10M events; docs/BENCHMARKS.md)."""
     single_read = src.transactional is False and not src.sink
+    copy_wanted = src.judged_by_reader and dedup_copy
     ledger = read_ledger(outbox or jdbc, src)
     if not src.ledger_wrote_topic and "acked_position" in ledger.columns:
         ledger = ledger.drop("acked_position")  # positions in another topic
@@ -38,8 +39,12 @@ def reconcile(
         reads = {READ_COMMITTED: read_sink(jdbc, src).cache()}
     else:
         start, end, recorded_before = fixed_offsets(spark, jdbc, src)
+        # What is cached is what the kinds read: the id's text is rebuilt from ID_KEY for the rows
+        # reported, and the payload only goes to the deduplicated copy. At 10M events the
+        # payloads alone outgrow the cache and spill to disk.
+        dropped = {"event_id"} if copy_wanted else {"event_id", "value"}
         reads = {
-            iso: read_topic(spark, src, iso, start, end).cache()
+            iso: read_topic(spark, src, iso, start, end).drop(*dropped).cache()
             for iso in ((READ_UNCOMMITTED,) if single_read else src.isolations)
         }
         reads.setdefault(READ_COMMITTED, reads[READ_UNCOMMITTED])
@@ -98,7 +103,7 @@ def reconcile(
     # mode's readers read. A consumer run's records are copies of its input run's, which has
     # these rows already.
     dedup = None
-    if src.judged_by_reader and dedup_copy:
+    if copy_wanted:
         mode = catalog.MODES.get(src.mode or "")
         _, counts, obs = classified[mode.isolation if mode else READ_COMMITTED]
         dedup = obs.first_copies(counts["duplicate_events"]).select(
