@@ -309,6 +309,20 @@ class Scenario:
 
 # How long a paced load runs; step times are seconds after its first batch.
 LOAD_SECONDS = 30.0
+# Events per transaction when a run does not say: TXN_SIZE, or more once a run has more than
+# TXNS_PER_RUN transactions of it. A commit costs the same whatever it holds (its markers go to
+# every partition, replicated: 60-80 ms here, docs/BENCHMARKS.md), so 100-event transactions cap a
+# producer near 1,500 events/s, below the pace of a paced 100k-event run (3,333/s): its load would
+# outlast its fault's timeline. With 300 a run, a paced run's transactions span 100 ms of its pace,
+# Kafka Streams' commit interval under exactly-once.
+TXN_SIZE = 100
+TXNS_PER_RUN = 300
+
+
+def default_txn_size(messages: int) -> int:
+    return max(TXN_SIZE, messages // TXNS_PER_RUN)
+
+
 _CLEAN = MappingProxyType({"lost": "=0", "duplicate_events": "=0"})
 _NO_ACKED_LOSS = {"lost_acked": "=0"}
 _EXACTLY_ONCE = {"lost_acked": "=0", "duplicate_events": "=0"}
@@ -463,7 +477,12 @@ def load_form(messages: int = 20_000) -> dict[str, dict]:
         "partitions": _int_param(3, "partitions", "partitions of the run's topic (RF 3, min ISR 2)"),
         "keys": _int_param(16, "keys", "distinct record keys; each key has its own sequence"),
         "payload_bytes": _int_param(200, "payload_bytes", "bytes of payload per record"),
-        "txn_size": _int_param(100, "txn_size", "events per transaction (transactional mode)"),
+        "txn_size": {
+            **_int_param(None, "txn_size", "events per transaction (transactional mode)"),
+            "type": ["null", "integer"],
+            "description": f"events per transaction (transactional mode); empty: {TXN_SIZE}, or messages / "
+            f"{TXNS_PER_RUN} when more",
+        },
         "abort_ratio": {
             "default": 0.0,
             "type": "number",

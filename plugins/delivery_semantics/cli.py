@@ -51,7 +51,11 @@ def _load_parser(sub) -> None:
     run.add_argument("--keys", type=int, default=16)
     run.add_argument("--payload-bytes", type=int, default=200)
     run.add_argument("--rate", type=int, default=0, help="target records/s (0: unthrottled)")
-    run.add_argument("--txn-size", type=int, default=100)
+    run.add_argument(
+        "--txn-size",
+        type=int,
+        help=f"events per transaction (default {catalog.TXN_SIZE}, or messages / {catalog.TXNS_PER_RUN} when more)",
+    )
     run.add_argument("--abort-ratio", type=float, default=0.0)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument(

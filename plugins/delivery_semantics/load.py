@@ -46,7 +46,7 @@ class LoadSpec:
     keys: int = 16
     payload_bytes: int = 200
     rate: int = 0  # target records/s; 0 = as fast as possible
-    txn_size: int = 100
+    txn_size: int | None = None  # None: catalog.default_txn_size(messages)
     abort_ratio: float = 0.0
     seed: int = 0
     overrides: dict = field(default_factory=dict)
@@ -107,6 +107,8 @@ def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, dict]:
         raise LoadError(f"run id {spec.run_id!r}: use 1-100 characters of [A-Za-z0-9_.-]")
     for name in ("messages", "partitions", "keys", "txn_size", "batch_size", "producers"):
         v = getattr(spec, name)
+        if name == "txn_size" and v is None:
+            continue
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise LoadError(f"{name} must be a positive integer, got {v!r}")
     most = min(catalog.LIMITS["producers"][1], spec.messages)
@@ -190,7 +192,7 @@ def create(
                 "keys": spec.keys,
                 "payload_bytes": spec.payload_bytes,
                 "target_rate": spec.rate,
-                "txn_size": spec.txn_size if mode.transactional else None,
+                "txn_size": (spec.txn_size or catalog.default_txn_size(spec.messages)) if mode.transactional else None,
                 "abort_ratio": spec.abort_ratio if mode.transactional else None,
                 "seed": spec.seed,
                 "transactional_id": transactional_id,

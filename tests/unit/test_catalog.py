@@ -159,3 +159,26 @@ def test_the_forms_dedup_copy_switch_becomes_the_checkers_flag():
     assert catalog.reconcile_args(["r1", "r2"], True) == ["--run-id", "r1", "--run-id", "r2"]
     assert catalog.reconcile_args(["r1"], False) == ["--run-id", "r1", "--no-dedup-copy"]
     assert catalog.reconcile_args(["c1"]) == ["--run-id", "c1"], "a consumer run's form has no switch"
+
+
+def test_transactions_grow_with_the_run_so_that_commits_keep_a_paced_runs_pace():
+    assert catalog.default_txn_size(15_000) == 100, "the demo's runs keep 100-event transactions"
+    assert catalog.default_txn_size(100_000) == 333
+    pace = 100_000 / catalog.LOAD_SECONDS
+    assert catalog.default_txn_size(100_000) == pytest.approx(pace / 10, abs=1), "100 ms of a paced run's pace"
+    assert catalog.default_txn_size(10_000_000) <= catalog.LIMITS["txn_size"][1]
+
+
+def test_a_form_left_without_a_transaction_size_gets_the_default():
+    from airflow.sdk import Param
+
+    spec = catalog.single_run_form()["txn_size"]
+    assert Param(**spec).resolve() is None
+    assert Param(**spec).resolve(500) == 500
+    with pytest.raises(Exception, match=r"minimum|less than"):
+        Param(**spec).resolve(0)
+    from delivery_semantics import orchestration
+
+    assert "txn_size" not in orchestration.validate_conf(
+        {"mode": "transactional", "messages": 90_000, "txn_size": None}
+    )
