@@ -237,7 +237,7 @@ class ProducerClient:
                 self._abort(records, txn_no)
                 return False
             raise
-        self._done.extend("acked", txn_no, self._delivered)
+        self._done.commit(txn_no, self._delivered)
         self._delivered = []
         return True
 

@@ -128,6 +128,9 @@ class Reports:
         self.run_id = run_id
         self.clean: dict[tuple[str, int | None], list[Report]] = {}
         self.others: list[Outcome] = []
+        # Per transaction this session committed: its reports, now acked. The ledger has them in
+        # the transaction's `written` row already, and copies that row rather than receive them again.
+        self.committed: dict[int, list[Report]] = {}
         for o in outcomes:
             self.add(o)
 
@@ -141,12 +144,20 @@ class Reports:
         if reports:
             self.clean.setdefault((status, txn_no), []).extend(reports)
 
+    def commit(self, txn_no: int, reports: list[Report]) -> None:
+        """The reports of a transaction whose `written` row this session recorded, acked by its commit."""
+        if len({r[0] for r in reports}) < len(reports):  # an event reported twice: not one batch row
+            self.extend("acked", txn_no, reports)
+        elif reports:
+            self.committed[txn_no] = reports
+
     def __len__(self) -> int:
-        return sum(map(len, self.clean.values())) + len(self.others)
+        return sum(map(len, self.clean.values())) + sum(map(len, self.committed.values())) + len(self.others)
 
     def outcomes(self) -> Iterator[Outcome]:
         """Every outcome as an Outcome: for a reader that wants them one by one, not for the hot path."""
-        for (status, txn_no), reports in self.clean.items():
+        groups = [*self.clean.items(), *((("acked", txn_no), group) for txn_no, group in self.committed.items())]
+        for (status, txn_no), reports in groups:
             for n, partition, offset, latency_us in reports:
                 yield Outcome(event_id(self.run_id, n), status, partition, offset, latency_us, txn_no, n=n)
         yield from self.others
@@ -420,6 +431,19 @@ class Ledger:
                     buf,
                 )
             )
+        if reports.committed:
+            # The committed transactions' `written` rows, copied as their `acked` ones.
+            copies.append(
+                (
+                    """INSERT INTO ledger_batches (run_id, producer, session, status, txn_no, n_lo, n_hi, partitions,
+                                                   offsets, latencies_us)
+                       SELECT run_id, producer, session, 'acked', txn_no, n_lo, n_hi, partitions, offsets, latencies_us
+                       FROM ledger_batches
+                       WHERE run_id = %(run)s AND producer = %(producer)s AND session = %(session)s
+                         AND status = 'written' AND txn_no = ANY(%(txns)s)""",
+                    {"run": run_id, "producer": producer, "session": session, "txns": list(reports.committed)},
+                )
+            )
         then = None
         if progress:
             then = (
@@ -431,13 +455,22 @@ class Ledger:
         self._copy(*copies, then=then)  # one transaction: a batch's outcomes are recorded together or not at all
         return len(reports)
 
-    def _copy(self, *copies: tuple[str, io.StringIO], then: tuple[str, dict] | None = None) -> None:
+    def _copy(self, *copies: tuple[str, io.StringIO | dict], then: tuple[str, dict] | None = None) -> None:
+        """In one transaction: each (target, rows) a COPY, each (statement, parameters) an INSERT
+        that must write one row per transaction it names, then `then`."""
         if not copies and then is None:
             return
         with self._write_lock, self.conn, self.conn.cursor() as cur:
-            for target, buf in copies:
-                buf.seek(0)
-                cur.copy_expert(f"COPY {target} FROM STDIN", buf)
+            for target, rows in copies:
+                if isinstance(rows, dict):
+                    cur.execute(target, rows)
+                    if cur.rowcount != len(rows["txns"]):
+                        raise RuntimeError(
+                            f"run {rows['run']}: {cur.rowcount} written rows for transactions {rows['txns']}"
+                        )
+                    continue
+                rows.seek(0)
+                cur.copy_expert(f"COPY {target} FROM STDIN", rows)
             if then is not None:
                 cur.execute(*then)
 

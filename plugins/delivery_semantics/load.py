@@ -660,6 +660,8 @@ class _Session:
             for (status, _), group in reports.clean.items():
                 if status != "written":
                     self.not_acked.difference_update(r[0] for r in group)
+            for group in reports.committed.values():
+                self.not_acked.difference_update(r[0] for r in group)
         return self.writer.submit(
             self.ledger.copy_outcomes, self.run_id, self.session, reports, self.producer, self._progress()
         )

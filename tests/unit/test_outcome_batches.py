@@ -73,3 +73,20 @@ def test_the_producers_records_are_the_generators_events():
     for n, at in records:
         e = gen.event(n, at)
         assert gen.wire(n, at) == (e.payload, e.key.encode(), e.headers(gen.run_id))
+
+
+def test_a_committed_transaction_is_acked_by_reference_to_its_written_row():
+    reports = Reports("r")
+    reports.commit(5, [(n, 0, 10 + n, 7) for n in range(3)])
+    batches, singles = batches_of(reports)
+    assert (batches, singles) == ([], []), "the producer sends nothing: the ledger copies the written row"
+    assert reports.committed == {5: [(0, 0, 10, 7), (1, 0, 11, 7), (2, 0, 12, 7)]}
+    assert len(reports) == 3
+    assert [(o.status, o.txn_no, o.offset) for o in reports.outcomes()] == [
+        ("acked", 5, 10),
+        ("acked", 5, 11),
+        ("acked", 5, 12),
+    ]
+    twice = Reports("r")
+    twice.commit(6, [(0, 0, 10, 7), (0, 1, 3, 7)])
+    assert twice.committed == {} and len(batches_of(twice)[0]) == 1, "not one batch row: sent again, as before"
