@@ -237,6 +237,9 @@ SPARK_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.log.level": "WARN",
     "spark.driver.memory": "2g",
+    # The checker caches lean reads (ids as numbers, no payloads): compressing them costs more CPU
+    # than it saves. At 10M events, 100 s instead of 104-108 s (docs/BENCHMARKS.md).
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
 
 
