@@ -17,7 +17,7 @@ import io
 import json
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -431,9 +431,10 @@ class Ledger:
                     buf,
                 )
             )
+        then = []
         if reports.committed:
-            # The committed transactions' `written` rows, copied as their `acked` ones.
-            copies.append(
+            # The committed transactions' `written` rows, copied as their `acked` ones: one each.
+            then.append(
                 (
                     """INSERT INTO ledger_batches (run_id, producer, session, status, txn_no, n_lo, n_hi, partitions,
                                                    offsets, latencies_us)
@@ -442,37 +443,37 @@ class Ledger:
                        WHERE run_id = %(run)s AND producer = %(producer)s AND session = %(session)s
                          AND status = 'written' AND txn_no = ANY(%(txns)s)""",
                     {"run": run_id, "producer": producer, "session": session, "txns": list(reports.committed)},
+                    len(reports.committed),
                 )
             )
-        then = None
         if progress:
-            then = (
-                "UPDATE run_producers SET "
-                + ", ".join(f"{k} = %({k})s" for k in progress)
-                + " WHERE run_id = %(run_id)s AND producer = %(producer)s",
-                {**progress, "run_id": run_id, "producer": producer},
+            then.append(
+                (
+                    "UPDATE run_producers SET "
+                    + ", ".join(f"{k} = %({k})s" for k in progress)
+                    + " WHERE run_id = %(run_id)s AND producer = %(producer)s",
+                    {**progress, "run_id": run_id, "producer": producer},
+                    None,
+                )
             )
         self._copy(*copies, then=then)  # one transaction: a batch's outcomes are recorded together or not at all
         return len(reports)
 
-    def _copy(self, *copies: tuple[str, io.StringIO | dict], then: tuple[str, dict] | None = None) -> None:
-        """In one transaction: each (target, rows) a COPY, each (statement, parameters) an INSERT
-        that must write one row per transaction it names, then `then`."""
-        if not copies and then is None:
+    def _copy(self, *copies: tuple[str, io.StringIO], then: Sequence[tuple[str, dict, int | None]] = ()) -> None:
+        """In one transaction: each (target, rows) a COPY, then each (statement, parameters, rows it
+        must write, or None)."""
+        if not copies and not then:
             return
         with self._write_lock, self.conn, self.conn.cursor() as cur:
-            for target, rows in copies:
-                if isinstance(rows, dict):
-                    cur.execute(target, rows)
-                    if cur.rowcount != len(rows["txns"]):
-                        raise RuntimeError(
-                            f"run {rows['run']}: {cur.rowcount} written rows for transactions {rows['txns']}"
-                        )
-                    continue
-                rows.seek(0)
-                cur.copy_expert(f"COPY {target} FROM STDIN", rows)
-            if then is not None:
-                cur.execute(*then)
+            for target, buf in copies:
+                buf.seek(0)
+                cur.copy_expert(f"COPY {target} FROM STDIN", buf)
+            for statement, params, rows in then:
+                cur.execute(statement, params)
+                if rows is not None and cur.rowcount != rows:
+                    raise RuntimeError(
+                        f"{cur.rowcount} rows written where {rows} were due: {' '.join(statement.split()[:3])}"
+                    )
 
     def seal(self, run_id: str) -> None:
         """Checks that no event of the run was recorded twice, and indexes its event rows by n
