@@ -45,7 +45,7 @@ def semantics_matrix():
 
     @task(retries=0)
     def every_run(run_ids: list[str], params=None) -> list[str]:
-        return catalog.reconcile_args(list(run_ids), params.get("dedup_copy", True))
+        return catalog.reconcile_args(list(run_ids), params.get("dedup_copy", True), params["messages"])
 
     run_ids = run_pair.expand(conf=pairs())
     # One application for every run: the JVM starts once, not once a run.

@@ -1,6 +1,6 @@
 """The checker: reconciles a Kafka topic against a ledger by event id, per isolation level.
 
-    spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --run-id RUN [--run-id RUN2 ...]
+    spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --run-id RUN [--run-id RUN2 ...] [--parallel-runs N]
     spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --audit audits/NAME.yaml --reconciliation-id ID
     spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --audit audits/NAME.yaml --window-end T [...]
 
@@ -41,9 +41,11 @@ import argparse
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from pyspark.sql import SparkSession
 
+from checker import cache
 from checker.driver import reconcile
 from checker.incremental import reconcile_window
 from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_source
@@ -82,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-dedup-copy", action="store_true", help="write no dedup_events rows (the deduplicated copy of the data)"
     )
+    ap.add_argument(
+        "--parallel-runs",
+        type=_positive,
+        default=1,
+        help="platform runs reconciled side by side (threads of one application)",
+    )
     args = ap.parse_args(argv)
     if args.audit and not (args.reconciliation_id or args.window_end):
         ap.error("--audit needs --reconciliation-id, or --window-end for a continuous audit")
@@ -101,16 +109,33 @@ def main(argv: list[str] | None = None) -> int:
             jobs = [(audit_source(audit, args.reconciliation_id, kafka), outbox)]
         else:
             jobs = [(platform_run_source(jdbc, rid, kafka), None) for rid in args.run_id]
-        for src, outbox in jobs:
-            for s in reconcile(spark, jdbc, src, outbox, dedup_copy=not args.no_dedup_copy):
-                print("RECONCILED " + json.dumps({k: s[k] for k in PRINTED}), flush=True)
-            spark.catalog.clearCache()  # one run's cached reads are not the next one's
+
+        def one(job) -> list[dict]:
+            with cache.scope():  # one run's cached reads are not the next one's
+                return reconcile(spark, jdbc, *job, dedup_copy=not args.no_dedup_copy)
+
+        with ThreadPoolExecutor(args.parallel_runs) as pool:
+            futures = [pool.submit(one, job) for job in jobs]
+            try:
+                for done in as_completed(futures):
+                    for s in done.result():
+                        print("RECONCILED " + json.dumps({k: s[k] for k in PRINTED}), flush=True)
+            except BaseException:
+                for f in futures:  # the first failure ends the application, as it would one run at a time
+                    f.cancel()
+                raise
         return 0
     except InputError as e:
         print(f"reconcile: {e}", file=sys.stderr)
         return 2
     finally:
         spark.stop()
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
 
 
 def _windows(spark, jdbc, kafka, audit, ends: list[str], outbox) -> int:

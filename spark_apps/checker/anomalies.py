@@ -27,6 +27,7 @@ from functools import cached_property
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from checker import cache
 from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
 
 NOT_ACKED = ("failed", "unknown", "pending", "aborted", "written")
@@ -178,11 +179,13 @@ class Observation:
         """Copies full-outer-joined with the ledger's status; most kinds and the totals read it,
         so it is computed once."""
         acked_at = F.col("acked_position") if "acked_position" in self.ledger.columns else F.lit(None).cast("bigint")
-        return self.copies.join(
-            self.ledger.select(*ID_KEY, "status", "aborted_positions", acked_at.alias("acked_position")),
-            list(ID_KEY),
-            "full_outer",
-        ).cache()
+        return cache.keep(
+            self.copies.join(
+                self.ledger.select(*ID_KEY, "status", "aborted_positions", acked_at.alias("acked_position")),
+                list(ID_KEY),
+                "full_outer",
+            )
+        )
 
     def first_copies(self, duplicate_events: int) -> DataFrame:
         """One row per event read: its first copy by offset (the consumer-side remedy, ID_KEY and

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from checker import anomalies, results
+from checker import anomalies, cache, results
 from checker.sources import (
     Jdbc,
     Source,
@@ -33,10 +33,10 @@ def reconcile(
     ledger = read_ledger(outbox or jdbc, src)
     if not src.ledger_wrote_topic and "acked_position" in ledger.columns:
         ledger = ledger.drop("acked_position")  # positions in another topic
-    ledger = ledger.cache()
+    ledger = cache.keep(ledger)
     if src.sink:
         start, end, recorded_before = {}, src.sink["end_offsets"], True
-        reads = {READ_COMMITTED: read_sink(jdbc, src).cache()}
+        reads = {READ_COMMITTED: cache.keep(read_sink(jdbc, src))}
     else:
         start, end, recorded_before = fixed_offsets(spark, jdbc, src)
         # What is cached is what the kinds read: the id's text is rebuilt from ID_KEY for the rows
@@ -44,7 +44,7 @@ def reconcile(
         # payloads alone outgrow the cache and spill to disk.
         dropped = {"event_id"} if copy_wanted else {"event_id", "value"}
         reads = {
-            iso: read_topic(spark, src, iso, start, end).drop(*dropped).cache()
+            iso: cache.keep(read_topic(spark, src, iso, start, end).drop(*dropped))
             for iso in ((READ_UNCOMMITTED,) if single_read else src.isolations)
         }
         reads.setdefault(READ_COMMITTED, reads[READ_UNCOMMITTED])
@@ -63,11 +63,13 @@ def reconcile(
         .agg(F.count(F.lit(1)).cast("int").alias("copies"))
     )
     # Committed transactions are checked whole where the ledger knows their events.
-    transactions = committed_transactions(jdbc, src.ledger["run_id"]).cache() if src.knows_transactions else None
+    transactions = cache.keep(committed_transactions(jdbc, src.ledger["run_id"])) if src.knows_transactions else None
     # A consumer run's polls are checked against the topic it polled, as it read it.
     polls, polled_topic = read_polls(spark, jdbc, src) if src.polled else (None, None)
     if polled_topic is not None:
-        polled_topic = polled_topic.select("partition", "offset", *anomalies.ID_KEY).cache()  # what the poll kinds read
+        polled_topic = cache.keep(
+            polled_topic.select("partition", "offset", *anomalies.ID_KEY)
+        )  # what the poll kinds read
     summaries, all_disc, classified = [], None, {}
     for iso in sorted(src.isolations, reverse=True):  # read_uncommitted first
         if single_read and iso == READ_COMMITTED:
@@ -89,10 +91,8 @@ def reconcile(
             )
             # The union of the kinds has a partition per branch and shuffle partition, most of them
             # empty: one JDBC connection each on write. A few suffice for what is left.
-            disc = (
-                anomalies.discrepancies(obs, src.reconciliation_id)
-                .coalesce(spark.sparkContext.defaultParallelism)
-                .cache()
+            disc = cache.keep(
+                anomalies.discrepancies(obs, src.reconciliation_id).coalesce(spark.sparkContext.defaultParallelism)
             )
             counts = results.counts(disc, anomalies.totals(obs), obs)
         classified[iso] = (disc, counts, obs)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from checker import anomalies
+from checker import anomalies, cache
 from delivery_semantics import audits, catalog
 from delivery_semantics.catalog import ISOLATIONS, READ_COMMITTED
 
@@ -528,7 +528,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
         numPartitions=max(1, min(64, int(count) // 250_000 + 1)),
     )
     prefix = f"{run_id}-"
-    single_rows = (
+    single_rows = cache.keep(
         anomalies.with_id_key(singles, prefix)
         .where(F.col("n") >= 0)
         .select(
@@ -539,7 +539,6 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
             "offset",
             anomalies.position(F.col("partition"), F.col("offset")).alias("pos"),
         )
-        .cache()
     )
     # One aggregation over the events and their outcomes, on integer columns only, which Spark
     # aggregates in place: an event with no outcome is pending; among its outcomes, acked wins,

@@ -322,3 +322,37 @@ def test_a_header_field_is_the_first_header_of_its_name(spark):
     )
     read = [r[0] for r in headers.select(_field({"header": "event_id"}, "string")).collect()]
     assert read == ["r1-1", None, None, None, None]
+
+
+def test_a_reconciliation_releases_its_own_cached_reads_and_no_other_threads(spark):
+    import threading
+
+    from checker import cache
+
+    def cached(df) -> bool:
+        return df.storageLevel.useMemory
+
+    outside = cache.keep(spark.range(3))
+    other_started, mine_released = threading.Event(), threading.Event()
+    held = {}
+
+    def other_run():
+        with cache.scope():
+            held["df"] = cache.keep(spark.range(5))
+            other_started.set()
+            mine_released.wait(30)
+            held["still"] = cached(held["df"])
+
+    t = threading.Thread(target=other_run)
+    t.start()
+    other_started.wait(30)
+    with cache.scope():
+        mine = cache.keep(spark.range(4))
+        assert cached(mine)
+    assert not cached(mine), "released at the end of its scope"
+    mine_released.set()
+    t.join(30)
+    assert held["still"], "another run's cache, side by side, outlives this one's scope"
+    assert not cached(held["df"])
+    assert cached(outside), "what is cached outside a scope stays"
+    outside.unpersist()

@@ -159,6 +159,16 @@ def test_the_forms_dedup_copy_switch_becomes_the_checkers_flag():
     assert catalog.reconcile_args(["r1", "r2"], True) == ["--run-id", "r1", "--run-id", "r2"]
     assert catalog.reconcile_args(["r1"], False) == ["--run-id", "r1", "--no-dedup-copy"]
     assert catalog.reconcile_args(["c1"]) == ["--run-id", "c1"], "a consumer run's form has no switch"
+    side_by_side = ["--parallel-runs", str(catalog.RECONCILE_SIDE_BY_SIDE)]
+    assert catalog.reconcile_args(["r1", "r2"], True, 100_000) == ["--run-id", "r1", "--run-id", "r2", *side_by_side]
+    assert catalog.reconcile_args(["r1", "r2"], False, 10_000_000) == [
+        "--run-id",
+        "r1",
+        "--run-id",
+        "r2",
+        "--no-dedup-copy",
+    ], "large runs one at a time"
+    assert catalog.reconcile_args(["r1"], True, 100_000) == ["--run-id", "r1"], "one run has nothing beside it"
 
 
 def test_transactions_grow_with_the_run_so_that_commits_keep_a_paced_runs_pace():
