@@ -67,9 +67,8 @@ def reconcile(
     # A consumer run's polls are checked against the topic it polled, as it read it.
     polls, polled_topic = read_polls(spark, jdbc, src) if src.polled else (None, None)
     if polled_topic is not None:
-        polled_topic = cache.keep(
-            polled_topic.select("partition", "offset", *anomalies.ID_KEY)
-        )  # what the poll kinds read
+        # What the poll kinds read.
+        polled_topic = cache.keep(polled_topic.select("partition", "offset", *anomalies.ID_KEY))
     summaries, all_disc, classified = [], None, {}
     for iso in sorted(src.isolations, reverse=True):  # read_uncommitted first
         if single_read and iso == READ_COMMITTED:
