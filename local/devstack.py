@@ -815,9 +815,16 @@ def stop_broker(b: Broker, grace: float = 30) -> None:
 
 
 def kill_broker(b: Broker, sig: int = signal.SIGKILL) -> None:
+    """Sends `sig`; after SIGKILL, returns only once the process is gone, since the kernel takes a
+    moment to tear down a JVM and its listeners, and a caller checks the cluster right after."""
     pid = broker_pid(b)
-    if pid:
-        os.kill(pid, sig)
+    if not pid:
+        return
+    os.kill(pid, sig)
+    if sig == signal.SIGKILL:
+        deadline = time.monotonic() + 10
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def wait_for_cluster(timeout: float = 120) -> None:

@@ -189,7 +189,6 @@ def test_acks_all_survives_one_broker_down_and_fails_bounded_with_two_down(
 def test_start_brings_back_a_killed_broker(kafka_conf, healthy_cluster_after):
     b = devstack.BROKERS[0]
     devstack.kill_broker(b, signal.SIGKILL)
-    time.sleep(0.5)
     assert devstack.broker_pid(b) is None
     res = run([STACK, "start"], timeout=300)
     assert res.returncode == 0, res.stderr
