@@ -21,7 +21,7 @@ rebuilt only for the rows reported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from pyspark.sql import Column, DataFrame, Window
@@ -73,6 +73,51 @@ def with_id_key(df: DataFrame, prefix: str | None) -> DataFrame:
     )
 
 
+# A ledger outcome's status as a small integer, so that outcomes are aggregated on integers.
+STATUSES = ("acked", "sent", "written", "failed", "unknown", "aborted")
+STATUS_CODES = {name: code for code, name in enumerate(STATUSES)}
+EMPTY_POSITIONS = "array<struct<partition:int,offset:bigint>>"
+# The most islands of recorded event numbers tested as one expression per event; beyond it, the
+# recorded events are folded in as rows (a hand-made ledger's scattered rows).
+MAX_ISLAND_TESTS = 64
+
+
+def status_code(status: Column) -> Column:
+    return F.try_element_at(
+        F.create_map(*(x for name, c in STATUS_CODES.items() for x in (F.lit(name), F.lit(c)))), status
+    )
+
+
+@dataclass(frozen=True)
+class OutcomeLedger:
+    """A platform run's ledger as its outcomes, not yet one row per event (sources.py rebuilds
+    them from the batch rows): the checker folds them into the same aggregation as the topic's
+    copies, one shuffle where joining a per-event ledger took three.
+
+    - outcomes: `n, outcome_no, code, pos`, a row per event and outcome (code: STATUS_CODES);
+    - islands: the ranges [lo, hi) of n the run recorded; an event with no outcome is pending;
+    - events: every recorded n (`n`), folded in only when an island test would not do;
+    - aborted: `n, aborted_positions`, from the few per-event outcomes (broadcast when few);
+    - positions: whether the acked positions are in the topic read (not for a consumer's copy)."""
+
+    outcomes: DataFrame
+    islands: tuple[tuple[int, int], ...]
+    events: DataFrame
+    aborted: DataFrame
+    positions: bool = True
+
+    @property
+    def size(self) -> int:
+        return sum(hi - lo for lo, hi in self.islands)
+
+
+def without_positions(ledger: DataFrame | OutcomeLedger) -> DataFrame | OutcomeLedger:
+    """The ledger, its acked positions left out: they are positions in another topic."""
+    if isinstance(ledger, OutcomeLedger):
+        return replace(ledger, positions=False)
+    return ledger.drop("acked_position") if "acked_position" in ledger.columns else ledger
+
+
 @dataclass
 class Observation:
     records: DataFrame
@@ -96,7 +141,7 @@ class Observation:
     def __post_init__(self):
         if "n" not in self.records.columns:
             self.records = with_id_key(self.records, self.id_prefix)
-        if self.ledger is not None and "n" not in self.ledger.columns:
+        if isinstance(self.ledger, DataFrame) and "n" not in self.ledger.columns:
             self.ledger = with_id_key(self.ledger, self.id_prefix)
         if self.committed_copies is not None and "n" not in self.committed_copies.columns:
             self.committed_copies = with_id_key(self.committed_copies, self.id_prefix)
@@ -174,16 +219,136 @@ class Observation:
         )
         return rows.where(~many | F.col("copies").isNull()).unionByName(filled)
 
+    @property
+    def knows_positions(self) -> bool:
+        """The ledger has each acked event's position in the topic read."""
+        if isinstance(self.ledger, OutcomeLedger):
+            return self.ledger.positions
+        return "acked_position" in self.ledger.columns
+
+    def aborted_positions(self) -> DataFrame:
+        """ID_KEY and aborted_positions of the ledger's events."""
+        if isinstance(self.ledger, OutcomeLedger):
+            return self.ledger.aborted.select("n", F.lit("").alias("id_rest"), "aborted_positions")
+        return self.ledger.select(*ID_KEY, "aborted_positions")
+
     @cached_property
     def joined(self) -> DataFrame:
-        """Copies full-outer-joined with the ledger's status; most kinds and the totals read it,
-        so it is computed once."""
-        acked_at = F.col("acked_position") if "acked_position" in self.ledger.columns else F.lit(None).cast("bigint")
+        """Per event read or in the ledger: its copies (as `copies`) and the ledger's status,
+        aborted_positions and acked_position, each NULL where the event is not on that side. Most
+        kinds and the totals read it, so it is computed once."""
+        if isinstance(self.ledger, OutcomeLedger):
+            return self._folded()
+        acked_at = F.col("acked_position") if self.knows_positions else F.lit(None).cast("bigint")
         return cache.keep(
             self.copies.join(
                 self.ledger.select(*ID_KEY, "status", "aborted_positions", acked_at.alias("acked_position")),
                 list(ID_KEY),
                 "full_outer",
+            )
+        )
+
+    def _folded(self) -> DataFrame:
+        """`joined` from an OutcomeLedger: the topic's records and the ledger's outcomes in one
+        aggregation by ID_KEY, on integer columns only, which Spark aggregates in place. Among an
+        event's outcomes acked wins, then sent, then the latest; with none it is pending. When an
+        event turns out to have neither an outcome nor a copy (a producer killed between writing
+        its events and their outcomes), the recorded events are folded in as rows as well."""
+        led = self.ledger
+        joined = cache.keep(self._fold(with_events=len(led.islands) > MAX_ISLAND_TESTS))
+        if len(led.islands) <= MAX_ISLAND_TESTS and joined.where(F.col("status").isNotNull()).count() < led.size:
+            joined.unpersist()
+            joined = cache.keep(self._fold(with_events=True))
+        return joined
+
+    def _fold(self, with_events: bool) -> DataFrame:
+        led = self.ledger
+        none_int, none_long = F.lit(None).cast("int"), F.lit(None).cast("bigint")
+        rows = self.identified.select(
+            *ID_KEY,
+            "partition",
+            "offset",
+            none_long.alias("outcome_no"),
+            none_int.alias("code"),
+            none_long.alias("lpos"),
+            F.lit(0).alias("event"),
+        ).unionByName(
+            led.outcomes.select(
+                "n",
+                F.lit("").alias("id_rest"),
+                none_int.alias("partition"),
+                none_long.alias("offset"),
+                "outcome_no",
+                "code",
+                F.col("pos").alias("lpos"),
+                F.lit(0).alias("event"),
+            )
+        )
+        if with_events:
+            rows = rows.unionByName(
+                led.events.select(
+                    "n",
+                    F.lit("").alias("id_rest"),
+                    none_int.alias("partition"),
+                    none_long.alias("offset"),
+                    none_long.alias("outcome_no"),
+                    none_int.alias("code"),
+                    none_long.alias("lpos"),
+                    F.lit(1).alias("event"),
+                )
+            )
+        code, acked = F.col("code"), STATUS_CODES["acked"]
+        folded = rows.groupBy(*ID_KEY).agg(
+            F.count("partition").cast("int").alias("copies"),
+            F.min("partition").alias("p_lo"),
+            F.max("partition").alias("p_hi"),
+            F.min("offset").alias("o_lo"),
+            F.max("offset").alias("o_hi"),
+            F.min(position(F.col("partition"), F.col("offset"))).alias("pos_lo"),
+            F.max(position(F.col("partition"), F.col("offset"))).alias("pos_hi"),
+            F.max("event").alias("event"),
+            F.max(F.when(code == acked, 1).otherwise(0)).alias("acked"),
+            F.max(F.when(code == STATUS_CODES["sent"], 1).otherwise(0)).alias("sent"),
+            F.max_by(code, "outcome_no").alias("last_code"),
+            F.max(F.when(code == acked, F.col("lpos"))).alias("acked_position"),
+        )
+        n = F.col("n")
+        if with_events:
+            recorded = F.col("event") == 1
+        else:
+            recorded = F.lit(False)
+            for lo, hi in led.islands:
+                recorded = recorded | ((n >= lo) & (n < hi))
+            recorded = recorded & (F.col("id_rest") == "")
+        p_lo, p_hi, o_lo, o_hi = F.col("p_lo"), F.col("p_hi"), F.col("o_lo"), F.col("o_hi")
+        in_topic = F.col("copies") > 0
+        status = (
+            F.when(F.col("acked") == 1, F.lit("acked"))
+            .when(F.col("sent") == 1, F.lit("sent"))
+            .otherwise(
+                F.coalesce(F.try_element_at(F.array(*map(F.lit, STATUSES)), F.col("last_code") + 1), F.lit("pending"))
+            )
+        )
+        return (
+            folded.withColumn("recorded", recorded)
+            .where(in_topic | F.col("recorded"))
+            .join(led.aborted, "n", "left")
+            .select(
+                *ID_KEY,
+                F.when(in_topic, F.col("copies")).alias("copies"),
+                F.when(in_topic, F.when(p_lo == p_hi, F.array(p_lo)).otherwise(F.array(p_lo, p_hi))).alias(
+                    "partitions"
+                ),
+                F.when(in_topic, F.when(F.col("copies") == 1, F.array(o_lo)).otherwise(F.array(o_lo, o_hi))).alias(
+                    "offsets"
+                ),
+                "pos_lo",
+                "pos_hi",
+                F.when(F.col("recorded"), status).alias("status"),
+                F.when(F.col("recorded"), F.coalesce("aborted_positions", F.array().cast(EMPTY_POSITIONS))).alias(
+                    "aborted_positions"
+                ),
+                F.when(F.col("recorded") & F.lit(led.positions), F.col("acked_position")).alias("acked_position"),
             )
         )
 
@@ -287,8 +452,10 @@ def aborted_visible(obs: Observation) -> DataFrame:
             "partitions",
             "offsets",
         )
-    aborted = obs.ledger.select(*ID_KEY, F.explode("aborted_positions").alias("pos")).select(
-        *ID_KEY, F.col("pos.partition").alias("partition"), F.col("pos.offset").alias("offset")
+    aborted = (
+        obs.aborted_positions()
+        .select(*ID_KEY, F.explode("aborted_positions").alias("pos"))
+        .select(*ID_KEY, F.col("pos.partition").alias("partition"), F.col("pos.offset").alias("offset"))
     )
     return obs.identified.join(aborted, [*ID_KEY, "partition", "offset"], "inner").select(
         obs.event_id(), F.lit("aborted_visible").alias("kind"), F.lit(1).alias("copies"), *_position()
@@ -339,7 +506,7 @@ def inconsistent_offset(obs: Observation) -> DataFrame | None:
 
 
 def _acked_elsewhere(obs: Observation) -> DataFrame | None:
-    if "acked_position" not in obs.ledger.columns:
+    if not obs.knows_positions:
         return None
     acked_at = F.col("acked_position")
     moved = obs.joined.where(

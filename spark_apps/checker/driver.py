@@ -4,7 +4,7 @@ the same records), twice otherwise."""
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checker import anomalies, cache, results
@@ -31,9 +31,10 @@ def reconcile(
     single_read = src.transactional is False and not src.sink
     copy_wanted = src.judged_by_reader and dedup_copy
     ledger = read_ledger(outbox or jdbc, src)
-    if not src.ledger_wrote_topic and "acked_position" in ledger.columns:
-        ledger = ledger.drop("acked_position")  # positions in another topic
-    ledger = cache.keep(ledger)
+    if not src.ledger_wrote_topic:
+        ledger = anomalies.without_positions(ledger)  # positions in another topic
+    if isinstance(ledger, DataFrame):
+        ledger = cache.keep(ledger)
     if src.sink:
         start, end, recorded_before = {}, src.sink["end_offsets"], True
         reads = {READ_COMMITTED: cache.keep(read_sink(jdbc, src))}

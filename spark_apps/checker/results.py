@@ -40,9 +40,7 @@ def counts(disc: DataFrame, totals: DataFrame, obs: Observation) -> dict:
         "aborted_visible": int(kinds.get("aborted_visible", (0, 0))[1] or 0),
         "malformed": malformed,
         "torn_events": kinds.get("torn_transaction", (0, 0))[0] if obs.transactions is not None else None,
-        "inconsistent_offsets": (
-            kinds.get("inconsistent_offset", (0, 0))[0] if "acked_position" in obs.ledger.columns else None
-        ),
+        "inconsistent_offsets": (kinds.get("inconsistent_offset", (0, 0))[0] if obs.knows_positions else None),
         "poll_skips": kinds.get("poll_skip", (0, 0))[0] if obs.polls is not None else None,
         "nonmonotonic_polls": kinds.get("nonmonotonic_poll", (0, 0))[0] if obs.polls is not None else None,
         "stale_overwrites": kinds.get("stale_overwrite", (0, 0))[0] if obs.sink else None,

@@ -434,10 +434,10 @@ def read_sink(jdbc: Jdbc, src: Source) -> DataFrame:
     return anomalies.with_id_key(df.withColumn("value", F.lit(None).cast("binary")), src.id_prefix)
 
 
-def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
-    """One row per ledger event: event_id and its ID_KEY, status (acked, sent, failed, unknown,
-    pending, aborted, written) and aborted_positions; a platform run's also acked_position
-    (anomalies.position), an outbox's key, seq and publish_at."""
+def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame | anomalies.OutcomeLedger:
+    """An outbox's ledger, one row per event: event_id and its ID_KEY, status (acked or unknown),
+    aborted_positions (none), key, seq and publish_at. A platform run's, its outcomes
+    (anomalies.OutcomeLedger)."""
     led = src.ledger
     if led["kind"] == "platform":
         return _platform_ledger(jdbc, led["run_id"], led["messages"])
@@ -471,24 +471,28 @@ def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame:
     return anomalies.with_id_key(ledger, src.id_prefix)
 
 
-def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
+def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.OutcomeLedger:
     """A platform run's ledger, rebuilt rather than read row by row: its event numbers are ranges
     (spark.range), its event ids derived from them (generator.event_id), and its outcomes are a
     few batch rows (ledger_batches: ranges, expanded here) and the rows of the outcomes that were
-    not clean (ledger_event_outcomes). Only those rows cross JDBC."""
+    not clean (ledger_event_outcomes). Only those rows cross JDBC. The checker folds the outcomes
+    into its aggregation of the topic's copies (anomalies.OutcomeLedger)."""
     spark = jdbc.spark
     literal = _run_id_literal(run_id)
     parts = max(spark.sparkContext.defaultParallelism, min(64, messages // 250_000 + 1))
     # Events are recorded a batch at a time, as ranges of n (a hand-made ledger's as rows): merged,
     # a few islands of n, one per producer slice.
-    islands = jdbc.scalar_rows(
-        "SELECT lower(r), upper(r) FROM unnest((SELECT range_agg(x) FROM ("
-        "SELECT int8range(n_lo, n_hi) AS x FROM ledger_event_ranges WHERE run_id = ? "
-        "UNION ALL SELECT int8range(n, n + 1) FROM ledger_event_rows WHERE run_id = ?) AS e)) AS r ORDER BY 1",
-        [run_id, run_id],
-    )
-    big = [(int(lo), int(hi)) for lo, hi in islands if hi - lo >= 100_000]
-    small = [(int(lo), int(hi)) for lo, hi in islands if hi - lo < 100_000]
+    islands = [
+        (int(lo), int(hi))
+        for lo, hi in jdbc.scalar_rows(
+            "SELECT lower(r), upper(r) FROM unnest((SELECT range_agg(x) FROM ("
+            "SELECT int8range(n_lo, n_hi) AS x FROM ledger_event_ranges WHERE run_id = ? "
+            "UNION ALL SELECT int8range(n, n + 1) FROM ledger_event_rows WHERE run_id = ?) AS e)) AS r ORDER BY 1",
+            [run_id, run_id],
+        )
+    ]
+    big = [(lo, hi) for lo, hi in islands if hi - lo >= 100_000]
+    small = [(lo, hi) for lo, hi in islands if hi - lo < 100_000]
     pieces = [spark.range(lo, hi, numPartitions=parts).select(F.col("id").alias("n")) for lo, hi in big]
     if small or not pieces:
         pieces.append(
@@ -500,18 +504,21 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
     for p in pieces[1:]:
         events = events.unionByName(p)
 
-    batches = jdbc.read(
-        f"SELECT outcome_no, status, n_lo, n_hi, partitions, offsets FROM ledger_batches WHERE run_id = {literal}"
+    # Kept compact, as the database holds them (ranges and arrays), and expanded where read: a
+    # transactional run's two isolation levels read them twice.
+    batches = cache.keep(
+        jdbc.read(
+            f"SELECT outcome_no, status, n_lo, n_hi, partitions, offsets FROM ledger_batches WHERE run_id = {literal}"
+        ).repartition(parts)
     )
     # A batch's partitions and offsets are in the order of its event numbers.
     batch_rows = (
-        batches.repartition(parts)
-        .select(_batch_ns_array().alias("ns"), "partitions", "offsets", "outcome_no", "status")
+        batches.select(_batch_ns_array().alias("ns"), "partitions", "offsets", "outcome_no", "status")
         .select(F.explode(F.arrays_zip("ns", "partitions", "offsets")).alias("e"), "outcome_no", "status")
         .select(
             F.col("e.ns").alias("n"),
             "outcome_no",
-            _status_code(F.col("status")).alias("code"),
+            anomalies.status_code(F.col("status")).alias("code"),
             anomalies.position(F.col("e.partitions"), F.col("e.offsets")).alias("pos"),
         )
     )
@@ -527,67 +534,31 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> DataFrame:
         upperBound=int(hi) + 1,
         numPartitions=max(1, min(64, int(count) // 250_000 + 1)),
     )
-    prefix = f"{run_id}-"
     single_rows = cache.keep(
-        anomalies.with_id_key(singles, prefix)
+        anomalies.with_id_key(singles, f"{run_id}-")
         .where(F.col("n") >= 0)
         .select(
             "n",
             "outcome_no",
-            _status_code(F.col("status")).alias("code"),
+            anomalies.status_code(F.col("status")).alias("code"),
             "partition",
             "offset",
             anomalies.position(F.col("partition"), F.col("offset")).alias("pos"),
         )
     )
-    # One aggregation over the events and their outcomes, on integer columns only, which Spark
-    # aggregates in place: an event with no outcome is pending; among its outcomes, acked wins,
-    # then sent, then the latest. An acked event keeps the position it was acked at.
-    code = F.col("code")
-    per_event = (
-        events.select(
-            "n",
-            F.lit(None).cast("bigint").alias("outcome_no"),
-            F.lit(None).cast("int").alias("code"),
-            F.lit(None).cast("bigint").alias("pos"),
-        )
-        .withColumn("recorded", F.lit(1))
-        .unionByName(batch_rows.withColumn("recorded", F.lit(0)))
-        .unionByName(single_rows.select("n", "outcome_no", "code", "pos").withColumn("recorded", F.lit(0)))
-        .groupBy("n")
-        .agg(
-            F.max("recorded").alias("recorded"),
-            F.max(F.when(code == STATUS_CODES["acked"], 1).otherwise(0)).alias("acked"),
-            F.max(F.when(code == STATUS_CODES["sent"], 1).otherwise(0)).alias("sent"),
-            F.max_by(code, "outcome_no").alias("last_code"),
-            F.max(F.when(code == STATUS_CODES["acked"], F.col("pos"))).alias("acked_position"),
-        )
-        .where(F.col("recorded") == 1)
-    )
     # Aborted outcomes are never in a batch: their positions come from the few per-event rows.
     aborted = (
-        single_rows.where(code == STATUS_CODES["aborted"])
+        single_rows.where(F.col("code") == anomalies.STATUS_CODES["aborted"])
         .groupBy("n")
         .agg(F.collect_set(F.struct("partition", "offset")).alias("aborted_positions"))
     )
     if int(count) <= anomalies.BROADCAST_MAX_ROWS:
         aborted = F.broadcast(aborted)
-    status = (
-        F.when(F.col("acked") == 1, F.lit("acked"))
-        .when(F.col("sent") == 1, F.lit("sent"))
-        .otherwise(
-            F.coalesce(F.try_element_at(F.array(*map(F.lit, STATUSES)), F.col("last_code") + 1), F.lit("pending"))
-        )
-    )
-    return per_event.join(aborted, "n", "left").select(
-        "n",
-        F.lit("").alias("id_rest"),
-        F.concat(F.lit(prefix), F.col("n").cast("string")).alias("event_id"),
-        status.alias("status"),
-        F.coalesce("aborted_positions", F.array().cast("array<struct<partition:int,offset:bigint>>")).alias(
-            "aborted_positions"
-        ),
-        "acked_position",
+    return anomalies.OutcomeLedger(
+        outcomes=batch_rows.unionByName(single_rows.select("n", "outcome_no", "code", "pos")),
+        islands=tuple(islands),
+        events=events,
+        aborted=aborted,
     )
 
 
@@ -610,17 +581,6 @@ def committed_transactions(jdbc: Jdbc, run_id: str) -> DataFrame:
         jdbc.read(f"SELECT producer, txn_no, event_id FROM ledger_event_outcomes {acked}"), f"{run_id}-"
     ).where(F.col("n") >= 0)
     return batched.unionByName(singles.select("n", txn)).select("n", F.lit("").alias("id_rest"), "txn")
-
-
-# A ledger outcome's status as a small integer, so that the ledger is aggregated on integers.
-STATUSES = ("acked", "sent", "written", "failed", "unknown", "aborted")
-STATUS_CODES = {name: code for code, name in enumerate(STATUSES)}
-
-
-def _status_code(status: F.Column) -> F.Column:
-    return F.try_element_at(
-        F.create_map(*(x for name, c in STATUS_CODES.items() for x in (F.lit(name), F.lit(c)))), status
-    )
 
 
 def typed(df: DataFrame, types: dict[str, str]) -> DataFrame:

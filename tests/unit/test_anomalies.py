@@ -356,3 +356,114 @@ def test_a_reconciliation_releases_its_own_cached_reads_and_no_other_threads(spa
     assert not cached(held["df"])
     assert cached(outside), "what is cached outside a scope stays"
     outside.unpersist()
+
+
+OUTCOMES = "n bigint, outcome_no bigint, code int, pos bigint"
+ABORTED = "n bigint, aborted_positions array<struct<partition:int,offset:bigint>>"
+
+
+@pytest.mark.parametrize("pending", [True, False], ids=["an-event-without-outcome", "every-event-has-one"])
+@pytest.mark.parametrize("island_tests", [64, 0], ids=["islands-tested", "events-folded"])
+def test_a_ledger_of_outcomes_folded_with_the_copies_equals_the_per_event_ledger_joined(
+    spark, monkeypatch, pending, island_tests
+):
+    """The platform run's path (OutcomeLedger: outcome rows folded into the copies' aggregation)
+    gives the same `joined`, kinds and totals as a per-event ledger joined with the copies."""
+    monkeypatch.setattr(anomalies, "MAX_ISLAND_TESTS", island_tests)
+    code = anomalies.STATUS_CODES
+
+    def pos(p, o):
+        return (p << anomalies.OFFSET_BITS) | o
+
+    records = spark.createDataFrame(
+        [
+            rec("r1-1", 0, 0),
+            rec("r1-2", 0, 1),
+            rec("r1-2", 1, 0),  # duplicate
+            rec("r1-5", 1, 1),  # unknown, yet landed
+            rec("r1-6", 1, 2),
+            rec("r1-7", 2, 0),
+            rec("r1-10", 2, 4),  # an aborted copy's event, also written again
+            rec("r1-11", 2, 6),  # acked at offset 5, read at 6
+            rec("r1-12", 2, 5),  # at r1-11's acked position
+            rec("r1-13", 0, 12),
+            rec("r1-50", 0, 9),  # outcome rows, but never recorded: unexpected
+            rec("x1", 0, 10),  # not numbered: unexpected
+            rec(None, 0, 11),  # malformed
+        ],
+        RECORD,
+    )
+    o = [
+        (1, 1, code["acked"], pos(0, 0)),
+        (2, 1, code["acked"], pos(0, 1)),
+        (3, 1, code["acked"], pos(1, 7)),  # lost acked
+        (4, 1, code["failed"], None),  # lost unacked
+        (5, 2, code["unknown"], None),
+        (6, 1, code["written"], pos(1, 2)),
+        (6, 2, code["acked"], pos(1, 2)),  # acked wins over the earlier written
+        (7, 3, code["failed"], None),
+        (7, 2, code["sent"], None),  # sent wins over a later failure
+        (8, 1, code["failed"], None),
+        (8, 2, code["unknown"], None),  # the latest wins: unknown
+        (10, 1, code["aborted"], pos(2, 3)),
+        (10, 2, code["acked"], pos(2, 4)),
+        (11, 1, code["acked"], pos(2, 5)),
+        (12, 1, code["acked"], pos(2, 5)),
+        (13, 1, code["acked"], pos(0, 12)),
+        (13, 2, code["failed"], None),  # acked wins over a later failure
+        (50, 1, code["acked"], pos(0, 9)),
+    ]
+    islands = ((1, 14),) if pending else ((1, 9), (10, 14))  # 9: recorded, no outcome, not read
+    aborted = spark.createDataFrame([(10, [{"partition": 2, "offset": 3}])], ABORTED)
+    recorded = [n for lo, hi in islands for n in range(lo, hi)]
+    folded_ledger = anomalies.OutcomeLedger(
+        outcomes=spark.createDataFrame(o, OUTCOMES),
+        islands=islands,
+        events=spark.createDataFrame([(n,) for n in recorded], "n bigint"),
+        aborted=aborted,
+    )
+    statuses = {1: "acked", 2: "acked", 3: "acked", 4: "failed", 5: "unknown", 6: "acked", 7: "sent"}
+    statuses |= {8: "unknown", 9: "pending", 10: "acked", 11: "acked", 12: "acked", 13: "acked"}
+    acked_at = {n: p for n, _, c, p in o if c == code["acked"]}
+    per_event = spark.createDataFrame(
+        [
+            (
+                f"r1-{n}",
+                None,
+                None,
+                at(0),
+                statuses[n],
+                [{"partition": 2, "offset": 3}] if n == 10 else [],
+                acked_at.get(n),
+            )
+            for n in recorded
+        ],
+        LEDGER + ", acked_position bigint",
+    )
+
+    def everything(ledger):
+        obs = Observation(records, ledger, "read_committed", id_prefix="r1-")
+        joined = sorted(repr(r.asDict(recursive=True)) for r in obs.joined.collect())
+        found_rows = sorted(repr(tuple(r)) for r in anomalies.discrepancies(obs, "r1").collect())
+        return joined, found_rows, anomalies.totals(obs).collect()[0].asDict()
+
+    joined, found_rows, totals = everything(folded_ledger)
+    assert (joined, found_rows, totals) == everything(per_event)
+    kinds = {
+        (r["event_id"], r["kind"])
+        for r in anomalies.discrepancies(
+            Observation(records, folded_ledger, "read_committed", id_prefix="r1-"), "r1"
+        ).collect()
+    }
+    assert kinds >= {
+        ("r1-2", "duplicate"),
+        ("r1-3", "lost_acked"),
+        ("r1-4", "lost_unacked"),
+        ("r1-5", "unknown_landed"),
+        ("r1-8", "lost_unacked"),
+        ("r1-50", "unexpected"),
+        ("x1", "unexpected"),
+        ("r1-11", "inconsistent_offset"),
+    }
+    assert (("r1-9", "lost_unacked") in kinds) == pending
+    assert totals["ledger_events"] == len(recorded)
