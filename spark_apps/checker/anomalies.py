@@ -352,21 +352,27 @@ class Observation:
             )
         )
 
-    def first_copies(self, duplicate_events: int) -> DataFrame:
-        """One row per event read: its first copy by offset (the consumer-side remedy, ID_KEY and
-        FIRST_COPY). Only the duplicated events are grouped; the others are their one copy."""
+    @cached_property
+    def duplicated(self) -> DataFrame:
+        """ID_KEY of the events read more than once (from `joined`, which is cached, where there
+        is a ledger)."""
+        read = self.joined if self.ledger is not None else self.copies
+        return read.where(F.col("copies") > 1).select(*ID_KEY)
+
+    def first_copies(self, columns: tuple[str, ...] = FIRST_COPY) -> DataFrame:
+        """One row per event read: its first copy by offset (ID_KEY and `columns`; with
+        FIRST_COPY, the consumer-side remedy). Only the duplicated events are grouped; the others
+        are their one copy, with no shuffle."""
 
         def first_of(records: DataFrame) -> DataFrame:
             return (
-                records.groupBy(*ID_KEY)
-                .agg(F.min_by(F.struct(*FIRST_COPY), "offset").alias("f"))
-                .select(*ID_KEY, "f.*")
+                records.groupBy(*ID_KEY).agg(F.min_by(F.struct(*columns), "offset").alias("f")).select(*ID_KEY, "f.*")
             )
 
-        if duplicate_events > BROADCAST_MAX_ROWS:
+        if self.duplicated.count() > BROADCAST_MAX_ROWS:
             return first_of(self.identified)
-        dups = F.broadcast(self.joined.where(F.col("copies") > 1).select(*ID_KEY))
-        once = self.identified.join(dups, list(ID_KEY), "left_anti").select(*ID_KEY, *FIRST_COPY)
+        dups = F.broadcast(self.duplicated)
+        once = self.identified.join(dups, list(ID_KEY), "left_anti").select(*ID_KEY, *columns)
         return once.unionByName(first_of(self.identified.join(dups, list(ID_KEY), "left_semi")))
 
 
@@ -421,12 +427,7 @@ def unexpected(obs: Observation) -> DataFrame:
 
 def out_of_order(obs: Observation) -> DataFrame:
     """Per key, first copies in log order: a sequence lower than one already seen."""
-    first = (
-        obs.identified.groupBy(*ID_KEY)
-        .agg(F.min_by(F.struct("key", "seq", "partition", "offset"), "offset").alias("f"))
-        .select(*ID_KEY, "f.*")
-        .where(F.col("seq").isNotNull())
-    )
+    first = obs.first_copies(columns=("key", "seq", "partition", "offset")).where(F.col("seq").isNotNull())
     before = Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
     return (
         first.withColumn("max_before", F.max("seq").over(before))

@@ -106,7 +106,7 @@ def reconcile(
     if copy_wanted:
         mode = catalog.MODES.get(src.mode or "")
         _, counts, obs = classified[mode.isolation if mode else READ_COMMITTED]
-        dedup = obs.first_copies(counts["duplicate_events"]).select(
+        dedup = obs.first_copies().select(
             obs.event_id(), F.lit(src.reconciliation_id).alias("reconciliation_id"), *anomalies.FIRST_COPY
         )
     results.write_results(spark, jdbc, src, summaries, all_disc, dedup, start, end, recorded_before)

@@ -299,7 +299,7 @@ def test_first_copies_keep_each_events_lowest_offset_with_its_payload(spark, mon
     )
     ledger = spark.createDataFrame([led("r1-1", "acked"), led("r1-2", "acked")], LEDGER)
     obs = Observation(records, ledger, "read_committed", id_prefix="r1-")
-    first = obs.first_copies(duplicate_events=1).select(obs.event_id(), *anomalies.FIRST_COPY).collect()
+    first = obs.first_copies().select(obs.event_id(), *anomalies.FIRST_COPY).collect()
     assert {(r["event_id"], r["partition"], r["offset"], bytes(r["value"])) for r in first} == {
         ("r1-1", 0, 5, b"one"),
         ("r1-2", 1, 3, b"first copy"),
