@@ -15,6 +15,7 @@ H_EVENT_ID = "event_id"
 H_SEQ = "seq"
 H_PUBLISH_AT = "publish_at"
 H_RUN_ID = "run_id"
+HEADERS = (H_EVENT_ID, H_SEQ, H_PUBLISH_AT, H_RUN_ID)  # in this order on every record
 
 _POOL_BYTES = 1 << 16
 

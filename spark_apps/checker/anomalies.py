@@ -207,8 +207,10 @@ class Observation:
         )
 
     def with_positions(self, rows: DataFrame) -> DataFrame:
-        """`rows` (ID_KEY, copies, partitions, offsets, ...) with the positions of the events read
-        more than twice filled in."""
+        """`rows` of `joined` with the partitions and offsets of their copies: an event read once or
+        twice from its lowest and highest positions, which are all of them, one read more often
+        from its records, grouped again. Built for the rows reported only, not cached for every
+        event."""
         many = F.col("copies") > 2
         filled = (
             rows.where(many)
@@ -217,7 +219,17 @@ class Observation:
             .withColumn("offsets", F.col("all_offsets"))
             .drop("all_partitions", "all_offsets")
         )
-        return rows.where(~many | F.col("copies").isNull()).unionByName(filled)
+        (p_lo, o_lo), (p_hi, o_hi) = position_parts(F.col("pos_lo")), position_parts(F.col("pos_hi"))
+        in_topic = F.col("copies") > 0
+        few = rows.where(~many | F.col("copies").isNull()).withColumns(
+            {
+                "partitions": F.when(in_topic, F.array_sort(F.array_distinct(F.array(p_lo, p_hi)))),
+                "offsets": F.when(
+                    in_topic, F.when(F.col("copies") == 1, F.array(o_lo)).otherwise(F.array_sort(F.array(o_lo, o_hi)))
+                ),
+            }
+        )
+        return few.unionByName(filled)
 
     @property
     def knows_positions(self) -> bool:
@@ -234,14 +246,16 @@ class Observation:
 
     @cached_property
     def joined(self) -> DataFrame:
-        """Per event read or in the ledger: its copies (as `copies`) and the ledger's status,
-        aborted_positions and acked_position, each NULL where the event is not on that side. Most
-        kinds and the totals read it, so it is computed once."""
+        """Per event read or in the ledger: its copies (`copies`, and the lowest and highest
+        positions `pos_lo`, `pos_hi`) and the ledger's status, aborted_positions and
+        acked_position, each NULL where the event is not on that side. Most kinds and the totals
+        read it, so it is computed once (`with_positions` adds the copies' partitions and offsets
+        to the rows reported)."""
         if isinstance(self.ledger, OutcomeLedger):
             return self._folded()
         acked_at = F.col("acked_position") if self.knows_positions else F.lit(None).cast("bigint")
         return cache.keep(
-            self.copies.join(
+            self.copies.drop("partitions", "offsets").join(
                 self.ledger.select(*ID_KEY, "status", "aborted_positions", acked_at.alias("acked_position")),
                 list(ID_KEY),
                 "full_outer",
@@ -264,49 +278,43 @@ class Observation:
     def _fold(self, with_events: bool) -> DataFrame:
         led = self.ledger
         none_int, none_long = F.lit(None).cast("int"), F.lit(None).cast("bigint")
+        # A row per copy read (its position, tpos) and per outcome (lpos, outcome_no, code): up to
+        # two copies, the lowest and highest positions are all of them (`with_positions` fills in
+        # the rest).
         rows = self.identified.select(
             *ID_KEY,
-            "partition",
-            "offset",
+            position(F.col("partition"), F.col("offset")).alias("tpos"),
+            none_long.alias("lpos"),
             none_long.alias("outcome_no"),
             none_int.alias("code"),
-            none_long.alias("lpos"),
-            F.lit(0).alias("event"),
         ).unionByName(
             led.outcomes.select(
                 "n",
                 F.lit("").alias("id_rest"),
-                none_int.alias("partition"),
-                none_long.alias("offset"),
+                none_long.alias("tpos"),
+                F.col("pos").alias("lpos"),
                 "outcome_no",
                 "code",
-                F.col("pos").alias("lpos"),
-                F.lit(0).alias("event"),
             )
         )
         if with_events:
-            rows = rows.unionByName(
+            rows = rows.withColumn("event", F.lit(0)).unionByName(
                 led.events.select(
                     "n",
                     F.lit("").alias("id_rest"),
-                    none_int.alias("partition"),
-                    none_long.alias("offset"),
+                    none_long.alias("tpos"),
+                    none_long.alias("lpos"),
                     none_long.alias("outcome_no"),
                     none_int.alias("code"),
-                    none_long.alias("lpos"),
                     F.lit(1).alias("event"),
                 )
             )
         code, acked = F.col("code"), STATUS_CODES["acked"]
         folded = rows.groupBy(*ID_KEY).agg(
-            F.count("partition").cast("int").alias("copies"),
-            F.min("partition").alias("p_lo"),
-            F.max("partition").alias("p_hi"),
-            F.min("offset").alias("o_lo"),
-            F.max("offset").alias("o_hi"),
-            F.min(position(F.col("partition"), F.col("offset"))).alias("pos_lo"),
-            F.max(position(F.col("partition"), F.col("offset"))).alias("pos_hi"),
-            F.max("event").alias("event"),
+            F.count("tpos").cast("int").alias("copies"),
+            F.min("tpos").alias("pos_lo"),
+            F.max("tpos").alias("pos_hi"),
+            *([F.max("event").alias("event")] if with_events else []),
             F.max(F.when(code == acked, 1).otherwise(0)).alias("acked"),
             F.max(F.when(code == STATUS_CODES["sent"], 1).otherwise(0)).alias("sent"),
             F.max_by(code, "outcome_no").alias("last_code"),
@@ -320,7 +328,6 @@ class Observation:
             for lo, hi in led.islands:
                 recorded = recorded | ((n >= lo) & (n < hi))
             recorded = recorded & (F.col("id_rest") == "")
-        p_lo, p_hi, o_lo, o_hi = F.col("p_lo"), F.col("p_hi"), F.col("o_lo"), F.col("o_hi")
         in_topic = F.col("copies") > 0
         status = (
             F.when(F.col("acked") == 1, F.lit("acked"))
@@ -336,12 +343,6 @@ class Observation:
             .select(
                 *ID_KEY,
                 F.when(in_topic, F.col("copies")).alias("copies"),
-                F.when(in_topic, F.when(p_lo == p_hi, F.array(p_lo)).otherwise(F.array(p_lo, p_hi))).alias(
-                    "partitions"
-                ),
-                F.when(in_topic, F.when(F.col("copies") == 1, F.array(o_lo)).otherwise(F.array(o_lo, o_hi))).alias(
-                    "offsets"
-                ),
                 "pos_lo",
                 "pos_hi",
                 F.when(F.col("recorded"), status).alias("status"),

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checker import anomalies, cache
-from delivery_semantics import audits, catalog
+from delivery_semantics import audits, catalog, generator
 from delivery_semantics.catalog import ISOLATIONS, READ_COMMITTED
 
 MIN_SPLIT_RECORDS = 50_000  # the fewest records per task of a split topic read
@@ -112,9 +112,10 @@ def platform_source(run: dict, kafka: Kafka) -> Source:
         topic=run["topic"],
         mode=run["mode"],
         scenario=run["scenario"],
-        event_id={"header": "event_id"},
-        seq={"header": "seq"},
-        publish_at={"header": "publish_at"},
+        # Where the platform's producer puts them: `_field` looks elsewhere only when they are not there.
+        event_id={"header": generator.H_EVENT_ID, "at": generator.HEADERS.index(generator.H_EVENT_ID)},
+        seq={"header": generator.H_SEQ, "at": generator.HEADERS.index(generator.H_SEQ)},
+        publish_at={"header": generator.H_PUBLISH_AT, "at": generator.HEADERS.index(generator.H_PUBLISH_AT)},
         transactional=catalog.get_mode(run["mode"]).transactional,
         ledger={"kind": "platform", "run_id": run["run_id"], "messages": int(run["messages"])},
     )
@@ -336,8 +337,16 @@ def _field(spec: dict | None, dtype: str) -> F.Column | None:
     if "header" in spec:
         # The first header of that name (a literal: a header name is never parsed as SQL). By
         # position, not with a lambda, which Spark would evaluate per record outside generated code.
-        at = F.array_position(F.col("headers.key"), F.lit(spec["header"]))
+        name = F.lit(spec["header"])
+        at = F.array_position(F.col("headers.key"), name)
         raw = F.when(at > 0, F.col("headers")[(at - 1).cast("int")]["value"].cast("string"))
+        if "at" in spec:
+            # The expected position first: no array of the header keys built per record.
+            expected = [F.try_element_at(F.col("headers"), F.lit(i + 1)) for i in range(spec["at"] + 1)]
+            first_there = expected[-1]["key"] == name
+            for before in expected[:-1]:
+                first_there = first_there & (before["key"] != name)
+            raw = F.when(F.coalesce(first_there, F.lit(False)), expected[-1]["value"].cast("string")).otherwise(raw)
     elif "json" in spec:
         raw = F.get_json_object(F.col("value").cast("string"), spec["json"])
     elif spec.get("record_key"):

@@ -307,7 +307,9 @@ def test_first_copies_keep_each_events_lowest_offset_with_its_payload(spark, mon
     }
 
 
-def test_a_header_field_is_the_first_header_of_its_name(spark):
+@pytest.mark.parametrize("expected_at", [None, 0, 1, 2], ids=["no-hint", "hint-0", "hint-1", "hint-2"])
+def test_a_header_field_is_the_first_header_of_its_name(spark, expected_at):
+    """With or without the position the platform's producer puts it at."""
     from checker.sources import _field
 
     headers = spark.createDataFrame(
@@ -317,11 +319,14 @@ def test_a_header_field_is_the_first_header_of_its_name(spark):
             ([],),
             (None,),
             ([("event_id", None)],),
+            ([("event_id", b"r1-3"), ("seq", b"7"), ("event_id", b"r1-4")],),
+            ([("a", b""), ("b", b""), ("event_id", b"r1-5")],),
         ],
         "headers array<struct<key:string,value:binary>>",
     )
-    read = [r[0] for r in headers.select(_field({"header": "event_id"}, "string")).collect()]
-    assert read == ["r1-1", None, None, None, None]
+    spec = {"header": "event_id"} | ({"at": expected_at} if expected_at is not None else {})
+    read = [r[0] for r in headers.select(_field(spec, "string")).collect()]
+    assert read == ["r1-1", None, None, None, None, "r1-3", "r1-5"]
 
 
 def test_a_reconciliation_releases_its_own_cached_reads_and_no_other_threads(spark):
