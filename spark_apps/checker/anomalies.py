@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Observation as Metrics
 from pyspark.sql import functions as F
 
 from checker import cache
@@ -246,21 +247,44 @@ class Observation:
 
     @cached_property
     def joined(self) -> DataFrame:
-        """Per event read or in the ledger: its copies (`copies`, and the lowest and highest
-        positions `pos_lo`, `pos_hi`) and the ledger's status, aborted_positions and
-        acked_position, each NULL where the event is not on that side. Most kinds and the totals
-        read it, so it is computed once (`with_positions` adds the copies' partitions and offsets
-        to the rows reported)."""
+        """Per event some kind reports: its copies (`copies`, and the lowest and highest positions
+        `pos_lo`, `pos_hi`), the ledger's status and acked_position, each NULL where the event is
+        not on that side, and under read_uncommitted with read_committed's copies, `committed`.
+        The kinds read it many times, so it is cached; an event read once where the ledger acked
+        it, as most are, is counted in `totals` on the way and not kept (`with_positions` adds the
+        copies' partitions and offsets to the rows reported)."""
         if isinstance(self.ledger, OutcomeLedger):
             return self._folded()
         acked_at = F.col("acked_position") if self.knows_positions else F.lit(None).cast("bigint")
-        return cache.keep(
-            self.copies.drop("partitions", "offsets").join(
-                self.ledger.select(*ID_KEY, "status", "aborted_positions", acked_at.alias("acked_position")),
-                list(ID_KEY),
-                "full_outer",
-            )
+        events = self.copies.drop("partitions", "offsets").join(
+            self.ledger.select(*ID_KEY, "status", acked_at.alias("acked_position")), list(ID_KEY), "full_outer"
         )
+        return self._notable(events)
+
+    @property
+    def totals(self) -> dict:
+        """The counts over every event, kept in `joined` or not (`_total_counts`), measured while
+        it was made."""
+        self.joined  # noqa: B018  (made on first use)
+        return self._totals
+
+    def _notable(self, events: DataFrame) -> DataFrame:
+        """`events` that some kind may report, cached, and the totals of all of them measured in
+        the same pass (`self._totals`)."""
+        if self.committed_copies is not None:
+            events = events.join(self.committed_copies.withColumnRenamed("copies", "committed"), list(ID_KEY), "left")
+        clean = (
+            (F.col("copies") == 1)
+            & (F.col("status") == "acked")
+            & (F.col("acked_position").isNull() | (F.col("acked_position") == F.col("pos_lo")))
+        )
+        if self.committed_copies is not None:
+            clean = clean & (F.coalesce("committed", F.lit(0)) >= F.col("copies"))
+        metrics = Metrics()
+        kept = cache.keep(events.observe(metrics, *_total_counts()).where(~F.coalesce(clean, F.lit(False))))
+        kept.count()
+        self._totals = metrics.get
+        return kept
 
     def _folded(self) -> DataFrame:
         """`joined` from an OutcomeLedger: the topic's records and the ledger's outcomes in one
@@ -269,10 +293,10 @@ class Observation:
         event turns out to have neither an outcome nor a copy (a producer killed between writing
         its events and their outcomes), the recorded events are folded in as rows as well."""
         led = self.ledger
-        joined = cache.keep(self._fold(with_events=len(led.islands) > MAX_ISLAND_TESTS))
-        if len(led.islands) <= MAX_ISLAND_TESTS and joined.where(F.col("status").isNotNull()).count() < led.size:
+        joined = self._notable(self._fold(with_events=len(led.islands) > MAX_ISLAND_TESTS))
+        if len(led.islands) <= MAX_ISLAND_TESTS and self._totals["ledger_events"] < led.size:
             joined.unpersist()
-            joined = cache.keep(self._fold(with_events=True))
+            joined = self._notable(self._fold(with_events=True))
         return joined
 
     def _fold(self, with_events: bool) -> DataFrame:
@@ -339,16 +363,12 @@ class Observation:
         return (
             folded.withColumn("recorded", recorded)
             .where(in_topic | F.col("recorded"))
-            .join(led.aborted, "n", "left")
             .select(
                 *ID_KEY,
                 F.when(in_topic, F.col("copies")).alias("copies"),
                 "pos_lo",
                 "pos_hi",
                 F.when(F.col("recorded"), status).alias("status"),
-                F.when(F.col("recorded"), F.coalesce("aborted_positions", F.array().cast(EMPTY_POSITIONS))).alias(
-                    "aborted_positions"
-                ),
                 F.when(F.col("recorded") & F.lit(led.positions), F.col("acked_position")).alias("acked_position"),
             )
         )
@@ -383,6 +403,17 @@ def _in_topic() -> Column:
 
 def _in_ledger() -> Column:
     return F.col("status").isNotNull()
+
+
+def _total_counts() -> tuple[Column, ...]:
+    return (
+        F.count(F.when(_in_ledger(), 1)).alias("ledger_events"),
+        F.count(F.when(F.col("status") == "acked", 1)).alias("ledger_acked"),
+        F.count(F.when(_in_topic(), 1)).alias("distinct_events"),
+        F.coalesce(F.sum("copies"), F.lit(0)).alias("records_with_id"),
+        F.count(F.when(_in_topic() & (F.col("copies") == 1) & _in_ledger(), 1)).alias("delivered_once"),
+        F.coalesce(F.sum(F.when(F.col("copies") > 1, F.col("copies") - 1)), F.lit(0)).alias("duplicate_copies"),
+    )
 
 
 def _cases(obs: Observation, condition: Column, kind: str) -> DataFrame:
@@ -444,7 +475,6 @@ def aborted_visible(obs: Observation) -> DataFrame:
     if obs.isolation == READ_UNCOMMITTED and obs.committed_copies is not None:
         return obs.with_positions(
             obs.joined.where(_in_topic())
-            .join(obs.committed_copies.withColumnRenamed("copies", "committed"), list(ID_KEY), "left")
             .withColumn("extra", F.col("copies") - F.coalesce("committed", F.lit(0)))
             .where(F.col("extra") > 0)
         ).select(
@@ -665,14 +695,7 @@ def discrepancies(obs: Observation, reconciliation_id: str) -> DataFrame:
     )
 
 
-def totals(obs: Observation) -> DataFrame:
-    """One row: the ledger's events and acks, the distinct events and records read, the events
-    delivered exactly once, and the extra copies."""
-    return obs.joined.agg(
-        F.count(F.when(_in_ledger(), 1)).alias("ledger_events"),
-        F.count(F.when(F.col("status") == "acked", 1)).alias("ledger_acked"),
-        F.count(F.when(_in_topic(), 1)).alias("distinct_events"),
-        F.coalesce(F.sum("copies"), F.lit(0)).alias("records_with_id"),
-        F.count(F.when(_in_topic() & (F.col("copies") == 1) & _in_ledger(), 1)).alias("delivered_once"),
-        F.coalesce(F.sum(F.when(F.col("copies") > 1, F.col("copies") - 1)), F.lit(0)).alias("duplicate_copies"),
-    )
+def totals(obs: Observation) -> dict:
+    """The ledger's events and acks, the distinct events and records read, the events delivered
+    exactly once, and the extra copies."""
+    return obs.totals

@@ -15,14 +15,14 @@ from checker.sources import Jdbc, Source
 from delivery_semantics import catalog
 
 
-def counts(disc: DataFrame, totals: DataFrame, obs: Observation) -> dict:
-    """The summary's counts from one isolation level's discrepancies and totals (a few rows
-    collected). A count that does not apply to the observation is None."""
+def counts(disc: DataFrame, totals: dict, obs: Observation) -> dict:
+    """The summary's counts from one isolation level's discrepancies (a few rows collected) and
+    totals. A count that does not apply to the observation is None."""
     kinds = {
         r["kind"]: (r["events"], r["copies"])
         for r in disc.groupBy("kind").agg(F.count(F.lit(1)).alias("events"), F.sum("copies").alias("copies")).collect()
     }
-    t = totals.collect()[0].asDict()
+    t = totals
     malformed = kinds.get("malformed", (0, 0))[0]
     return {
         "records_read": int(t["records_with_id"]) + malformed,
