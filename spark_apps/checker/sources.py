@@ -30,6 +30,7 @@ MIN_SPLIT_RECORDS = 50_000  # the fewest records per task of a split topic read
 # topic in 10% less time than the client's 1 MB (docs/BENCHMARKS.md).
 READ_FETCH = {"kafka.max.partition.fetch.bytes": str(8 << 20)}
 BATCHES_PER_READ = 50  # batch rows (up to 10,000 events each) per task of the ledger's read
+ROWS_PER_READ = 250_000  # rows per task of any other partitioned read of the platform's tables
 
 
 class InputError(Exception):
@@ -199,6 +200,25 @@ class Jdbc:
         for k, v in {**self.props, "fetchsize": "20000", **partitioning}.items():
             reader = reader.option(k, str(v))
         return reader.load()
+
+    def read_spread(
+        self, query: str, table: str, column: str, where: str, params: list, rows_per_task: int, max_tasks: int = 64
+    ) -> tuple[DataFrame, int]:
+        """`query` read in tasks of about `rows_per_task` rows, split on the integer `column` of
+        `table` over its range among the rows `where` selects, and how many rows those are. The
+        names are the checker's own, never a user's; `params` bind the `where`."""
+        lo, hi, count = self.scalar_rows(
+            f"SELECT coalesce(min({column}), 0), coalesce(max({column}), 0), count(*) FROM {table} WHERE {where}",
+            params,
+        )[0]
+        df = self.read(
+            query,
+            partitionColumn=column,
+            lowerBound=int(lo),
+            upperBound=int(hi) + 1,
+            numPartitions=max(1, min(max_tasks, int(count) // rows_per_task + 1)),
+        )
+        return df, int(count)
 
     def write(self, df: DataFrame, table: str) -> None:
         (
@@ -430,19 +450,14 @@ def _run_id_literal(run_id: str) -> str:
 def read_sink(jdbc: Jdbc, src: Source) -> DataFrame:
     """A consumer run's sink rows in the shape of topic records, in the order they were applied."""
     cid = src.sink["consumer_run_id"]
-    lo, hi, n = jdbc.scalar_rows(
-        "SELECT coalesce(min(apply_no), 0), coalesce(max(apply_no), 0), count(*) "
-        "FROM sink_events WHERE consumer_run_id = ?",
-        [cid],
-    )[0]
-    escaped = _run_id_literal(cid)
-    df = jdbc.read(
+    df, _ = jdbc.read_spread(
         f'SELECT apply_no, event_id, key, seq, publish_at, source_partition AS "partition", '
-        f'source_offset AS "offset", state_applied FROM sink_events WHERE consumer_run_id = {escaped}',
-        partitionColumn="apply_no",
-        lowerBound=int(lo),
-        upperBound=int(hi) + 1,
-        numPartitions=max(1, min(64, int(n) // 250_000 + 1)),
+        f'source_offset AS "offset", state_applied FROM sink_events WHERE consumer_run_id = {_run_id_literal(cid)}',
+        "sink_events",
+        "apply_no",
+        "consumer_run_id = ?",
+        [cid],
+        ROWS_PER_READ,
     )
     return anomalies.with_id_key(df.withColumn("value", F.lit(None).cast("binary")), src.id_prefix)
 
@@ -519,52 +534,47 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
 
     # A batch's partitions and offsets cross JDBC as text, which Spark splits: the JDBC driver
     # decodes an array element by element, 47 s on one core for the 20M elements of 10M events.
-    lo, hi, count = jdbc.scalar_rows(
-        "SELECT coalesce(min(outcome_no), 0), coalesce(max(outcome_no), 0), count(*) FROM ledger_batches WHERE run_id = ?",
-        [run_id],
-    )[0]
-    batches = jdbc.read(
+    batches, _ = jdbc.read_spread(
         "SELECT outcome_no, status, n_lo, n_hi, array_to_string(partitions, ',', '') AS partitions, "
         f"array_to_string(offsets, ',', '') AS offsets FROM ledger_batches WHERE run_id = {literal}",
-        partitionColumn="outcome_no",
-        lowerBound=int(lo),
-        upperBound=int(hi) + 1,
-        numPartitions=max(1, min(parts, int(count) // BATCHES_PER_READ + 1)),
+        "ledger_batches",
+        "outcome_no",
+        "run_id = ?",
+        [run_id],
+        BATCHES_PER_READ,
+        max_tasks=parts,
     )
     # Kept compact, as the database holds them, and expanded where read: a transactional run's two
     # isolation levels read them twice.
     batches = cache.keep(
         batches.select(
             "outcome_no",
-            "status",
+            anomalies.status_code(F.col("status")).alias("code"),
             "n_lo",
             "n_hi",
             _text_array("partitions", "int"),
             _text_array("offsets", "bigint"),  # an empty element: sent with acks=0, no offset
         )
     )
-    # A batch's partitions and offsets are in the order of its event numbers.
+    # A batch's partitions and offsets are in the order of its event numbers. Zipped, not looked
+    # up by index: an exploded row would carry both arrays of its batch.
     batch_rows = (
-        batches.select(_batch_ns_array().alias("ns"), "partitions", "offsets", "outcome_no", "status")
-        .select(F.explode(F.arrays_zip("ns", "partitions", "offsets")).alias("e"), "outcome_no", "status")
+        batches.select(_batch_ns_array().alias("ns"), "partitions", "offsets", "outcome_no", "code")
+        .select(F.explode(F.arrays_zip("ns", "partitions", "offsets")).alias("e"), "outcome_no", "code")
         .select(
             F.col("e.ns").alias("n"),
             "outcome_no",
-            anomalies.status_code(F.col("status")).alias("code"),
+            "code",
             anomalies.position(F.col("e.partitions"), F.col("e.offsets")).alias("pos"),
         )
     )
-    lo, hi, count = jdbc.scalar_rows(
-        "SELECT coalesce(min(outcome_no), 0), coalesce(max(outcome_no), 0), count(*) "
-        "FROM ledger_event_outcomes WHERE run_id = ?",
-        [run_id],
-    )[0]
-    singles = jdbc.read(
+    singles, count = jdbc.read_spread(
         f'SELECT outcome_no, event_id, status, "partition", "offset" FROM ledger_event_outcomes WHERE run_id = {literal}',
-        partitionColumn="outcome_no",
-        lowerBound=int(lo),
-        upperBound=int(hi) + 1,
-        numPartitions=max(1, min(64, int(count) // 250_000 + 1)),
+        "ledger_event_outcomes",
+        "outcome_no",
+        "run_id = ?",
+        [run_id],
+        ROWS_PER_READ,
     )
     single_rows = cache.keep(
         anomalies.with_id_key(singles, f"{run_id}-")
@@ -584,7 +594,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
         .groupBy("n")
         .agg(F.collect_set(F.struct("partition", "offset")).alias("aborted_positions"))
     )
-    if int(count) <= anomalies.BROADCAST_MAX_ROWS:
+    if count <= anomalies.BROADCAST_MAX_ROWS:
         aborted = F.broadcast(aborted)
     return anomalies.OutcomeLedger(
         outcomes=batch_rows.unionByName(single_rows.select("n", "outcome_no", "code", "pos")),
