@@ -42,8 +42,8 @@ def reconcile(
         start, end, recorded_before = fixed_offsets(spark, jdbc, src)
         # What is cached is what the kinds read: the id's text is rebuilt from ID_KEY for the rows
         # reported, and the payload only goes to the deduplicated copy. At 10M events the
-        # payloads alone outgrow the cache and spill to disk.
-        dropped = {"event_id"} if copy_wanted else {"event_id", "value"}
+        # payloads alone outgrow the cache and spill to disk. The timestamps too only go to the copy.
+        dropped = {"event_id"} if copy_wanted else {"event_id", "value", "publish_at", "record_at"}
         reads = {
             iso: cache.keep(read_topic(spark, src, iso, start, end).drop(*dropped))
             for iso in ((READ_UNCOMMITTED,) if single_read else src.isolations)

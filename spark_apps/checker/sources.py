@@ -407,9 +407,8 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
     if cores > 1 and offsets // (len(end) * cores) >= MIN_SPLIT_RECORDS:
         reader = reader.option("minPartitions", str(len(end) * cores))
     df = reader.load()
-    event_id = _field(src.event_id, "string")
     records = df.select(
-        F.when(F.length(F.trim(event_id)) > 0, event_id).alias("event_id"),
+        _field(src.event_id, "string").alias("event_id"),
         _field(src.key, "string").alias("key"),
         (_field(src.seq, "bigint") if src.seq else F.lit(None).cast("bigint")).alias("seq"),
         (_field(src.publish_at, "millis") if src.publish_at else F.col("timestamp")).alias("publish_at"),
@@ -418,7 +417,13 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
         F.col("value"),
         F.col("timestamp").alias("record_at"),
     )
-    return anomalies.with_id_key(records, src.id_prefix)
+    # A blank id is none. Tested on the column, not on the header lookup that makes it, which
+    # Spark would repeat; an id with the run's prefix is not blank.
+    eid = F.col("event_id")
+    nonblank = F.length(F.trim(eid)) > 0
+    if src.id_prefix and src.id_prefix.strip():
+        nonblank = eid.startswith(F.lit(src.id_prefix)) | nonblank
+    return anomalies.with_id_key(records.withColumn("event_id", F.when(nonblank, eid)), src.id_prefix)
 
 
 def read_polls(spark: SparkSession, jdbc: Jdbc, src: Source) -> tuple[DataFrame, DataFrame]:
