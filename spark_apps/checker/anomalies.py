@@ -307,6 +307,7 @@ class Observation:
     def _fold(self, with_events: bool) -> DataFrame:
         led = self.ledger
         none_int, none_long = F.lit(None).cast("int"), F.lit(None).cast("bigint")
+        not_an_event = [F.lit(0).alias("event")] if with_events else []
         # A row per copy read (its position, tpos) and per outcome (lpos, outcome_no, code): up to
         # two copies, the lowest and highest positions are all of them (`with_positions` fills in
         # the rest).
@@ -316,7 +317,7 @@ class Observation:
             none_long.alias("lpos"),
             none_long.alias("outcome_no"),
             none_int.alias("code"),
-            *([F.lit(0).alias("event")] if with_events else []),
+            *not_an_event,
         )
         numbered = F.col("id_rest") == ""
         rows = (
@@ -329,7 +330,7 @@ class Observation:
                     F.col("pos").alias("lpos"),
                     "outcome_no",
                     "code",
-                    *([F.lit(0).alias("event")] if with_events else []),
+                    *not_an_event,
                 )
             )
         )

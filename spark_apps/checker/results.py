@@ -22,16 +22,15 @@ def counts(disc: DataFrame, totals: dict, obs: Observation) -> dict:
         r["kind"]: (r["events"], r["copies"])
         for r in disc.groupBy("kind").agg(F.count(F.lit(1)).alias("events"), F.sum("copies").alias("copies")).collect()
     }
-    t = totals
     malformed = kinds.get("malformed", (0, 0))[0]
     return {
-        "records_read": int(t["records_with_id"]) + malformed,
-        "ledger_events": t["ledger_events"],
-        "ledger_acked": t["ledger_acked"],
-        "distinct_events": t["distinct_events"],
-        "delivered_once": t["delivered_once"],
+        "records_read": int(totals["records_with_id"]) + malformed,
+        "ledger_events": totals["ledger_events"],
+        "ledger_acked": totals["ledger_acked"],
+        "distinct_events": totals["distinct_events"],
+        "delivered_once": totals["delivered_once"],
         "duplicate_events": kinds.get("duplicate", (0, 0))[0],
-        "duplicate_copies": int(t["duplicate_copies"]),
+        "duplicate_copies": int(totals["duplicate_copies"]),
         "lost_acked": kinds.get("lost_acked", (0, 0))[0],
         "lost_unacked": kinds.get("lost_unacked", (0, 0))[0],
         "unknown_landed": kinds.get("unknown_landed", (0, 0))[0],
