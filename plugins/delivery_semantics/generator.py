@@ -58,19 +58,27 @@ def event_id(run_id: str, n: int) -> str:
 
 
 class Generator:
-    def __init__(self, run_id: str, keys: int, payload_bytes: int, seed: int):
+    """Event n of a run: its id, payload, key and sequence. A producer of a run with several writes
+    keys of its own, `k<key_base + n % keys>` (key_base: the producer's number times keys): a key
+    with one writer has an order for Kafka to keep, which out_of_order checks; two producers
+    writing one key concurrently have none, and every event of the slower one would read as out
+    of order."""
+
+    def __init__(self, run_id: str, keys: int, payload_bytes: int, seed: int, key_base: int = 0):
         if keys <= 0:
             raise ValueError(f"keys must be > 0, got {keys}")
         if payload_bytes < 0:
             raise ValueError(f"payload bytes must be >= 0, got {payload_bytes}")
-        self.run_id, self.keys, self.payload_bytes = run_id, keys, payload_bytes
+        if key_base < 0:
+            raise ValueError(f"key base must be >= 0, got {key_base}")
+        self.run_id, self.keys, self.key_base, self.payload_bytes = run_id, keys, key_base, payload_bytes
         rng = random.Random(seed)
         alphabet = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
         pool_len = max(_POOL_BYTES, 2 * payload_bytes)
         self._pool = bytes(alphabet[rng.randrange(len(alphabet))] for _ in range(pool_len))
         self._span = pool_len - payload_bytes
         self._run_id_bytes = run_id.encode()
-        self._key_bytes = [f"k{i}".encode() for i in range(keys)]
+        self._key_bytes = [f"k{key_base + i}".encode() for i in range(keys)]
 
     def payload(self, n: int) -> bytes:
         start = (n * 7919) % (self._span + 1)
@@ -95,12 +103,12 @@ class Generator:
         )
 
     def event(self, n: int, publish_at_ms: int | None = None) -> Event:
-        # The ledger's view `ledger_events` (sql/V017) and the checker's rebuilt ledger derive the
-        # same id, key and seq from n: change them together.
+        # The ledger's view `ledger_events` (sql/V020) derives the same id, key and seq from n and
+        # key_base, and the checker's rebuilt ledger the same id: change them together.
         return Event(
             n,
             event_id(self.run_id, n),
-            f"k{n % self.keys}",
+            f"k{self.key_base + n % self.keys}",
             n // self.keys,
             publish_at_ms if publish_at_ms is not None else int(time.time() * 1000),
             self.payload(n),

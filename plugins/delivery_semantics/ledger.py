@@ -348,14 +348,17 @@ class Ledger:
 
     # ------------------------------------------------------------------ writers
 
-    def record_event_range(self, run_id: str, start: int, stop: int, keys: int, publish_at_ms: int) -> int:
+    def record_event_range(
+        self, run_id: str, start: int, stop: int, keys: int, publish_at_ms: int, key_base: int = 0
+    ) -> int:
         """The events n in [start, stop) of a generated run, all published at one time: one
         `ledger_event_ranges` row, from which the view `ledger_events` derives them the way
-        Generator.event does (sql/V017)."""
+        Generator.event does (sql/V017, V020)."""
         with self._write_lock, self.conn, self.conn.cursor() as cur:
             cur.execute(
-                "INSERT INTO ledger_event_ranges (run_id, n_lo, n_hi, keys, publish_at) VALUES (%s, %s, %s, %s, %s)",
-                (run_id, start, stop, keys, datetime.fromtimestamp(publish_at_ms / 1000, tz=UTC)),
+                "INSERT INTO ledger_event_ranges (run_id, n_lo, n_hi, keys, key_base, publish_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (run_id, start, stop, keys, key_base, datetime.fromtimestamp(publish_at_ms / 1000, tz=UTC)),
             )
         return stop - start
 

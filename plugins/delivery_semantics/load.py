@@ -383,7 +383,7 @@ def _drive(
         run_id, producer, status="running", sessions=session, started_at=mine["started_at"] or now, error=None
     )
     ledger.update_run(run_id, status="running", started_at=run["started_at"] or now, error=None)
-    gen = Generator(run_id, run["keys"], run["payload_bytes"], run["seed"])
+    gen = Generator(run_id, run["keys"], run["payload_bytes"], run["seed"], key_base=producer * run["keys"])
     start, stop = mine["n_start"], mine["n_stop"]
     bar = _progress_bar(stop - start, progress)
     session_runner = _Session(
@@ -575,6 +575,7 @@ class _Session:
             batch[-1][0] + 1,
             self.gen.keys,
             batch[0][1],
+            self.gen.key_base,
         )
 
     def resolve_in_doubt(self, kafka_conf: dict) -> None:

@@ -45,6 +45,7 @@ def test_single_run_dag_with_two_mapped_producers_one_killed_in_a_transaction_is
     assert (r["lost"], r["duplicate_events"], r["verdict"], r["meets_expectation"]) == (0, 0, "kept", True)
     assert r["isolation"] == catalog.MODES["transactional"].isolation
     assert r["torn_events"] == 0
+    assert r["out_of_order"] == 0, "each producer writes keys of its own: every key has one writer and its order"
     # Producer 0 killed itself inside its open transaction, after the flush: the resume fenced it,
     # and that transaction's records are on the brokers, aborted. read_uncommitted shows them.
     [timeline] = query("SELECT timeline FROM runs WHERE run_id = %s", (r["run_id"],))

@@ -8,7 +8,7 @@ import json
 import pytest
 from direct_check import observe
 
-from delivery_semantics import catalog, load, scenarios
+from delivery_semantics import catalog, load, readback, scenarios
 from delivery_semantics.ledger import Ledger
 from delivery_semantics.nemesis import wait_healthy
 
@@ -119,6 +119,16 @@ def test_producer_crash_of_one_of_two_producers_resumes_its_slice_alone(ledger, 
         resent, highest, only_the_killed = cur.fetchone()
     assert resent > 0 and only_the_killed and highest < slices[0]["n_stop"]
     assert seen.duplicated_events <= resent, "only events resent by the new session can be duplicated"
+    # Each producer writes keys of its own: a key has one writer, and the order Kafka keeps for it.
+    records = readback.read_topic(kafka_conf, s.topic)
+    with ledger.conn, ledger.conn.cursor() as cur:
+        cur.execute("SELECT event_id, key, seq, n FROM ledger_events WHERE run_id = %s", (s.run_id,))
+        events = cur.fetchall()
+    assert {(r.event_id, r.key, r.seq) for r in records} == {(e, k, q) for e, k, q, _ in events}
+    writers = {}
+    for _, key, _, n in events:
+        writers.setdefault(key, set()).add(0 if n < slices[0]["n_stop"] else 1)
+    assert len(writers) == 2 * ledger.get_run(s.run_id)["keys"] and all(len(w) == 1 for w in writers.values())
 
 
 # The transactional mode under producer_crash: test_dags.py, with two producers as mapped Airflow

@@ -1,6 +1,8 @@
 """The producer's records, and the ledger's batch rows: clean outcomes as event-number ranges with
 positions in n order, every other outcome a row of its own (sql/V015)."""
 
+import pytest
+
 from delivery_semantics.generator import Generator
 from delivery_semantics.ledger import Outcome, Reports, _array
 from delivery_semantics.ledger import outcome_batches as batches_of
@@ -73,6 +75,16 @@ def test_the_producers_records_are_the_generators_events():
     for n, at in records:
         e = gen.event(n, at)
         assert gen.wire(n, at) == (e.payload, e.key.encode(), e.headers(gen.run_id))
+
+
+def test_each_producer_of_a_run_writes_keys_of_its_own():
+    """Two producers never write one key, so each key has one writer and an order to keep."""
+    first, second = (Generator("r20261124t000000_abcdef", 4, 0, 0, key_base=base) for base in (0, 4))
+    assert {first.event(n, 0).key for n in range(100)} == {"k0", "k1", "k2", "k3"}
+    assert {second.event(n, 0).key for n in range(100, 200)} == {"k4", "k5", "k6", "k7"}
+    assert (second.wire(101, 0)[1], second.event(101, 0).seq) == (b"k5", 25)
+    with pytest.raises(ValueError, match="key base"):
+        Generator("r20261124t000000_abcdef", 4, 0, 0, key_base=-1)
 
 
 def test_a_committed_transaction_is_acked_by_reference_to_its_written_row():
