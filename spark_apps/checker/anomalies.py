@@ -103,13 +103,14 @@ class OutcomeLedger:
     - outcomes: `n, outcome_no, code, pos`, a row per event and outcome (code: STATUS_CODES);
     - islands: the ranges [lo, hi) of n the run recorded; an event with no outcome is pending;
     - events: every recorded n (`n`), folded in only when an island test would not do;
-    - aborted: `n, aborted_positions`, from the few per-event outcomes (broadcast when few);
+    - aborted: `n, aborted_positions`, from the few per-event outcomes (broadcast when few), None
+      when the run aborted nothing;
     - positions: whether the acked positions are in the topic read (not for a consumer's copy)."""
 
     outcomes: DataFrame
     islands: tuple[tuple[int, int], ...]
     events: DataFrame
-    aborted: DataFrame
+    aborted: DataFrame | None
     positions: bool = True
 
     @property
@@ -201,7 +202,7 @@ class Observation:
         """Every partition and offset of the events read more than twice (few: they are grouped
         again, a shuffle of their records only)."""
         many = self.joined.where(F.col("copies") > 2).select(*ID_KEY)
-        if many.count() <= BROADCAST_MAX_ROWS:
+        if self.totals["read_more_than_twice"] <= BROADCAST_MAX_ROWS:
             many = F.broadcast(many)
         return (
             self.identified.join(many, list(ID_KEY), "left_semi")
@@ -218,13 +219,6 @@ class Observation:
         from its records, grouped again. Built for the rows reported only, not cached for every
         event."""
         many = F.col("copies") > 2
-        filled = (
-            rows.where(many)
-            .join(self.read_more_than_twice, list(ID_KEY), "left")
-            .withColumn("partitions", F.col("all_partitions"))
-            .withColumn("offsets", F.col("all_offsets"))
-            .drop("all_partitions", "all_offsets")
-        )
         (p_lo, o_lo), (p_hi, o_hi) = position_parts(F.col("pos_lo")), position_parts(F.col("pos_hi"))
         in_topic = F.col("copies") > 0
         few = rows.where(~many | F.col("copies").isNull()).withColumns(
@@ -235,6 +229,15 @@ class Observation:
                 ),
             }
         )
+        if self.totals["read_more_than_twice"] == 0:
+            return few
+        filled = (
+            rows.where(many)
+            .join(self.read_more_than_twice, list(ID_KEY), "left")
+            .withColumn("partitions", F.col("all_partitions"))
+            .withColumn("offsets", F.col("all_offsets"))
+            .drop("all_partitions", "all_offsets")
+        )
         return few.unionByName(filled)
 
     @property
@@ -244,9 +247,11 @@ class Observation:
             return self.ledger.positions
         return "acked_position" in self.ledger.columns
 
-    def aborted_positions(self) -> DataFrame:
-        """ID_KEY and aborted_positions of the ledger's events."""
+    def aborted_positions(self) -> DataFrame | None:
+        """ID_KEY and aborted_positions of the ledger's events (None: the ledger knows none)."""
         if isinstance(self.ledger, OutcomeLedger):
+            if self.ledger.aborted is None:
+                return None
             return self.ledger.aborted.select("n", F.lit("").alias("id_rest"), "aborted_positions")
         return self.ledger.select(*ID_KEY, "aborted_positions")
 
@@ -412,7 +417,10 @@ class Observation:
                 records.groupBy(*ID_KEY).agg(F.min_by(F.struct(*columns), "offset").alias("f")).select(*ID_KEY, "f.*")
             )
 
-        if self.duplicated.count() > BROADCAST_MAX_ROWS:
+        duplicated = self.totals["duplicated_events"] if self.ledger is not None else self.duplicated.count()
+        if duplicated == 0:
+            return self.identified.select(*ID_KEY, *columns)
+        if duplicated > BROADCAST_MAX_ROWS:
             return first_of(self.identified)
         dups = F.broadcast(self.duplicated)
         once = self.identified.join(dups, list(ID_KEY), "left_anti").select(*ID_KEY, *columns)
@@ -435,6 +443,19 @@ def _total_counts() -> tuple[Column, ...]:
         F.coalesce(F.sum("copies"), F.lit(0)).alias("records_with_id"),
         F.count(F.when(_in_topic() & (F.col("copies") == 1) & _in_ledger(), 1)).alias("delivered_once"),
         F.coalesce(F.sum(F.when(F.col("copies") > 1, F.col("copies") - 1)), F.lit(0)).alias("duplicate_copies"),
+        # Not reported: what tells the kinds whether they have anything to look for.
+        F.count(F.when(F.col("copies") > 1, 1)).alias("duplicated_events"),
+        F.count(F.when(F.col("copies") > 2, 1)).alias("read_more_than_twice"),
+        F.count(F.when((F.col("status") == "acked") & _acked_elsewhere_than_read(), 1)).alias("acked_elsewhere"),
+    )
+
+
+def _acked_elsewhere_than_read() -> Column:
+    """The ledger's acked position is neither of the event's lowest and highest positions read
+    (NULL when the ledger has none)."""
+    acked_at = F.col("acked_position")
+    return acked_at.isNotNull() & (
+        F.col("pos_lo").isNull() | ((acked_at != F.col("pos_lo")) & (acked_at != F.col("pos_hi")))
     )
 
 
@@ -506,10 +527,11 @@ def aborted_visible(obs: Observation) -> DataFrame:
             "partitions",
             "offsets",
         )
-    aborted = (
-        obs.aborted_positions()
-        .select(*ID_KEY, F.explode("aborted_positions").alias("pos"))
-        .select(*ID_KEY, F.col("pos.partition").alias("partition"), F.col("pos.offset").alias("offset"))
+    positions = obs.aborted_positions()
+    if positions is None:
+        return None  # no position to look at: every record read is left alone
+    aborted = positions.select(*ID_KEY, F.explode("aborted_positions").alias("pos")).select(
+        *ID_KEY, F.col("pos.partition").alias("partition"), F.col("pos.offset").alias("offset")
     )
     return obs.identified.join(aborted, [*ID_KEY, "partition", "offset"], "inner").select(
         obs.event_id(), F.lit("aborted_visible").alias("kind"), F.lit(1).alias("copies"), *_position()
@@ -562,13 +584,13 @@ def inconsistent_offset(obs: Observation) -> DataFrame | None:
 def _acked_elsewhere(obs: Observation) -> DataFrame | None:
     if not obs.knows_positions:
         return None
-    acked_at = F.col("acked_position")
-    moved = obs.joined.where(
-        (F.col("status") == "acked")
-        & acked_at.isNotNull()
-        & (F.col("pos_lo").isNull() | ((acked_at != F.col("pos_lo")) & (acked_at != F.col("pos_hi"))))
-    ).select(*ID_KEY, F.coalesce("copies", F.lit(0)).alias("copies"), *position_parts(acked_at))
-    if moved.count() <= BROADCAST_MAX_ROWS:
+    moved_events = obs.totals["acked_elsewhere"]
+    if moved_events == 0:
+        return None  # no position to look at: every record read is left alone
+    moved = obs.joined.where((F.col("status") == "acked") & _acked_elsewhere_than_read()).select(
+        *ID_KEY, F.coalesce("copies", F.lit(0)).alias("copies"), *position_parts(F.col("acked_position"))
+    )
+    if moved_events <= BROADCAST_MAX_ROWS:
         moved = F.broadcast(moved)
     there = obs.identified.select(
         F.col("n").alias("n_there"), F.col("id_rest").alias("rest_there"), "partition", "offset"
@@ -719,5 +741,6 @@ def discrepancies(obs: Observation, reconciliation_id: str) -> DataFrame:
 
 def totals(obs: Observation) -> dict:
     """The ledger's events and acks, the distinct events and records read, the events delivered
-    exactly once, and the extra copies."""
+    exactly once, and the extra copies; and, not reported, the events read more than once and more
+    than twice and those acked elsewhere than read, which tell the kinds whether to look."""
     return obs.totals

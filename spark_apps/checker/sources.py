@@ -573,7 +573,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
             anomalies.position(F.col("e.partitions"), F.col("e.offsets")).alias("pos"),
         )
     )
-    singles, count = jdbc.read_spread(
+    singles, _ = jdbc.read_spread(
         f'SELECT outcome_no, event_id, status, "partition", "offset" FROM ledger_event_outcomes WHERE run_id = {literal}',
         "ledger_event_outcomes",
         "outcome_no",
@@ -594,12 +594,17 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
         )
     )
     # Aborted outcomes are never in a batch: their positions come from the few per-event rows.
+    [[aborted_rows]] = jdbc.scalar_rows(
+        "SELECT count(*) FROM ledger_event_outcomes WHERE run_id = ? AND status = 'aborted'", [run_id]
+    )
     aborted = (
         single_rows.where(F.col("code") == anomalies.STATUS_CODES["aborted"])
         .groupBy("n")
         .agg(F.collect_set(F.struct("partition", "offset")).alias("aborted_positions"))
     )
-    if count <= anomalies.BROADCAST_MAX_ROWS:
+    if int(aborted_rows) == 0:
+        aborted = None
+    elif int(aborted_rows) <= anomalies.BROADCAST_MAX_ROWS:
         aborted = F.broadcast(aborted)
     return anomalies.OutcomeLedger(
         outcomes=batch_rows.unionByName(single_rows.select("n", "outcome_no", "code", "pos")),

@@ -111,6 +111,10 @@ def test_discrepancies_compose_every_kind_and_the_totals_count(planted):
         "records_with_id": 8,
         "delivered_once": 5,
         "duplicate_copies": 1,
+        # what tells the kinds whether they have anything to look for
+        "duplicated_events": 1,
+        "read_more_than_twice": 0,
+        "acked_elsewhere": 0,
     }  # e1, e5, e6, e7, e8: one copy each
 
 
