@@ -105,13 +105,16 @@ class OutcomeLedger:
     - events: every recorded n (`n`), folded in only when an island test would not do;
     - aborted: `n, aborted_positions`, from the few per-event outcomes (broadcast when few), None
       when the run aborted nothing;
-    - positions: whether the acked positions are in the topic read (not for a consumer's copy)."""
+    - positions: whether the acked positions are in the topic read (not for a consumer's copy);
+    - event_rows: how many of the outcomes are per-event rows (each failure, unknown outcome or
+      abort has one), when known."""
 
     outcomes: DataFrame
     islands: tuple[tuple[int, int], ...]
     events: DataFrame
     aborted: DataFrame | None
     positions: bool = True
+    event_rows: int = 0
 
     @property
     def size(self) -> int:
@@ -303,11 +306,79 @@ class Observation:
         event turns out to have neither an outcome nor a copy (a producer killed between writing
         its events and their outcomes), the recorded events are folded in as rows as well."""
         led = self.ledger
+        if self._read_as_acked():
+            return self._fold(with_events=False).where(F.lit(False))
         joined = self._notable(self._fold(with_events=len(led.islands) > MAX_ISLAND_TESTS))
         if len(led.islands) <= MAX_ISLAND_TESTS and self._totals["ledger_events"] < led.size:
             joined.unpersist()
             joined = self._notable(self._fold(with_events=True))
         return joined
+
+    def _read_as_acked(self) -> bool:
+        """Whether the records read are exactly the ledger's acked events, each once and, where the
+        ledger knows positions, where it was acked, and every recorded event was acked once (and,
+        in a transaction, written there): then no event is notable, and the totals follow. One
+        aggregation of the records, outcomes and events, where the fold shuffles them all. Compared
+        as multisets by counts and fingerprints (`_fingerprint`); anything else, or any per-event
+        outcome row, or a second read to compare with, leaves it to the fold."""
+        led = self.ledger
+        if led.event_rows or self.committed_copies is not None:
+            return False
+        read_tag, events_tag, acked_tag, written_tag = -2, -1, STATUS_CODES["acked"], STATUS_CODES["written"]
+        n, pos, numbered = F.col("n"), F.col("pos"), F.col("numbered")
+        is_numbered = (n >= 0) & (F.col("id_rest") == "")
+        read_at = position(F.col("partition"), F.col("offset")) if led.positions else F.lit(None).cast("bigint")
+        tagged = (
+            self.records.select(
+                F.lit(read_tag).alias("code"),
+                F.when(is_numbered, n).alias("n"),
+                F.when(is_numbered, read_at).alias("pos"),
+                is_numbered.alias("numbered"),
+            )
+            .unionByName(led.outcomes.select("code", n, pos, F.lit(True).alias("numbered")))
+            .unionByName(
+                led.events.select(
+                    F.lit(events_tag).alias("code"),
+                    n,
+                    F.lit(None).cast("bigint").alias("pos"),
+                    F.lit(True).alias("numbered"),
+                )
+            )
+        )
+        sides = {
+            r["code"]: r
+            for r in tagged.groupBy("code")
+            .agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.count(F.when(numbered, 1)).alias("numbered"),
+                *_fingerprint("n_pos", n, pos),
+                *_fingerprint("n", n),
+            )
+            .collect()
+        }
+        read, events, acked, written = (sides.get(c) for c in (read_tag, events_tag, acked_tag, written_tag))
+        if set(sides) - {read_tag, events_tag, acked_tag, written_tag} or None in (read, events, acked):
+            return False
+        if not (
+            read["rows"] == read["numbered"] == acked["rows"] == events["rows"] == led.size
+            and _same(acked, events, "n")
+            and _same(read, acked, "n_pos" if led.positions else "n")
+            and (written is None or (written["rows"] == acked["rows"] and _same(written, acked, "n_pos")))
+        ):
+            return False
+        size = led.size
+        self._totals = {
+            "ledger_events": size,
+            "ledger_acked": size,
+            "distinct_events": size,
+            "records_with_id": size,
+            "delivered_once": size,
+            "duplicate_copies": 0,
+            "duplicated_events": 0,
+            "read_more_than_twice": 0,
+            "acked_elsewhere": 0,
+        }
+        return True
 
     def _fold(self, with_events: bool) -> DataFrame:
         led = self.ledger
@@ -425,6 +496,25 @@ class Observation:
         dups = F.broadcast(self.duplicated)
         once = self.identified.join(dups, list(ID_KEY), "left_anti").select(*ID_KEY, *columns)
         return once.unionByName(first_of(self.identified.join(dups, list(ID_KEY), "left_semi")))
+
+
+def _fingerprint(name: str, *columns: Column) -> tuple[Column, Column]:
+    """Two sums of 32-bit hashes of `columns` over the rows where none is NULL: equal for equal
+    multisets of rows; for unequal ones, equal by chance about once in 2^64. Sums of 32-bit values
+    stay within a long up to 2^31 rows."""
+    low = F.lit(0xFFFFFFFF)
+    present = F.lit(True)
+    for c in columns:
+        present = present & c.isNotNull()
+    return (
+        F.sum(F.when(present, F.hash(*columns).cast("bigint").bitwiseAND(low))).alias(f"{name}_h1"),
+        F.sum(F.when(present, F.xxhash64(*columns).bitwiseAND(low))).alias(f"{name}_h2"),
+    )
+
+
+def _same(a, b, name: str) -> bool:
+    """Two rows' fingerprints `name` (`_fingerprint`) are equal."""
+    return all((a[f"{name}_h{i}"] or 0) == (b[f"{name}_h{i}"] or 0) for i in (1, 2))
 
 
 def _in_topic() -> Column:

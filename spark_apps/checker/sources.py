@@ -573,7 +573,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
             anomalies.position(F.col("e.partitions"), F.col("e.offsets")).alias("pos"),
         )
     )
-    singles, _ = jdbc.read_spread(
+    singles, event_rows = jdbc.read_spread(
         f'SELECT outcome_no, event_id, status, "partition", "offset" FROM ledger_event_outcomes WHERE run_id = {literal}',
         "ledger_event_outcomes",
         "outcome_no",
@@ -611,6 +611,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
         islands=tuple(islands),
         events=events,
         aborted=aborted,
+        event_rows=event_rows,
     )
 
 

@@ -479,3 +479,75 @@ def test_a_ledger_of_outcomes_folded_with_the_copies_equals_the_per_event_ledger
     }
     assert (("r1-9", "lost_unacked") in kinds) == pending
     assert totals["ledger_events"] == len(recorded)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [None, "duplicate", "overwritten", "lost", "unexpected", "malformed", "acked_twice", "written_not_acked"],
+)
+def test_records_read_exactly_as_acked_need_no_fold_and_any_difference_is_folded(spark, monkeypatch, change):
+    """A run whose records are its acked events, once each, where they were acked, is known clean
+    from two aggregations; the totals are the fold's. Any one difference goes through the fold,
+    which reports it."""
+    code = anomalies.STATUS_CODES
+
+    def pos(p, o):
+        return (p << anomalies.OFFSET_BITS) | o
+
+    events = range(1, 21)
+    # A transaction's events: written, then acked at the same positions.
+    outcomes = [(n, 1, code["written"], pos(n % 3, n)) for n in events] + [
+        (n, 2, code["acked"], pos(n % 3, n)) for n in events
+    ]
+    read = [rec(f"r1-{n}", n % 3, n) for n in events]
+    expected = None
+    if change == "duplicate":
+        read.append(rec("r1-4", 1, 40))
+        expected = ("r1-4", "duplicate")
+    elif change == "overwritten":  # r1-6 read again where r1-5 was acked
+        read[4] = rec("r1-6", 2, 5)
+        expected = ("r1-5", "inconsistent_offset")
+    elif change == "lost":
+        del read[6]
+        expected = ("r1-7", "lost_acked")
+    elif change == "unexpected":
+        read.append(rec("r1-99", 0, 42))
+        expected = ("r1-99", "unexpected")
+    elif change == "malformed":
+        read.append(rec(None, 0, 43))
+        expected = ("partition 0 offset 43", "malformed")
+    elif change == "acked_twice":  # no kind: each record is where one of its acks says
+        outcomes.append((8, 3, code["acked"], pos(2, 44)))
+    elif change == "written_not_acked":
+        outcomes = [o for o in outcomes if not (o[0] == 9 and o[2] == code["acked"])]
+        expected = ("r1-9", "unknown_landed")
+    ledger = anomalies.OutcomeLedger(
+        outcomes=spark.createDataFrame(outcomes, OUTCOMES),
+        islands=((1, 21),),
+        events=spark.createDataFrame([(n,) for n in events], "n bigint"),
+        aborted=None,
+    )
+    folds, notable = [], Observation._notable
+    monkeypatch.setattr(Observation, "_notable", lambda self, rows: folds.append(1) or notable(self, rows))
+    obs = Observation(spark.createDataFrame(read, RECORD), ledger, "read_committed", id_prefix="r1-")
+    found = {(r["event_id"], r["kind"]) for r in anomalies.discrepancies(obs, "r1").collect()}
+    totals = anomalies.totals(obs)
+    assert bool(folds) == (change is not None)
+    if change is None:
+        assert found == set() and obs.joined.count() == 0
+        assert totals == {
+            "ledger_events": 20,
+            "ledger_acked": 20,
+            "distinct_events": 20,
+            "records_with_id": 20,
+            "delivered_once": 20,
+            "duplicate_copies": 0,
+            "duplicated_events": 0,
+            "read_more_than_twice": 0,
+            "acked_elsewhere": 0,
+        }
+        monkeypatch.setattr(Observation, "_read_as_acked", lambda self: False)
+        folded = Observation(spark.createDataFrame(read, RECORD), ledger, "read_committed", id_prefix="r1-")
+        assert anomalies.totals(folded) == totals, "the fold counts the same"
+    else:
+        assert expected in found if expected else found == set()
