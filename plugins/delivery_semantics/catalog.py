@@ -475,7 +475,7 @@ def load_form(messages: int = 20_000) -> dict[str, dict]:
     return {
         "messages": _int_param(messages, "messages", "events to produce"),
         "partitions": _int_param(3, "partitions", "partitions of the run's topic (RF 3, min ISR 2)"),
-        "keys": _int_param(16, "keys", "distinct record keys; each key has its own sequence"),
+        "keys": _int_param(16, "keys", "record keys per producer; each key has one writer and its own sequence"),
         "payload_bytes": _int_param(200, "payload_bytes", "bytes of payload per record"),
         "txn_size": {
             **_int_param(None, "txn_size", "events per transaction (transactional mode)"),
