@@ -175,29 +175,12 @@ class Observation:
 
     @cached_property
     def copies(self) -> DataFrame:
-        """Per event: how many copies were read, in which partitions, at which offsets. Counted
-        with min and max, which Spark aggregates in place; an event read more than twice gets its
-        positions from `with_positions` instead."""
-        p_lo, p_hi, o_lo, o_hi = F.col("p_lo"), F.col("p_hi"), F.col("o_lo"), F.col("o_hi")
-        return (
-            self.identified.groupBy(*ID_KEY)
-            .agg(
-                F.count(F.lit(1)).cast("int").alias("copies"),
-                F.min("partition").alias("p_lo"),
-                F.max("partition").alias("p_hi"),
-                F.min("offset").alias("o_lo"),
-                F.max("offset").alias("o_hi"),
-                F.min(position(F.col("partition"), F.col("offset"))).alias("pos_lo"),
-                F.max(position(F.col("partition"), F.col("offset"))).alias("pos_hi"),
-            )
-            .select(
-                *ID_KEY,
-                "copies",
-                F.when(p_lo == p_hi, F.array(p_lo)).otherwise(F.array(p_lo, p_hi)).alias("partitions"),
-                F.when(F.col("copies") == 1, F.array(o_lo)).otherwise(F.array(o_lo, o_hi)).alias("offsets"),
-                "pos_lo",
-                "pos_hi",
-            )
+        """Per event: how many copies were read, and the lowest and highest of their positions
+        (`pos_lo`, `pos_hi`), which Spark aggregates in place; `with_positions` gives their
+        partitions and offsets."""
+        at = position(F.col("partition"), F.col("offset"))
+        return self.identified.groupBy(*ID_KEY).agg(
+            F.count(F.lit(1)).cast("int").alias("copies"), F.min(at).alias("pos_lo"), F.max(at).alias("pos_hi")
         )
 
     @cached_property
@@ -269,7 +252,7 @@ class Observation:
         if isinstance(self.ledger, OutcomeLedger):
             return self._folded()
         acked_at = F.col("acked_position") if self.knows_positions else F.lit(None).cast("bigint")
-        events = self.copies.drop("partitions", "offsets").join(
+        events = self.copies.join(
             self.ledger.select(*ID_KEY, "status", acked_at.alias("acked_position")), list(ID_KEY), "full_outer"
         )
         return self._notable(events)
@@ -636,7 +619,7 @@ def torn_transaction(obs: Observation) -> DataFrame | None:
         return None
     txn = Window.partitionBy("txn")
     members = obs.transactions.select(*ID_KEY, "txn").join(
-        obs.copies.select(*ID_KEY, "copies", "partitions", "offsets"), list(ID_KEY), "left"
+        obs.with_positions(obs.copies).select(*ID_KEY, "copies", "partitions", "offsets"), list(ID_KEY), "left"
     )
     return (
         members.withColumn("read", F.count("copies").over(txn))

@@ -141,6 +141,19 @@ def test_a_committed_transaction_partly_visible_is_torn(spark, planted):
     assert anomalies.torn_transaction(planted) is None, "no transactions known"
 
 
+def test_a_torn_transaction_lists_every_position_of_the_events_that_were_read(spark):
+    """t1's e1 was read three times, e2 once, e3 never: e3's row holds all four positions, the
+    same that e1's duplicate row holds for e1."""
+    ledger = spark.createDataFrame([led(e, "acked") for e in ("e1", "e2", "e3")], LEDGER)
+    records = spark.createDataFrame([rec("e1", 0, 1), rec("e1", 1, 9), rec("e1", 0, 5), rec("e2", 2, 3)], RECORD)
+    txns = spark.createDataFrame([(e, "0/1") for e in ("e1", "e2", "e3")], "event_id string, txn string")
+    obs = Observation(records, ledger, "read_committed", transactions=txns)
+    [torn] = anomalies.torn_transaction(obs).collect()
+    assert (torn["event_id"], torn["copies"], torn["partitions"], torn["offsets"]) == ("e3", 0, [0, 1, 2], [1, 3, 5, 9])
+    [dup] = anomalies.duplicate(obs).collect()
+    assert (dup["event_id"], dup["copies"], dup["partitions"], dup["offsets"]) == ("e1", 3, [0, 1], [1, 5, 9])
+
+
 def test_an_acked_position_holding_another_event_is_an_inconsistent_offset(spark):
     """a's ack was at 0/5, which now holds b: the log was rewritten there. c is where it was
     acked; d moved, but nothing took its place; e was read three times, once where acked."""
