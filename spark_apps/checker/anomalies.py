@@ -290,7 +290,7 @@ class Observation:
         its events and their outcomes), the recorded events are folded in as rows as well."""
         led = self.ledger
         if self._read_as_acked():
-            return self._fold(with_events=False).where(F.lit(False))
+            return self._fold(with_events=False).where(F.lit(False))  # nothing notable: no rows, never run
         joined = self._notable(self._fold(with_events=len(led.islands) > MAX_ISLAND_TESTS))
         if len(led.islands) <= MAX_ISLAND_TESTS and self._totals["ledger_events"] < led.size:
             joined.unpersist()
