@@ -594,8 +594,10 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
         )
     )
     # Aborted outcomes are never in a batch: their positions come from the few per-event rows.
-    [[aborted_rows]] = jdbc.scalar_rows(
-        "SELECT count(*) FROM ledger_event_outcomes WHERE run_id = ? AND status = 'aborted'", [run_id]
+    [[aborted_rows]] = (
+        jdbc.scalar_rows("SELECT count(*) FROM ledger_event_outcomes WHERE run_id = ? AND status = 'aborted'", [run_id])
+        if event_rows
+        else [[0]]
     )
     aborted = (
         single_rows.where(F.col("code") == anomalies.STATUS_CODES["aborted"])
