@@ -10,8 +10,7 @@ a ledger outcome, getting the subtleties of DESIGN.md §2 right:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from functools import partial
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -46,7 +45,8 @@ _NOT_WRITTEN = {
     if hasattr(KafkaError, name)
 }
 
-POLL_EVERY = 1000
+# Records handed to librdkafka in one produce_batch call; reports are served between calls.
+PRODUCE_BATCH = 2000
 
 
 # librdkafka aliases, so an override under either name is checked against the same rules.
@@ -132,8 +132,8 @@ def classify_error(err: KafkaError) -> str:
 
 class ProducerClient:
     """Sends a run's events, given as (n, publish_at_ms) records, and collects their delivery
-    reports as `Reports`. Per record it makes one produce() call and keeps one tuple: the records'
-    bytes come from the generator, and no Event or Outcome object is built for a clean report."""
+    reports as `Reports`. The records go to librdkafka a batch at a time (produce_batch), each as
+    the generator's value and key; a clean report is one tuple, no Event or Outcome object."""
 
     def __init__(self, conf: dict, topic: str, gen: Generator, *, transactional: bool):
         self.topic, self.gen, self.run_id, self.transactional = topic, gen, gen.run_id, transactional
@@ -145,6 +145,11 @@ class ProducerClient:
         self._delivered: list[Report] = []
         self._failed: list[Outcome] = []
         self.producer = Producer({**conf, "error_cb": self._on_error})
+        # A batch refused in part for a full queue would leave the order of its records to the
+        # resend; a batch only goes in whole, once the queue has room for it (len() counts
+        # every message librdkafka holds).
+        self._queue_room = int(conf.get("queue.buffering.max.messages", 100000))
+        self._batch = max(1, min(PRODUCE_BATCH, self._queue_room))
         if transactional:
             self._call_with_retry(self.producer.init_transactions, 60)
 
@@ -153,7 +158,8 @@ class ProducerClient:
     def _on_error(self, err: KafkaError) -> None:
         self.errors.append(f"{err.name()}: {err.str()}")
 
-    def _on_delivery(self, n: int, err: KafkaError | None, msg) -> None:
+    def _on_delivery(self, err: KafkaError | None, msg) -> None:
+        n = self.gen.n_of(msg.value())
         latency = msg.latency()
         latency_us = int(latency * 1e6) if latency is not None else None
         if err is None:
@@ -174,36 +180,26 @@ class ProducerClient:
 
     # ------------------------------------------------------------------ sending
 
-    def _produce(self, records: Iterable[tuple[int, int]]) -> None:
-        produce, poll, wire, topic, report = (
-            self.producer.produce,
-            self.producer.poll,
+    def _produce(self, records: list[tuple[int, int]]) -> None:
+        producer, wire, topic, report, room, size = (
+            self.producer,
             self.gen.wire,
             self.topic,
             self._on_delivery,
+            self._queue_room,
+            self._batch,
         )
-        produced = self.produced
-        try:
-            for n, publish_at_ms in records:
-                value, key, headers = wire(n, publish_at_ms)
-                while True:
-                    try:
-                        produce(
-                            topic,
-                            value,
-                            key,
-                            headers=headers,
-                            timestamp=publish_at_ms,
-                            on_delivery=partial(report, n),
-                        )
-                        break
-                    except BufferError:
-                        poll(0.05)
-                produced += 1
-                if produced % POLL_EVERY == 0:
-                    poll(0)
-        finally:
-            self.produced = produced
+        for lo in range(0, len(records), size):
+            batch = [wire(n, publish_at_ms) for n, publish_at_ms in records[lo : lo + size]]
+            while len(producer) + len(batch) > room:
+                producer.poll(0.05)
+            queued = producer.produce_batch(topic, batch, on_delivery=report)
+            self.produced += queued
+            if queued < len(batch):
+                # Refused before it was queued (the queue had room): an unknown topic, a
+                # record too large. produce() raised these; so does this.
+                raise KafkaException(next(m["_error"] for m in batch if "_error" in m))
+            producer.poll(0)
 
     def send(self, records: list[tuple[int, int]]) -> None:
         """Non-transactional: hand the records to librdkafka; reports arrive through poll/flush."""

@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from delivery_semantics import catalog
 from delivery_semantics.catalog import Strategy
 from delivery_semantics.endpoints import Database, kafka_config, ledger_database
-from delivery_semantics.generator import H_EVENT_ID, H_PUBLISH_AT, H_SEQ
+from delivery_semantics.generator import H_EVENT_ID, record_fields, with_payload
 from delivery_semantics.ledger import Ledger
 from delivery_semantics.nemesis import crash_here
 from delivery_semantics.sink import Sink, SinkRecord
@@ -106,13 +106,12 @@ class _Input:
 
 
 def sink_record(m) -> SinkRecord:
-    h = dict(m.headers() or [])
-    eid, seq, at = h.get(H_EVENT_ID), h.get(H_SEQ), h.get(H_PUBLISH_AT)
+    eid, seq, at = record_fields(m.value(), m.headers())
     return SinkRecord(
-        eid.decode() if eid else f"partition {m.partition()} offset {m.offset()}",
+        eid or f"partition {m.partition()} offset {m.offset()}",
         m.key().decode() if m.key() is not None else None,
-        int(seq) if seq else None,
-        int(at) if at else None,
+        seq,
+        at,
         m.partition(),
         m.offset(),
     )
@@ -152,8 +151,13 @@ def run_sink_session(
     return {"processed": processed, "written": written}
 
 
-def transform(value: bytes | None) -> bytes | None:
-    return value.upper() if value is not None else None
+def transform(m) -> bytes | None:
+    """The copy's value: the payload upper-cased, the event's fields as they were (a record of
+    the headers layout carries them in its headers, and its value is all payload)."""
+    value = m.value()
+    if value is None or H_EVENT_ID in dict(m.headers() or []):
+        return value.upper() if value is not None else None
+    return with_payload(value, bytes.upper)
 
 
 def run_copier_session(
@@ -183,7 +187,7 @@ def run_copier_session(
                 producer.produce(
                     run["output_topic"],
                     key=m.key(),
-                    value=transform(m.value()),
+                    value=transform(m),
                     headers=headers,
                     partition=m.partition(),
                 )

@@ -10,12 +10,44 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-# Headers every event carries; the checker reads them back.
+# How a record carries its event, per run (the ledger's `runs.record_layout`, sql/V021):
+# - "value": the value is `<event_id> <seq> <publish_at ms> <payload>`, the key `k<n>`, no
+#   headers. A record without headers is what lets the producer hand librdkafka a batch at a time
+#   (`produce_batch` takes none), and the checker's read of the topic skip the headers column.
+# - "headers": runs recorded before V021: the value is the payload, and the event id, seq,
+#   publish time and run id are headers, in this order.
+VALUE_LAYOUT = "value"
+HEADERS_LAYOUT = "headers"
+RECORD_LAYOUT = VALUE_LAYOUT  # what the producers write
+SEPARATOR = b" "  # never in an event id, a number or a payload (letters and digits)
+VALUE_FIELDS = ("event_id", "seq", "publish_at", "payload")  # in this order, in the value
+
 H_EVENT_ID = "event_id"
 H_SEQ = "seq"
 H_PUBLISH_AT = "publish_at"
 H_RUN_ID = "run_id"
-HEADERS = (H_EVENT_ID, H_SEQ, H_PUBLISH_AT, H_RUN_ID)  # in this order on every record
+HEADERS = (H_EVENT_ID, H_SEQ, H_PUBLISH_AT, H_RUN_ID)
+
+
+def record_fields(value: bytes | None, headers: list | None) -> tuple[str | None, int | None, int | None]:
+    """(event_id, seq, publish_at ms) of a record of either layout, None where it has none: a
+    record with an event_id header is of the headers layout."""
+    h = dict(headers or [])
+    if H_EVENT_ID in h:
+        seq, at = h.get(H_SEQ), h.get(H_PUBLISH_AT)
+        return h[H_EVENT_ID].decode(), int(seq) if seq else None, int(at) if at else None
+    parts = (value or b"").split(SEPARATOR, len(VALUE_FIELDS) - 1)
+    if len(parts) != len(VALUE_FIELDS):
+        return None, None, None
+    eid, seq, at, _ = parts
+    return eid.decode(), int(seq) if seq.isdigit() else None, int(at) if at.isdigit() else None
+
+
+def with_payload(value: bytes, transform) -> bytes:
+    """A value of the value layout with its payload transformed, its event fields kept."""
+    *fields, payload = value.split(SEPARATOR, len(VALUE_FIELDS) - 1)
+    return SEPARATOR.join([*fields, transform(payload)])
+
 
 _POOL_BYTES = 1 << 16
 
@@ -29,13 +61,9 @@ class Event:
     publish_at_ms: int
     payload: bytes
 
-    def headers(self, run_id: str) -> list[tuple[str, bytes]]:
-        return [
-            (H_EVENT_ID, self.event_id.encode()),
-            (H_SEQ, str(self.seq).encode()),
-            (H_PUBLISH_AT, str(self.publish_at_ms).encode()),
-            (H_RUN_ID, run_id.encode()),
-        ]
+    def value(self) -> bytes:
+        """The record's value in the value layout."""
+        return b"%s %d %d %s" % (self.event_id.encode(), self.seq, self.publish_at_ms, self.payload)
 
     @property
     def publish_at(self) -> datetime:
@@ -78,6 +106,7 @@ class Generator:
         self._pool = bytes(alphabet[rng.randrange(len(alphabet))] for _ in range(pool_len))
         self._span = pool_len - payload_bytes
         self._run_id_bytes = run_id.encode()
+        self._n_at = len(self._run_id_bytes) + 1
         self._key_bytes = [f"k{key_base + i}".encode() for i in range(keys)]
 
     def payload(self, n: int) -> bytes:
@@ -88,19 +117,17 @@ class Generator:
         """(n, publish_at_ms) of each event to send: what the producer client takes."""
         return [(n, publish_at_ms) for n in ns]
 
-    def wire(self, n: int, publish_at_ms: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
-        """Event n as its record's value, key and headers, without building an Event: the
-        producer's per-record path. `event(n).headers(run_id)` gives the same headers."""
-        return (
-            self.payload(n),
-            self._key_bytes[n % self.keys],
-            [
-                (H_EVENT_ID, b"%s-%d" % (self._run_id_bytes, n)),
-                (H_SEQ, b"%d" % (n // self.keys)),
-                (H_PUBLISH_AT, b"%d" % publish_at_ms),
-                (H_RUN_ID, self._run_id_bytes),
-            ],
-        )
+    def wire(self, n: int, publish_at_ms: int) -> dict[str, bytes]:
+        """Event n as the record produce_batch takes, without building an Event: the producer's
+        per-record path. `event(n).value()` gives the same value."""
+        return {
+            "value": b"%s-%d %d %d %s" % (self._run_id_bytes, n, n // self.keys, publish_at_ms, self.payload(n)),
+            "key": self._key_bytes[n % self.keys],
+        }
+
+    def n_of(self, value: bytes) -> int:
+        """The event number in a value this generator made: what its delivery report is for."""
+        return int(value[self._n_at : value.index(SEPARATOR, self._n_at)])
 
     def event(self, n: int, publish_at_ms: int | None = None) -> Event:
         # The ledger's view `ledger_events` (sql/V020) derives the same id, key and seq from n and

@@ -24,12 +24,13 @@ from confluent_kafka import KafkaException, Producer
 from delivery_semantics import catalog, readback, topics
 from delivery_semantics.client import ProducerClient, producer_config
 from delivery_semantics.endpoints import Database, child_process_env, kafka_config, ledger_database, mask_secrets
-from delivery_semantics.generator import Generator, new_run_id, slices
+from delivery_semantics.generator import RECORD_LAYOUT, Generator, new_run_id, slices
 from delivery_semantics.ledger import Ledger, Outcome, Reports
 from delivery_semantics.nemesis import crash_here
 
 BROKER_MESSAGE_MAX_BYTES = 1048588
-# Key, four headers and record framing, generously: what a record adds to its payload.
+# Key, the event's fields in the value and record framing, generously: what a record adds to its
+# payload.
 RECORD_OVERHEAD_BYTES = 512
 RESEND_ROUNDS = 3
 
@@ -135,7 +136,7 @@ def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, dict]:
     if spec.payload_bytes + RECORD_OVERHEAD_BYTES > limit:
         raise LoadError(
             f"payload_bytes={spec.payload_bytes} does not fit message.max.bytes={limit} "
-            f"(with up to {RECORD_OVERHEAD_BYTES} bytes of key, headers and framing)"
+            f"(with up to {RECORD_OVERHEAD_BYTES} bytes of key, event fields and framing)"
         )
     try:
         # librdkafka itself rejects unknown keys and bad values; no connection is opened for this.
@@ -191,6 +192,7 @@ def create(
                 "messages": spec.messages,
                 "keys": spec.keys,
                 "payload_bytes": spec.payload_bytes,
+                "record_layout": RECORD_LAYOUT,
                 "target_rate": spec.rate,
                 "txn_size": (spec.txn_size or catalog.default_txn_size(spec.messages)) if mode.transactional else None,
                 "abort_ratio": spec.abort_ratio if mode.transactional else None,

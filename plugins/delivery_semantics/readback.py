@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from delivery_semantics.generator import H_EVENT_ID, H_SEQ
+from delivery_semantics.generator import record_fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +48,12 @@ def read_topic(
         out: list[Record] = []
 
         def keep(m) -> bool:
-            h = dict(m.headers() or [])
-            eid, seq = h.get(H_EVENT_ID), h.get(H_SEQ)
+            eid, seq, _ = record_fields(m.value(), m.headers())
             out.append(
                 Record(
-                    eid.decode() if eid else None,
+                    eid,
                     m.key().decode() if m.key() else None,
-                    int(seq) if seq else None,
+                    seq,
                     m.partition(),
                     m.offset(),
                 )

@@ -73,7 +73,7 @@ class Source:
     topic: str
     mode: str | None
     scenario: str
-    event_id: dict  # {"header": name} or {"json": "$.path"}
+    event_id: dict  # {"header": name}, {"json": "$.path"} or {"value_field": i} (generator.VALUE_FIELDS)
     key: dict = field(default_factory=lambda: {"record_key": True})
     seq: dict | None = None
     publish_at: dict | None = None  # header/json holding epoch millis, or {"timestamp": true}
@@ -99,6 +99,11 @@ class Source:
         return self.ledger.get("kind") == "platform" and self.ledger["run_id"] == self.reconciliation_id
 
     @property
+    def reads_headers(self) -> bool:
+        """Spark's Kafka source builds the headers column, the costliest to read, only when asked."""
+        return any(spec and "header" in spec for spec in (self.event_id, self.key, self.seq, self.publish_at))
+
+    @property
     def knows_transactions(self) -> bool:
         """The ledger has the events of each transaction that wrote the topic."""
         return bool(self.transactional) and self.ledger_wrote_topic
@@ -109,6 +114,23 @@ class Source:
         return (READ_COMMITTED,) if self.sink else ISOLATIONS
 
 
+def _platform_fields(layout: str) -> dict:
+    """Where a platform run's records carry the event id, seq and publish time (generator.py)."""
+    if layout == generator.VALUE_LAYOUT:
+        return {name: {"value_field": generator.VALUE_FIELDS.index(name)} for name in ("event_id", "seq", "publish_at")}
+    if layout == generator.HEADERS_LAYOUT:
+        # Where the producer put them: `_field` looks elsewhere only when they are not there.
+        return {
+            name: {"header": header, "at": generator.HEADERS.index(header)}
+            for name, header in (
+                ("event_id", generator.H_EVENT_ID),
+                ("seq", generator.H_SEQ),
+                ("publish_at", generator.H_PUBLISH_AT),
+            )
+        }
+    raise InputError(f"unknown record layout {layout!r}")
+
+
 def platform_source(run: dict, kafka: Kafka) -> Source:
     return Source(
         reconciliation_id=run["run_id"],
@@ -116,10 +138,7 @@ def platform_source(run: dict, kafka: Kafka) -> Source:
         topic=run["topic"],
         mode=run["mode"],
         scenario=run["scenario"],
-        # Where the platform's producer puts them: `_field` looks elsewhere only when they are not there.
-        event_id={"header": generator.H_EVENT_ID, "at": generator.HEADERS.index(generator.H_EVENT_ID)},
-        seq={"header": generator.H_SEQ, "at": generator.HEADERS.index(generator.H_SEQ)},
-        publish_at={"header": generator.H_PUBLISH_AT, "at": generator.HEADERS.index(generator.H_PUBLISH_AT)},
+        **_platform_fields(run.get("record_layout", generator.HEADERS_LAYOUT)),
         transactional=catalog.get_mode(run["mode"]).transactional,
         ledger={"kind": "platform", "run_id": run["run_id"], "messages": int(run["messages"])},
     )
@@ -372,6 +391,12 @@ def _field(spec: dict | None, dtype: str) -> F.Column | None:
             raw = F.when(F.coalesce(first_there, F.lit(False)), expected[-1]["value"].cast("string")).otherwise(raw)
     elif "json" in spec:
         raw = F.get_json_object(F.col("value").cast("string"), spec["json"])
+    elif "value_field" in spec:
+        # A value with fewer fields than the layout's is malformed: every field of it is none.
+        # Spark splits once for all the fields of a record (common subexpressions).
+        fields = len(generator.VALUE_FIELDS)
+        parts = F.split(F.col("value").cast("string"), generator.SEPARATOR.decode(), fields)
+        raw = F.when(F.size(parts) == fields, parts[int(spec["value_field"])])
     elif spec.get("record_key"):
         raw = F.col("key").cast("string")
     elif spec.get("timestamp"):
@@ -396,7 +421,7 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
         .option("subscribe", src.topic)
         .option("startingOffsets", starting)
         .option("endingOffsets", ending)
-        .option("includeHeaders", "true")
+        .option("includeHeaders", str(src.reads_headers).lower())
         .option("kafka.isolation.level", isolation)
         .option("failOnDataLoss", "false")
     )
@@ -652,7 +677,7 @@ def typed(df: DataFrame, types: dict[str, str]) -> DataFrame:
 
 def platform_run_source(jdbc: Jdbc, run_id: str, kafka: Kafka) -> Source:
     """A producer run, or a consumer run checked against its input run's ledger."""
-    run_cols = ("run_id", "topic", "mode", "scenario", "messages")
+    run_cols = ("run_id", "topic", "mode", "scenario", "messages", "record_layout")
     rows = jdbc.scalar_rows(f"SELECT {', '.join(run_cols)} FROM runs WHERE run_id = ?", [run_id])
     if rows:
         return platform_source(dict(zip(run_cols, rows[0], strict=False)), kafka)

@@ -48,7 +48,9 @@ def test_every_mode_without_fault_delivers_each_event_once(mode, kafka_conf, led
         assert (s.acked, s.sent_unacked) == (4000, 0)
         in_kafka = sorted((r.event_id, r.partition, r.offset) for r in records)
         assert ledger.acked_positions(s.run_id) == in_kafka, "ledger partition/offset must match Kafka's"
-    # event id, key and per-key sequence travel as headers and match the ledger's rows
+    # event id, key and per-key sequence travel in the record's value and key (the run's record
+    # layout) and match the ledger's rows
+    assert ledger.get_run(s.run_id)["record_layout"] == "value"
     with ledger.conn.cursor() as cur:
         cur.execute("SELECT event_id, key, seq FROM ledger_events WHERE run_id = %s", (s.run_id,))
         assert sorted(cur.fetchall()) == sorted((r.event_id, r.key, r.seq) for r in records)

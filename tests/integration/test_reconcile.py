@@ -42,7 +42,9 @@ def _send(producer: Producer, topic: str, event_id: str | None, key: str, seq: i
 
 @pytest.fixture(scope="module")
 def planted(kafka_conf_module):
-    """A one-partition topic and a platform ledger with one of every anomaly."""
+    """A one-partition topic and a platform ledger with one of every anomaly. Its records carry
+    their fields in headers, as runs recorded before the value layout (sql/V021) did: the checker
+    still reads those."""
     conf = kafka_conf_module
     tag = uuid.uuid4().hex[:8]
     run_id, topic = f"plant_{tag}", f"plant-{tag}"
@@ -114,6 +116,7 @@ def planted(kafka_conf_module):
             "messages": len(ledger_rows),
             "keys": 5,
             "payload_bytes": 7,
+            "record_layout": "headers",
             "seed": 0,
             "producer_config": {},
             "status": "completed",

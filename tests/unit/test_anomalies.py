@@ -349,6 +349,25 @@ def test_a_header_field_is_the_first_header_of_its_name(spark, expected_at):
     assert read == ["r1-1", None, None, None, None, "r1-3", "r1-5"]
 
 
+def test_the_checker_reads_a_platform_record_as_the_python_readers_do(spark):
+    """The value layout's fields, split once; a value with fewer fields is malformed in both."""
+    from checker.sources import _field, _platform_fields
+    from delivery_semantics.generator import Generator, record_fields
+
+    gen = Generator("r20261125t000000_abcdef", 3, 12, 1)
+    values = [gen.wire(n, 1795578691086 + n)["value"] for n in range(4)]
+    values += [b"r20261125t000000_abcdef-9 4 5 payload with spaces", b"r-1 2 3", b"", None]
+    fields = _platform_fields("value")
+    df = spark.createDataFrame([(v,) for v in values], "value binary")
+    read = df.select(
+        _field(fields["event_id"], "string"), _field(fields["seq"], "bigint"), _field(fields["publish_at"], "millis")
+    ).collect()
+    expected = [record_fields(v, None) for v in values]
+    assert [(r[0], r[1], int(r[2].timestamp() * 1000) if r[2] else None) for r in read] == expected
+    assert expected[0] == ("r20261125t000000_abcdef-0", 0, 1795578691086)
+    assert expected[4] == ("r20261125t000000_abcdef-9", 4, 5) and expected[5:] == [(None, None, None)] * 3
+
+
 def test_a_reconciliation_releases_its_own_cached_reads_and_no_other_threads(spark):
     import threading
 

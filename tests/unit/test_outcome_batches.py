@@ -3,7 +3,7 @@ positions in n order, every other outcome a row of its own (sql/V015)."""
 
 import pytest
 
-from delivery_semantics.generator import Generator
+from delivery_semantics.generator import Generator, record_fields, with_payload
 from delivery_semantics.ledger import Outcome, Reports, _array
 from delivery_semantics.ledger import outcome_batches as batches_of
 
@@ -68,13 +68,28 @@ def test_reports_give_every_outcome_back_one_by_one():
 
 
 def test_the_producers_records_are_the_generators_events():
-    """The per-record path (wire) builds the same bytes as the Event the ledger and checker derive."""
+    """The per-record path (wire) builds the same bytes as the Event the ledger and checker derive,
+    every reader finds the event's fields in them, and a report finds its event number."""
     gen = Generator("r20261124t000000_abcdef", keys=7, payload_bytes=50, seed=3)
     [records] = gen.batches(40, 45, 10)
     assert [n for n, _ in records] == [40, 41, 42, 43, 44]
     for n, at in records:
         e = gen.event(n, at)
-        assert gen.wire(n, at) == (e.payload, e.key.encode(), e.headers(gen.run_id))
+        record = gen.wire(n, at)
+        assert record == {"value": e.value(), "key": e.key.encode()}
+        assert record_fields(record["value"], None) == (e.event_id, e.seq, at)
+        assert record["value"].endswith(b" " + e.payload) and gen.n_of(record["value"]) == n
+    assert record_fields(b"no fields here", []) == (None, None, None)
+    # Runs recorded before the value layout carry their fields in headers.
+    old = [("event_id", b"r-3"), ("seq", b"1"), ("publish_at", b"99"), ("run_id", b"r")]
+    assert record_fields(b"payload with spaces in it", old) == ("r-3", 1, 99)
+
+
+def test_a_copy_transforms_the_payload_and_keeps_the_event_fields():
+    value = Generator("r20261124t000000_abcdef", 2, 20, 0).wire(9, 1000)["value"]
+    copied = with_payload(value, bytes.upper)
+    assert record_fields(copied, None) == record_fields(value, None)
+    assert copied.split(b" ")[-1] == value.split(b" ")[-1].upper() != value.split(b" ")[-1]
 
 
 def test_each_producer_of_a_run_writes_keys_of_its_own():
@@ -82,7 +97,7 @@ def test_each_producer_of_a_run_writes_keys_of_its_own():
     first, second = (Generator("r20261124t000000_abcdef", 4, 0, 0, key_base=base) for base in (0, 4))
     assert {first.event(n, 0).key for n in range(100)} == {"k0", "k1", "k2", "k3"}
     assert {second.event(n, 0).key for n in range(100, 200)} == {"k4", "k5", "k6", "k7"}
-    assert (second.wire(101, 0)[1], second.event(101, 0).seq) == (b"k5", 25)
+    assert (second.wire(101, 0)["key"], second.event(101, 0).seq) == (b"k5", 25)
     with pytest.raises(ValueError, match="key base"):
         Generator("r20261124t000000_abcdef", 4, 0, 0, key_base=-1)
 
