@@ -4,7 +4,8 @@
               each number of producers asked for (--producers 1,2: one run with 1, one with 2)
   ledger off  the same generator and producer client, no ledger
   baseline    Kafka's own org.apache.kafka.tools.ProducerPerformance, same acks/idempotence/
-              transactions, same record size, same topic layout
+              transactions, same record size, same topic layout. Its transactions end by time:
+              they last what txn_size records took it in the idempotent mode of the same round
 
     bench/run producer [--messages N] [--modes m1,m2] [--producers 1,2] [--repeats R]
 
@@ -70,7 +71,9 @@ def ledger_on(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size:
     return {"rps": s.records_per_sec, "p99_ms": s.ack_p99_ms, "run_id": s.run_id}
 
 
-def producer_performance(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size: int, conf: dict) -> dict:
+def producer_performance(
+    mode: catalog.DeliveryMode, messages: int, payload: int, conf: dict, transaction_ms: int | None = None
+) -> dict:
     topic = f"bench.pp.{mode.name}.{new_run_id()}"
     topics.ensure_topic(conf, topic, partitions=3)
     p = producer_config(mode)
@@ -100,9 +103,7 @@ def producer_performance(mode: catalog.DeliveryMode, messages: int, payload: int
         heap="1g",
     )
     if mode.transactional:
-        # ProducerPerformance commits by time; this duration gives about txn_size records a transaction
-        # at the rate measured for the idempotent mode.
-        cmd += ["--transactional-id", f"bench-pp-{new_run_id()}", "--transaction-duration-ms", "100"]
+        cmd += ["--transactional-id", f"bench-pp-{new_run_id()}", "--transaction-duration-ms", str(transaction_ms)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     topics.delete_topic(conf, topic)
     final = [ln for ln in res.stdout.splitlines() if "records sent" in ln and "99th" in ln]
@@ -110,6 +111,12 @@ def producer_performance(mode: catalog.DeliveryMode, messages: int, payload: int
         raise RuntimeError(f"ProducerPerformance failed: {res.stderr[-1500:]}")
     m = re.search(r"([\d.]+) records/sec .* ([\d.]+) ms 99th", final[-1])
     return {"rps": float(m.group(1)), "p99_ms": float(m.group(2))}
+
+
+def transaction_ms(txn_size: int, idempotent_rps: float) -> int:
+    """ProducerPerformance commits by time: the duration that gives its transactions txn_size
+    records each, at the rate it reached with the same settings and no transactions."""
+    return max(1, round(txn_size / idempotent_rps * 1000))
 
 
 def _median(results: list[dict]) -> dict:
@@ -145,9 +152,18 @@ def main() -> int:
     conf = kafka_config()
     samples: dict[str, list] = {}
     for _ in range(args.repeats):  # round-robin, so a slow spell of the shared machine hits every mode
+        idempotent_rps = None
         for name in args.modes.split(","):
             mode = catalog.get_mode(name)
-            pp = producer_performance(mode, args.messages, args.payload_bytes, args.txn_size, conf)
+            txn_ms = None
+            if mode.transactional:
+                if idempotent_rps is None:
+                    idempotent = catalog.get_mode("idempotent")
+                    idempotent_rps = producer_performance(idempotent, args.messages, args.payload_bytes, conf)["rps"]
+                txn_ms = transaction_ms(args.txn_size, idempotent_rps)
+            pp = producer_performance(mode, args.messages, args.payload_bytes, conf, txn_ms)
+            if name == "idempotent":
+                idempotent_rps = pp["rps"]
             off = ledger_off(mode, args.messages, args.payload_bytes, args.txn_size, conf)
             on = [ledger_on(mode, args.messages, args.payload_bytes, args.txn_size, n) for n in counts]
             samples.setdefault(name, []).append((pp, off, *on))
@@ -156,6 +172,7 @@ def main() -> int:
                     {
                         "mode": name,
                         "producer_performance": pp,
+                        "pp_transaction_ms": txn_ms,
                         "ledger_off": off,
                         "ledger_on": dict(zip(counts, on, strict=True)),
                     }

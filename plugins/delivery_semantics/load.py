@@ -509,8 +509,9 @@ def _progress_bar(total: int, enabled: bool):
 
 
 class _Session:
-    """One producer session over its slice of the run: events go to the ledger (on a writer
-    thread) one batch ahead of being produced, and outcomes follow each batch."""
+    """One producer session over its slice of the run: events go to the ledger one batch ahead of
+    being produced, and outcomes follow each batch. Each has a writer thread and a connection of
+    its own, so a batch's write-ahead row never waits behind the outcomes written before it."""
 
     def __init__(
         self,
@@ -539,6 +540,7 @@ class _Session:
         self.producer, self.start, self.stop = mine["producer"], mine["n_start"], mine["n_stop"]
         self.crash_before_commit_n = None if crash_before_commit_at is None else self.start + crash_before_commit_at
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="ledger-writer")
+        self.ahead, self.ahead_writer = Ledger(ledger.db), ThreadPoolExecutor(1, thread_name_prefix="ledger-ahead")
         self.rng = random.Random(run["seed"] * 1_000_003 + session + 7919 * self.producer)
         self.txn_no = ledger.max_txn_no(self.run_id, self.producer)
         self.rate = max(1, run["target_rate"] // run["producers"]) if run["target_rate"] else 0
@@ -570,8 +572,8 @@ class _Session:
         self._finish_outcomes()
 
     def _record_events(self, batch) -> Future:
-        return self.writer.submit(
-            self.ledger.record_event_range,
+        return self.ahead_writer.submit(
+            self.ahead.record_event_range,
             self.run_id,
             batch[0][0],
             batch[-1][0] + 1,
@@ -714,3 +716,5 @@ class _Session:
             self._record(self.client.drain()).result()
         finally:
             self.writer.shutdown(wait=True)
+            self.ahead_writer.shutdown(wait=True)
+            self.ahead.close()
