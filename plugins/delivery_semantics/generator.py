@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 # How a record carries its event, per run (the ledger's `runs.record_layout`, sql/V021):
-# - "value": the value is `<event_id> <seq> <publish_at ms> <payload>`, the key `k<n>`, no
-#   headers. A record without headers is what lets the producer hand librdkafka a batch at a time
-#   (`produce_batch` takes none), and the checker's read of the topic skip the headers column.
+# - "value": the value is `<event_id> <seq> <publish_at ms> <payload>`, the key `k<j>`, no
+#   headers. A record without headers lets the producer hand librdkafka a batch at a time
+#   (`produce_batch` takes none), and the checker read the topic without the headers column.
 # - "headers": runs recorded before V021: the value is the payload, and the event id, seq,
 #   publish time and run id are headers, in this order.
 VALUE_LAYOUT = "value"
@@ -34,8 +34,8 @@ def record_fields(value: bytes | None, headers: list | None) -> tuple[str | None
     record with an event_id header is of the headers layout."""
     h = dict(headers or [])
     if H_EVENT_ID in h:
-        seq, at = h.get(H_SEQ), h.get(H_PUBLISH_AT)
-        return h[H_EVENT_ID].decode(), int(seq) if seq else None, int(at) if at else None
+        eid, seq, at = h[H_EVENT_ID], h.get(H_SEQ), h.get(H_PUBLISH_AT)
+        return eid.decode() if eid else None, int(seq) if seq else None, int(at) if at else None
     parts = (value or b"").split(SEPARATOR, len(VALUE_FIELDS) - 1)
     if len(parts) != len(VALUE_FIELDS):
         return None, None, None

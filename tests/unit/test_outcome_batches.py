@@ -83,6 +83,7 @@ def test_the_producers_records_are_the_generators_events():
     # Runs recorded before the value layout carry their fields in headers.
     old = [("event_id", b"r-3"), ("seq", b"1"), ("publish_at", b"99"), ("run_id", b"r")]
     assert record_fields(b"payload with spaces in it", old) == ("r-3", 1, 99)
+    assert record_fields(b"x", [("event_id", None)]) == (None, None, None)
 
 
 def test_a_copy_transforms_the_payload_and_keeps_the_event_fields():
