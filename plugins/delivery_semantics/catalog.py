@@ -169,7 +169,7 @@ MODES: dict[str, DeliveryMode] = {
         ),
         _mode(
             "transactional",
-            "transactions with a stable transactional.id per run; aborted batches are resent",
+            "transactions under stable transactional.ids, two per producer taking turns; aborted batches are resent",
             {
                 "acks": "all",
                 "retries": str(RETRIES_MAX),

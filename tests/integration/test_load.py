@@ -316,7 +316,7 @@ _CRASH_AT = r"""
 import os, signal, sys
 from delivery_semantics import client, load
 
-where, run_id = sys.argv[1], sys.argv[2]
+where, at, run_id = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 real = client.ProducerClient.send_transaction
 calls = []
 
@@ -324,10 +324,10 @@ def send_transaction(self, events, txn_no, abort, before_commit):
     calls.append(txn_no)
     def durable_then_maybe_die(outcomes):
         before_commit(outcomes)
-        if where == "before_commit" and len(calls) == 5:
+        if where == "before_commit" and len(calls) == at:
             os.kill(os.getpid(), signal.SIGKILL)
     committed = real(self, events, txn_no, abort, durable_then_maybe_die)
-    if where == "after_commit" and len(calls) == 5:
+    if where == "after_commit" and len(calls) == at:
         os.kill(os.getpid(), signal.SIGKILL)
     return committed
 
@@ -336,25 +336,33 @@ load.start(load.LoadSpec(mode="transactional", messages=2000, txn_size=100, run_
 """
 
 
-@pytest.mark.parametrize("where, resolved_as", [("after_commit", "acked"), ("before_commit", "aborted")])
-def test_a_transaction_in_doubt_at_the_crash_is_settled_from_the_topic(where, resolved_as, kafka_conf, ledger):
+# The transactions take turns between the producer's two transactional.ids: the fifth is the first
+# id's, the sixth the second's.
+@pytest.mark.parametrize(
+    "where, at, resolved_as",
+    [("after_commit", 5, "acked"), ("before_commit", 5, "aborted"), ("before_commit", 6, "aborted")],
+)
+def test_a_transaction_in_doubt_at_the_crash_is_settled_from_the_topic(where, at, resolved_as, kafka_conf, ledger):
     """kill -9 between the durable `written` outcomes and the durable acks: the resume reads the
-    exact positions with read_committed and neither loses nor duplicates that transaction."""
-    run_id = f"indoubt_{where}_{os.getpid()}_{int(time.time())}"
+    exact positions with read_committed and neither loses nor duplicates that transaction, whichever
+    transactional.id held it."""
+    run_id = f"indoubt_{where}_{at}_{os.getpid()}_{int(time.time())}"
     proc = subprocess.run(
-        [sys.executable, "-c", _CRASH_AT, where, run_id], cwd=REPO, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", _CRASH_AT, where, str(at), run_id], cwd=REPO, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    assert len(ledger.in_doubt(run_id)) == 100, "the fifth transaction's 100 events are in doubt"
+    assert len(ledger.in_doubt(run_id)) == 100, "the crashed transaction's 100 events are in doubt"
 
     s = load.resume(run_id)
     assert (s.status, s.acked, s.pending, s.sessions) == ("completed", 2000, 0, 2)
     with ledger.conn, ledger.conn.cursor() as cur:
         cur.execute(
             """SELECT status, count(*) FROM ledger_outcomes
-                       WHERE run_id = %s AND session = 2 AND txn_no = 5 GROUP BY status""",
-            (run_id,),
+                       WHERE run_id = %s AND session = 2 AND txn_no = %s GROUP BY status""",
+            (run_id, at),
         )
         assert dict(cur.fetchall()) == {resolved_as: 100}
+    # Both ids were fenced: an open transaction left on either would hold read_committed readers
+    # below it, and some of the 2,000 would be missing.
     copies = readback.copies_by_event(readback.read_topic(kafka_conf, s.topic, "read_committed"))
     assert len(copies) == 2000 and set(copies.values()) == {1}
