@@ -2,7 +2,8 @@
 
   ledger on   the load runner as users run it (write-ahead ledger, outcomes, resend rounds), with
               each number of producers asked for (--producers 1,2: one run with 1, one with 2)
-  ledger off  the same generator and producer client, no ledger
+  ledger off  the same generator and producer client, no ledger (transactional: each commit beside
+              the next transaction's writing, as the runner does)
   baseline    Kafka's own org.apache.kafka.tools.ProducerPerformance, same acks/idempotence/
               transactions, same record size, same topic layout. Its transactions end by time:
               they last what txn_size records took it in the idempotent mode of the same round
@@ -22,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 
 import devstack
@@ -47,13 +49,24 @@ def ledger_off(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size
     client = ProducerClient(pconf, topic, gen, transactional=mode.transactional)
     latencies = []
     t0 = time.monotonic()
+    # Transactional, as the load runner does it: each commit runs beside the next transaction's writing.
+    committer, committing = ThreadPoolExecutor(1), None
+    txn_no = 0
     for batch in gen.batches(0, messages, 10_000):
         if mode.transactional:
             for i in range(0, len(batch), txn_size):
-                client.send_transaction(batch[i : i + txn_size], i, abort=False, before_commit=lambda _o: None)
+                txn_no += 1
+                written = client.write_transaction(batch[i : i + txn_size], txn_no)
+                if committing is not None:
+                    assert committing.result(), "a benchmark transaction was aborted"
+                    latencies.extend(_latencies(client.drain()))
+                committing = committer.submit(client.commit, written, lambda _o: None)
         else:
             client.send(batch)
-        latencies.extend(_latencies(client.drain()))
+            latencies.extend(_latencies(client.drain()))
+    if committing is not None:
+        assert committing.result(), "a benchmark transaction was aborted"
+    committer.shutdown()
     client.flush(120)
     latencies.extend(_latencies(client.drain()))
     elapsed = time.monotonic() - t0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -52,8 +53,8 @@ PRODUCE_BATCH = 2000
 # transactions v2), and the coordinator refuses that with CONCURRENT_TRANSACTIONS, retried every
 # 20 ms, until the previous transaction's markers are written: 40-60 ms a transaction on the local
 # cluster. With two transactional.ids taking turns, one id's markers are written while the other's
-# transaction fills. A transaction begins only once the one before it has ended, so its records follow
-# every record of the one before in their partitions, as with one id.
+# transaction fills. A transaction is written only once every record of the one before it was
+# reported, so its records follow those in their partitions, as with one id.
 TRANSACTIONAL_IDS = 2
 
 
@@ -141,6 +142,17 @@ class ProducerFenced(RuntimeError):
 
 def classify_error(err: KafkaError) -> str:
     return "failed" if err.code() in _NOT_WRITTEN else "unknown"
+
+
+@dataclass
+class Written:
+    """A transaction whose records all have their reports, not yet committed or aborted."""
+
+    producer: Producer
+    records: list[tuple[int, int]]
+    txn_no: int
+    delivered: list[Report]
+    failed: list[Outcome]
 
 
 class ProducerClient:
@@ -235,39 +247,56 @@ class ProducerClient:
     def send_transaction(
         self, records: list[tuple[int, int]], txn_no: int, abort: bool, before_commit: Callable[[Reports], None]
     ) -> bool:
-        """One transaction. Returns True when it committed; False when it was aborted (by choice or
-        because the broker required it), in which case every event got an `aborted` outcome.
-        `before_commit` receives the `written` outcomes and must make them durable: if this process
-        dies during the commit, they are how a resume learns what to check."""
+        """One transaction, written then committed (or aborted, when `abort`): see `commit`."""
+        written = self.write_transaction(records, txn_no)
+        if abort:
+            self.abort(written)
+            return False
+        return self.commit(written, before_commit)
+
+    def write_transaction(self, records: list[tuple[int, int]], txn_no: int) -> Written:
+        """Begins a transaction under the next transactional.id and writes the records, waiting for
+        every report. The transaction stays open until `commit` or `abort`; the one before it must
+        have been ended or be committing under the other id."""
         self._delivered, self._failed = [], []
         self.producer = self._turns[self._turn]
         self._turn = (self._turn + 1) % len(self._turns)
         self.producer.begin_transaction()
         self._produce(records)
         self.producer.flush(120)
-        if abort or self._failed:
-            self._abort(records, txn_no)
+        written = Written(self.producer, records, txn_no, self._delivered, self._failed)
+        self._delivered, self._failed = [], []
+        return written
+
+    def commit(self, written: Written, before_commit: Callable[[Reports], None]) -> bool:
+        """Commits a written transaction. Returns True when it committed; False when it was aborted
+        (a record failed, or the broker required it), in which case every event got an `aborted`
+        outcome. `before_commit` receives the `written` outcomes and must make them durable: if this
+        process dies during the commit, they are how a resume learns what to check. Safe to call in
+        another thread while the next transaction is written under the other id."""
+        if written.failed:
+            self.abort(written)
             return False
-        written = Reports(self.run_id)
-        written.extend("written", txn_no, list(self._delivered))
-        before_commit(written)
+        reports = Reports(self.run_id)
+        reports.extend("written", written.txn_no, list(written.delivered))
+        before_commit(reports)
         try:
-            self._call_with_retry(self.producer.commit_transaction, 60)
+            self._call_with_retry(written.producer.commit_transaction, 60)
         except KafkaException as ex:
             if ex.args[0].txn_requires_abort():
-                self._abort(records, txn_no)
+                self.abort(written)
                 return False
             raise
-        self._done.commit(txn_no, self._delivered)
-        self._delivered = []
+        self._done.commit(written.txn_no, written.delivered)
         return True
 
-    def _abort(self, records: list[tuple[int, int]], txn_no: int) -> None:
-        self._call_with_retry(self.producer.abort_transaction, 60)
-        written = {r[0]: r for r in self._delivered}
-        failed = {o.n: o for o in self._failed}
-        for n, _ in records:
-            r, f = written.get(n), failed.get(n)
+    def abort(self, written: Written) -> None:
+        """Aborts a written transaction: every event gets an `aborted` outcome."""
+        self._call_with_retry(written.producer.abort_transaction, 60)
+        delivered = {r[0]: r for r in written.delivered}
+        failed = {o.n: o for o in written.failed}
+        for n, _ in written.records:
+            r, f = delivered.get(n), failed.get(n)
             self._done.others.append(
                 Outcome(
                     event_id(self.run_id, n),
@@ -275,12 +304,11 @@ class ProducerClient:
                     r[1] if r else None,
                     r[2] if r else None,
                     r[3] if r else f.latency_us if f else None,
-                    txn_no,
+                    written.txn_no,
                     f.error if f else None,
                     n,
                 )
             )
-        self._delivered, self._failed = [], []
 
     def _call_with_retry(self, fn, timeout: float) -> None:
         deadline = time.monotonic() + timeout

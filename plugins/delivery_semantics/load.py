@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -541,6 +542,11 @@ class _Session:
         self.crash_before_commit_n = None if crash_before_commit_at is None else self.start + crash_before_commit_at
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="ledger-writer")
         self.ahead, self.ahead_writer = Ledger(ledger.db), ThreadPoolExecutor(1, thread_name_prefix="ledger-ahead")
+        # Transactional: the transaction committing beside the next one's writing, and its records;
+        # and the transactions to send again, in order, before any new one.
+        self.committer = ThreadPoolExecutor(1, thread_name_prefix="committer")
+        self._committing: tuple[Future, list[tuple[int, int]]] | None = None
+        self._again: deque[list[tuple[int, int]]] = deque()
         self.rng = random.Random(run["seed"] * 1_000_003 + session + 7919 * self.producer)
         self.txn_no = ledger.max_txn_no(self.run_id, self.producer)
         self.rate = max(1, run["target_rate"] // run["producers"]) if run["target_rate"] else 0
@@ -631,19 +637,7 @@ class _Session:
 
     def _send(self, records: list[tuple[int, int]]) -> None:
         if self.mode.transactional:
-            size = self.run["txn_size"]
-            for i in range(0, len(records), size):
-                txn = records[i : i + size]
-                self.txn_no += 1
-                abort = self.rng.random() < (self.run["abort_ratio"] or 0.0)
-                # An aborted transaction's records go again at once, so per-key order holds.
-                while not self.client.send_transaction(
-                    txn, self.txn_no, abort=abort, before_commit=self._record_written
-                ):
-                    self.txn_no += 1
-                    abort = False
-                # Each commit's acks follow it at once, so a crash leaves at most one transaction in doubt.
-                self._record(self.client.drain())
+            self._send_transactions(records)
         else:
             self.client.send(records)
             self._record(self.client.drain())
@@ -652,6 +646,51 @@ class _Session:
             self.bar.update(len(records))
         if self.on_progress is not None:
             self.on_progress(self.run_id, self.client.produced)
+
+    def _send_transactions(self, records: list[tuple[int, int]]) -> None:
+        """The records in transactions of txn_size, after any to send again. A transaction's written
+        row and commit run in the committer thread while the next transaction is written under the
+        other transactional.id, and the last one is left committing (`_end_transactions`). A
+        transaction is committed only after the one before it: if that one was aborted, this one is
+        aborted too and both go again at once, in order, so per-key order holds."""
+        size = self.run["txn_size"]
+        fresh = deque(records[i : i + size] for i in range(0, len(records), size))
+        while self._again or fresh:
+            if self._again:
+                txn, abort = self._again.popleft(), False
+            else:
+                txn = fresh.popleft()
+                abort = self.rng.random() < (self.run["abort_ratio"] or 0.0)
+            self.txn_no += 1
+            written = self.client.write_transaction(txn, self.txn_no)
+            if self._committing is not None:
+                before, self._committing = self._committing, None
+                if not self._committed(before):
+                    self.client.abort(written)
+                    self._record(self.client.drain())
+                    self._again.extendleft([txn, before[1]])
+                    continue
+            if abort:
+                self.client.abort(written)
+                self._record(self.client.drain())
+                self._again.appendleft(txn)
+                continue
+            self._committing = (self.committer.submit(self.client.commit, written, self._record_written), txn)
+
+    def _end_transactions(self) -> None:
+        """Waits for the transaction still committing, and sends it again if it was aborted."""
+        while self._committing is not None:
+            before, self._committing = self._committing, None
+            if not self._committed(before):
+                self._again.append(before[1])
+                self._send_transactions([])
+
+    def _committed(self, committing: tuple[Future, list[tuple[int, int]]]) -> bool:
+        """Waits for a transaction's commit. Its acks (or aborts) are recorded at once, before the
+        next transaction's written row, so a crash leaves at most the committing one in doubt."""
+        committed = committing[0].result()
+        self._record(self.client.drain())
+        return committed
 
     def _record(self, reports: Reports) -> Future:
         # A drain's failures and aborts come before its acks: an event aborted, then resent and
@@ -702,7 +741,8 @@ class _Session:
                 time.sleep(ahead)
 
     def _finish_outcomes(self) -> None:
-        """All reports in, all outcomes in the ledger."""
+        """All reports in, all transactions ended, all outcomes in the ledger."""
+        self._end_transactions()
         remaining = self.client.flush(float(self.run["producer_config"].get("message.timeout.ms", 60000)) / 1000 + 30)
         self._record(self.client.drain()).result()
         if remaining:
@@ -713,6 +753,7 @@ class _Session:
             return
         self._closed = True
         try:
+            self.committer.shutdown(wait=True)  # after a failure, a commit may still be running
             self._record(self.client.drain()).result()
         finally:
             self.writer.shutdown(wait=True)

@@ -13,7 +13,7 @@ import psycopg2
 import pytest
 from conftest import REPO
 
-from delivery_semantics import catalog, load, readback
+from delivery_semantics import catalog, client, load, readback
 from delivery_semantics.endpoints import Database, ledger_database
 from delivery_semantics.generator import new_run_id
 from delivery_semantics.ledger import DuplicateEvent, Ledger
@@ -133,6 +133,41 @@ def test_transactional_aborts_are_invisible_to_read_committed_and_visible_to_rea
     committed_positions = {(r.event_id, r.partition, r.offset) for r in committed}
     uncommitted_only = {(r.event_id, r.partition, r.offset) for r in everything} - committed_positions
     assert uncommitted_only == aborted, "the aborted copies are exactly what the ledger recorded as aborted"
+
+
+def test_a_commit_the_broker_refuses_takes_the_transaction_written_beside_it_and_order_holds(
+    kafka_conf, ledger, monkeypatch
+):
+    """The next transaction is written under the other id while one commits. When that commit
+    ends in an abort, the next is aborted too and both go again in order: every event once for
+    read_committed, and each key's events in sequence order."""
+    real = client.ProducerClient.commit
+    calls = []
+
+    def commit(self, written, before_commit):
+        calls.append(written.txn_no)
+        if len(calls) == 3:  # what a commit does when the broker requires the abort
+            self.abort(written)
+            return False
+        return real(self, written, before_commit)
+
+    monkeypatch.setattr(client.ProducerClient, "commit", commit)
+    s = load.start(load.LoadSpec(mode="transactional", messages=2000, txn_size=100))
+    assert (s.status, s.acked, s.pending) == ("completed", 2000, 0)
+    with ledger.conn, ledger.conn.cursor() as cur:
+        cur.execute(
+            "SELECT txn_no, count(*) FROM ledger_outcomes WHERE run_id = %s AND status = 'aborted' GROUP BY txn_no",
+            (s.run_id,),
+        )
+        assert dict(cur.fetchall()) == {3: 100, 4: 100}
+    records = readback.read_topic(kafka_conf, s.topic, "read_committed")
+    assert len(records) == 2000 and set(readback.copies_by_event(records).values()) == {1}
+    by_key: dict[str, list[tuple[int, int]]] = {}
+    for r in records:
+        by_key.setdefault(r.key, []).append((r.offset, r.seq))
+    for key, positions in by_key.items():
+        seqs = [seq for _, seq in sorted(positions)]
+        assert seqs == sorted(seqs), f"{key}: sequence out of order in the log"
 
 
 @pytest.mark.parametrize("mode", ["at_least_once", "transactional"])
@@ -317,21 +352,21 @@ import os, signal, sys
 from delivery_semantics import client, load
 
 where, at, run_id = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-real = client.ProducerClient.send_transaction
+real = client.ProducerClient.commit
 calls = []
 
-def send_transaction(self, events, txn_no, abort, before_commit):
-    calls.append(txn_no)
+def commit(self, written, before_commit):
+    calls.append(written.txn_no)
     def durable_then_maybe_die(outcomes):
         before_commit(outcomes)
         if where == "before_commit" and len(calls) == at:
             os.kill(os.getpid(), signal.SIGKILL)
-    committed = real(self, events, txn_no, abort, durable_then_maybe_die)
+    committed = real(self, written, durable_then_maybe_die)
     if where == "after_commit" and len(calls) == at:
         os.kill(os.getpid(), signal.SIGKILL)
     return committed
 
-client.ProducerClient.send_transaction = send_transaction
+client.ProducerClient.commit = commit
 load.start(load.LoadSpec(mode="transactional", messages=2000, txn_size=100, run_id=run_id))
 """
 
