@@ -244,16 +244,6 @@ class ProducerClient:
     def flush(self, timeout: float) -> int:
         return self.producer.flush(timeout)
 
-    def send_transaction(
-        self, records: list[tuple[int, int]], txn_no: int, abort: bool, before_commit: Callable[[Reports], None]
-    ) -> bool:
-        """One transaction, written then committed (or aborted, when `abort`): see `commit`."""
-        written = self.write_transaction(records, txn_no)
-        if abort:
-            self.abort(written)
-            return False
-        return self.commit(written, before_commit)
-
     def write_transaction(self, records: list[tuple[int, int]], txn_no: int) -> Written:
         """Begins a transaction under the next transactional.id and writes the records, waiting for
         every report. The transaction stays open until `commit` or `abort`; the one before it must
