@@ -56,6 +56,11 @@ def test_an_event_reported_twice_keeps_both_reports():
     assert len(singles) == 1 and singles[0] == Outcome("r-1", "acked", 0, 11, 101, n=1)
 
 
+def test_array_literals_are_what_copy_reads():
+    assert _array([3, None, 12]) == "{3,NULL,12}"
+    assert _array([7]) == "{7}" and _array((1, 2)) == "{1,2}"
+
+
 def test_an_outcome_without_an_event_number_is_a_row_of_its_own():
     hand_made = Outcome("r-7", "acked", 0, 3)
     assert outcome_batches([hand_made]) == ([], [hand_made])
