@@ -28,7 +28,7 @@ from datetime import date
 
 import devstack
 from delivery_semantics import catalog, load, topics
-from delivery_semantics.client import ProducerClient, producer_config
+from delivery_semantics.client import ProducerClient, few_collections, producer_config
 from delivery_semantics.endpoints import kafka_config
 from delivery_semantics.generator import Generator, new_run_id
 from delivery_semantics.ledger import Reports
@@ -48,27 +48,28 @@ def ledger_off(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size
     gen = Generator(run_id, 16, payload, 0)
     client = ProducerClient(pconf, topic, gen, transactional=mode.transactional)
     latencies = []
-    t0 = time.monotonic()
-    # Transactional, as the load runner does it: each commit runs beside the next transaction's writing.
-    committer, committing = ThreadPoolExecutor(1), None
-    txn_no = 0
-    for batch in gen.batches(0, messages, 10_000):
-        if mode.transactional:
-            for i in range(0, len(batch), txn_size):
-                txn_no += 1
-                written = client.write_transaction(batch[i : i + txn_size], txn_no)
-                if committing is not None:
-                    assert committing.result(), "a benchmark transaction was aborted"
-                    latencies.extend(_latencies(client.drain()))
-                committing = committer.submit(client.commit, written, lambda _o: None)
-        else:
-            client.send(batch)
-            latencies.extend(_latencies(client.drain()))
-    if committing is not None:
-        assert committing.result(), "a benchmark transaction was aborted"
-    committer.shutdown()
-    client.flush(120)
-    latencies.extend(_latencies(client.drain()))
+    with few_collections():  # as the load runner's session
+        t0 = time.monotonic()
+        # Transactional, as the load runner does it: each commit runs beside the next transaction's writing.
+        committer, committing = ThreadPoolExecutor(1), None
+        txn_no = 0
+        for batch in gen.batches(0, messages, 10_000):
+            if mode.transactional:
+                for i in range(0, len(batch), txn_size):
+                    txn_no += 1
+                    written = client.write_transaction(batch[i : i + txn_size], txn_no)
+                    if committing is not None:
+                        assert committing.result(), "a benchmark transaction was aborted"
+                        latencies.extend(_latencies(client.drain()))
+                    committing = committer.submit(client.commit, written, lambda _o: None)
+            else:
+                client.send(batch)
+                latencies.extend(_latencies(client.drain()))
+        if committing is not None:
+            assert committing.result(), "a benchmark transaction was aborted"
+        committer.shutdown()
+        client.flush(120)
+        latencies.extend(_latencies(client.drain()))
     elapsed = time.monotonic() - t0
     topics.delete_topic(conf, topic)
     latencies.sort()

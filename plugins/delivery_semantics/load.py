@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from confluent_kafka import KafkaException, Producer
 
 from delivery_semantics import catalog, readback, topics
-from delivery_semantics.client import ProducerClient, producer_config
+from delivery_semantics.client import ProducerClient, few_collections, producer_config
 from delivery_semantics.endpoints import Database, child_process_env, kafka_config, ledger_database, mask_secrets
 from delivery_semantics.generator import RECORD_LAYOUT, Generator, new_run_id, slices
 from delivery_semantics.ledger import Ledger, Outcome, Reports
@@ -402,16 +402,17 @@ def _drive(
         crash_before_commit_at,
     )
     try:
-        if session > 1 and mode.resends_unacked:
-            # at_most_once never resends: an event the ledger has no outcome for may have been sent.
-            session_runner.resolve_in_doubt(kafka_conf)
-            session_runner.resend_unacked()
-        session_runner.send_new(ledger.next_n(run_id, start, stop), stop)
-        if mode.resends_unacked:
-            for _ in range(RESEND_ROUNDS):
-                if not session_runner.resend_unacked():
-                    break
-        session_runner.close()
+        with few_collections():
+            if session > 1 and mode.resends_unacked:
+                # at_most_once never resends: an event the ledger has no outcome for may have been sent.
+                session_runner.resolve_in_doubt(kafka_conf)
+                session_runner.resend_unacked()
+            session_runner.send_new(ledger.next_n(run_id, start, stop), stop)
+            if mode.resends_unacked:
+                for _ in range(RESEND_ROUNDS):
+                    if not session_runner.resend_unacked():
+                        break
+            session_runner.close()
         status, error = "completed", None
     except BaseException as e:
         status, error = "failed", f"{type(e).__name__}: {e}"

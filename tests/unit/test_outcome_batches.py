@@ -1,8 +1,11 @@
 """The producer's records, and the ledger's batch rows: clean outcomes as event-number ranges with
 positions in n order, every other outcome a row of its own (sql/V015)."""
 
+import gc
+
 import pytest
 
+from delivery_semantics.client import few_collections
 from delivery_semantics.generator import Generator, record_fields, with_payload
 from delivery_semantics.ledger import Outcome, Reports, _array
 from delivery_semantics.ledger import outcome_batches as batches_of
@@ -123,3 +126,11 @@ def test_a_committed_transaction_is_acked_by_reference_to_its_written_row():
     twice = Reports("r")
     twice.commit(6, [(0, 0, 10, 7), (0, 1, 3, 7)])
     assert twice.committed == {} and len(batches_of(twice)[0]) == 1, "not one batch row: sent again, as before"
+
+
+def test_a_load_collects_garbage_less_often_and_gives_the_process_back_its_settings_even_when_it_fails():
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError), few_collections():
+        assert gc.get_threshold()[0] == 50_000 and gc.get_freeze_count() > 0
+        raise RuntimeError("the load failed")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
