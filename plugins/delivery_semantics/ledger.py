@@ -171,11 +171,11 @@ def outcome_batches(reports: Reports) -> tuple[list[OutcomeBatch], list[Outcome]
     for (status, txn_no), group in reports.clean.items():
         group.sort(key=itemgetter(0))
         ns = [r[0] for r in group]
-        if ns == list(range(ns[0], ns[0] + len(ns))):
+        lo, hi = ns[0], ns[0] + len(ns)
+        if ns == list(range(lo, hi)):
             # The usual batch, every event once and no gap: one range, without the loop. Not zip(*group):
             # its 10,000 iterators are objects the garbage collector tracks, and it ran full
             # collections in the producer (25% of the ledger-on throughput in an A/B).
-            lo, hi = ns[0], ns[0] + len(ns)
             batches.append(
                 OutcomeBatch(
                     status, txn_no, [lo], [hi], [r[1] for r in group], [r[2] for r in group], [r[3] for r in group]
