@@ -783,6 +783,26 @@ def _format_storage(b: Broker, config: Path) -> None:
         raise StackError(f"{b.name}: storage format failed: {(res.stderr or res.stdout).strip()[-800:]}")
 
 
+def quorum_leader() -> int:
+    """The node id of the KRaft quorum's leader, the active controller."""
+    res = subprocess.run(
+        kafka_tool_command(
+            "org.apache.kafka.tools.MetadataQuorumCommand",
+            "--bootstrap-controller",
+            ",".join(f"{HOST}:{b.controller_port}" for b in BROKERS),
+            "describe",
+            "--status",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    for line in res.stdout.splitlines():
+        if line.startswith("LeaderId:"):
+            return int(line.split()[1])
+    raise StackError(f"the controller quorum named no leader: {(res.stderr or res.stdout).strip()[-800:]}")
+
+
 def broker_pid(b: Broker) -> int | None:
     pid = _read_pid(b.pid_file)
     return pid if _pid_alive(pid) else None

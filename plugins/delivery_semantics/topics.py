@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 import time
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 _LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 REPLICATION_FACTOR = 3
@@ -112,8 +112,8 @@ def ensure_topic(
 def wait_for_full_isr(
     kafka_conf: dict, topic: str, timeout: float = 60.0, expected_brokers: int = REPLICATION_FACTOR
 ) -> None:
-    """Until every partition of the topic has a leader and all its replicas in sync, and the
-    metadata lists `expected_brokers` brokers."""
+    """Until every partition of the topic has a leader that answers as leader and all its replicas
+    in sync, and the metadata lists `expected_brokers` brokers."""
     admin = admin_client(kafka_conf)
     deadline = time.monotonic() + timeout
     last = "no metadata"
@@ -124,14 +124,32 @@ def wait_for_full_isr(
             if t is not None and t.error is None and t.partitions and len(md.brokers) >= expected_brokers:
                 lagging = [p.id for p in t.partitions.values() if p.leader < 0 or len(p.isrs) < len(p.replicas)]
                 if not lagging:
-                    return
-                last = f"partitions {lagging} not fully in sync"
+                    lagging = _leaders_not_serving(admin, topic, sorted(t.partitions))
+                    if not lagging:
+                        return
+                    last = f"leaders of partitions {lagging} not serving yet"
+                else:
+                    last = f"partitions {lagging} not fully in sync"
             else:
                 last = f"topic error {t.error if t else 'missing'}, {len(md.brokers)} brokers"
         except KafkaException as e:
             last = str(e)
         time.sleep(0.5)
     raise TimeoutError(f"topic {topic!r} not healthy within {timeout:.0f}s: {last}")
+
+
+def _leaders_not_serving(admin: AdminClient, topic: str, partitions: list[int]) -> list[int]:
+    """Partitions whose leader does not yet answer a ListOffsets. In KRaft a broker's metadata can
+    name a leader before that leader has applied the change; a produce sent to it then is refused,
+    and under acks=0 the refusal never reaches the producer: the records are lost."""
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}, request_timeout=5)
+    lagging = []
+    for tp, future in futures.items():
+        try:
+            future.result()
+        except KafkaException:
+            lagging.append(tp.partition)
+    return sorted(lagging)
 
 
 def delete_topic(kafka_conf: dict, name: str, timeout: float = 30.0) -> None:

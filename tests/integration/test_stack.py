@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 import urllib.request
 import uuid
@@ -13,13 +14,14 @@ from pathlib import Path
 
 import psycopg2
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource, NewTopic
 from conftest import REPO, run
 
 import devstack
 from delivery_semantics import topics
 from delivery_semantics.endpoints import ledger_database
+from delivery_semantics.nemesis import wait_healthy
 
 STACK = str(REPO / "local" / "stack")
 
@@ -70,6 +72,52 @@ def test_topic_is_created_with_rf3_and_min_insync_2(kafka_conf, fresh_topic):
     cfg = admin.describe_configs([res])[res].result(timeout=10)
     assert cfg["min.insync.replicas"].value == "2"
     assert cfg["unclean.leader.election.enable"].value == "false"
+
+
+def test_a_new_topic_takes_acks_0_records_even_while_a_leader_lags(kafka_conf):
+    """The other brokers' metadata names a new partition's leader before that leader has applied
+    the change; an acks=0 produce it refuses is lost without a word. A broker that is not the
+    quorum's leader is paused while each topic is made, so it lags: wait_for_full_isr returns only
+    once it serves, and the record sent to it at once is there."""
+    lagging = next(b for b in (1, 2, 3) if b != devstack.quorum_leader())
+    backend = devstack.NemesisBackend()
+    admin = topics.admin_client(kafka_conf)
+    p = Producer({**kafka_conf, "acks": "0", "linger.ms": 0})
+    p.list_topics(timeout=10)  # connected before, so that it sends as soon as the wait returns
+    made = [f"acks0-{uuid.uuid4().hex[:10]}" for _ in range(4)]
+    try:
+        for name in made:
+            backend.pause(lagging)
+            resume = threading.Timer(1.5, backend.resume, (lagging,))
+            resume.start()
+            try:
+                admin.create_topics([NewTopic(name, 3, 3)])[name].result(timeout=30)
+                topics.wait_for_full_isr(kafka_conf, name, timeout=30)
+                for partition in range(3):
+                    p.produce(name, value=b"x", partition=partition)
+                assert p.flush(10) == 0
+            finally:
+                resume.join()
+        c = Consumer({**kafka_conf, "group.id": f"acks0-{uuid.uuid4().hex[:8]}"})
+        try:
+            deadline = time.monotonic() + 10  # acks=0: the flush returns before the leader appends
+            while True:
+                ends = {
+                    (name, partition): c.get_watermark_offsets(TopicPartition(name, partition), timeout=10)[1]
+                    for name in made
+                    for partition in range(3)
+                }
+                if set(ends.values()) == {1} or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        finally:
+            c.close()
+        assert ends == {key: 1 for key in ends}
+    finally:
+        backend.resume(lagging)
+        for name in made:
+            topics.delete_topic(kafka_conf, name)
+        wait_healthy(kafka_conf, timeout=120)
 
 
 def test_cluster_defaults_match_the_fault_tests_assumptions(kafka_conf):
