@@ -57,11 +57,11 @@ def test_every_mode_without_fault_delivers_each_event_once(mode, kafka_conf, led
 
 
 def test_run_row_holds_the_effective_config_and_summary(ledger):
-    s = load.start(load.LoadSpec(mode="idempotent", messages=500, overrides={"linger.ms": "20"}))
+    s = load.start(load.LoadSpec(mode="idempotent", messages=500, overrides={"linger.ms": "15"}))
     run = ledger.get_run(s.run_id)
     assert run["producer_config"]["enable.idempotence"] == "true"
     assert run["producer_config"]["acks"] == "all"
-    assert run["producer_config"]["linger.ms"] == "20"
+    assert run["producer_config"]["linger.ms"] == "15"
     assert "bootstrap.servers" not in run["producer_config"]
     assert run["status"] == "completed" and run["acked"] == 500 and run["sessions"] == 1
     assert run["records_per_sec"] > 0 and 0 < run["ack_p50_ms"] <= run["ack_p99_ms"]
