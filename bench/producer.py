@@ -9,6 +9,10 @@
               they last what txn_size records took it in the idempotent mode of the same round
 
     bench/run producer [--messages N] [--modes m1,m2] [--producers 1,2] [--repeats R] [--keep-topics]
+                       [--set linger.ms=5 ...]
+
+--set overrides a mode's producer settings (librdkafka names) in all three, ProducerPerformance too,
+so a setting is measured against itself: an A/B of a preset is two runs, with and without it.
 
 Prints a markdown table of records/s, p99 ack latency and the ratios, for docs/BENCHMARKS.md.
 """
@@ -38,11 +42,13 @@ def _latencies(reports: Reports) -> list[int]:
     return [o.latency_us for o in reports.outcomes() if o.latency_us is not None]
 
 
-def ledger_off(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size: int, conf: dict) -> dict:
+def ledger_off(
+    mode: catalog.DeliveryMode, messages: int, payload: int, txn_size: int, conf: dict, overrides: dict | None = None
+) -> dict:
     run_id = new_run_id()
     topic = f"bench.off.{mode.name}.{run_id}"
     topics.ensure_topic(conf, topic, partitions=3)
-    pconf = {**conf, **producer_config(mode)}
+    pconf = {**conf, **producer_config(mode, overrides)}
     if mode.transactional:
         pconf["transactional.id"] = f"bench-{run_id}"
     gen = Generator(run_id, 16, payload, 0)
@@ -78,12 +84,26 @@ def ledger_off(mode: catalog.DeliveryMode, messages: int, payload: int, txn_size
 
 
 def ledger_on(
-    mode: catalog.DeliveryMode, messages: int, payload: int, txn_size: int, producers: int, conf: dict, keep_topic: bool
+    mode: catalog.DeliveryMode,
+    messages: int,
+    payload: int,
+    txn_size: int,
+    producers: int,
+    conf: dict,
+    keep_topic: bool,
+    overrides: dict | None = None,
 ) -> dict:
     """Unless keep_topic, the run's topic is deleted once measured: a 1M run holds 0.8 GB with RF 3,
     and the rounds add up. The run stays in the ledger."""
     s = load.start(
-        load.LoadSpec(mode=mode.name, messages=messages, payload_bytes=payload, txn_size=txn_size, producers=producers)
+        load.LoadSpec(
+            mode=mode.name,
+            messages=messages,
+            payload_bytes=payload,
+            txn_size=txn_size,
+            producers=producers,
+            overrides=dict(overrides or {}),
+        )
     )
     assert s.acked + s.sent_unacked == messages, s.line()
     if not keep_topic:
@@ -92,11 +112,16 @@ def ledger_on(
 
 
 def producer_performance(
-    mode: catalog.DeliveryMode, messages: int, payload: int, conf: dict, transaction_ms: int | None = None
+    mode: catalog.DeliveryMode,
+    messages: int,
+    payload: int,
+    conf: dict,
+    transaction_ms: int | None = None,
+    overrides: dict | None = None,
 ) -> dict:
     topic = f"bench.pp.{mode.name}.{new_run_id()}"
     topics.ensure_topic(conf, topic, partitions=3)
-    p = producer_config(mode)
+    p = producer_config(mode, overrides)
     props = {
         "bootstrap.servers": conf["bootstrap.servers"],
         "acks": p["acks"],
@@ -162,6 +187,13 @@ def main() -> int:
     )
     ap.add_argument("--producers", default="1", help="comma-separated producer counts for the ledger-on runs")
     ap.add_argument("--keep-topics", action="store_true", help="keep the ledger-on runs' topics, to reconcile them")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a producer setting for every mode, ProducerPerformance included",
+    )
     args = ap.parse_args()
     try:
         counts = [int(n) for n in args.producers.split(",")]
@@ -169,6 +201,16 @@ def main() -> int:
         counts = [0]
     if args.messages <= 0 or args.repeats <= 0 or min(counts) <= 0:
         print("producer: --messages, --repeats and --producers must be > 0", file=sys.stderr)
+        return 2
+    if any("=" not in kv for kv in args.set):
+        print("producer: --set takes KEY=VALUE", file=sys.stderr)
+        return 2
+    overrides = dict(kv.split("=", 1) for kv in args.set)
+    try:
+        for name in args.modes.split(","):
+            producer_config(catalog.get_mode(name), overrides)
+    except catalog.ModeError as e:
+        print(f"producer: {e}", file=sys.stderr)
         return 2
     conf = kafka_config()
     samples: dict[str, list] = {}
@@ -180,14 +222,16 @@ def main() -> int:
             if mode.transactional:
                 if idempotent_rps is None:
                     idempotent = catalog.get_mode("idempotent")
-                    idempotent_rps = producer_performance(idempotent, args.messages, args.payload_bytes, conf)["rps"]
+                    idempotent_rps = producer_performance(
+                        idempotent, args.messages, args.payload_bytes, conf, overrides=overrides
+                    )["rps"]
                 txn_ms = transaction_ms(args.txn_size, idempotent_rps)
-            pp = producer_performance(mode, args.messages, args.payload_bytes, conf, txn_ms)
+            pp = producer_performance(mode, args.messages, args.payload_bytes, conf, txn_ms, overrides)
             if name == "idempotent":
                 idempotent_rps = pp["rps"]
-            off = ledger_off(mode, args.messages, args.payload_bytes, args.txn_size, conf)
+            off = ledger_off(mode, args.messages, args.payload_bytes, args.txn_size, conf, overrides)
             on = [
-                ledger_on(mode, args.messages, args.payload_bytes, args.txn_size, n, conf, args.keep_topics)
+                ledger_on(mode, args.messages, args.payload_bytes, args.txn_size, n, conf, args.keep_topics, overrides)
                 for n in counts
             ]
             samples.setdefault(name, []).append((pp, off, *on))
@@ -210,7 +254,7 @@ def main() -> int:
     print(
         f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, {args.messages:,} records of "
         f"{args.payload_bytes} B, 3 partitions RF 3, transactions of {args.txn_size}, "
-        f"median of {args.repeats}"
+        f"median of {args.repeats}" + "".join(f", {k}={v}" for k, v in overrides.items())
     )
     print(header)
     print("|" + "---|" * (5 + 2 * len(counts)))
