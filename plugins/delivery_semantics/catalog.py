@@ -77,8 +77,8 @@ def _promise(text: str, *guarantees: str, **lifted_by: tuple[str, ...]) -> Promi
 # Keys every preset sets: librdkafka's defaults are not the Java client's.
 _COMMON_PRODUCER = {
     # librdkafka's default is 5 ms. At 20 ms its batches are larger and its broker threads wake
-    # less: +10-20% records/s for the load runner in every mode, +10% for ProducerPerformance
-    # (idempotent), for about 15 ms more latency (docs/BENCHMARKS.md).
+    # less: +5-20% records/s for the load runner, by mode, and +10% for ProducerPerformance
+    # (idempotent), for up to 15 ms more in librdkafka's queue (docs/BENCHMARKS.md).
     "linger.ms": "20",
     "batch.num.messages": "10000",
     "compression.type": "none",
