@@ -121,17 +121,14 @@ def wait_for_full_isr(
         try:
             md = admin.list_topics(topic, timeout=5)
             t = md.topics.get(topic)
-            if t is not None and t.error is None and t.partitions and len(md.brokers) >= expected_brokers:
-                lagging = [p.id for p in t.partitions.values() if p.leader < 0 or len(p.isrs) < len(p.replicas)]
-                if not lagging:
-                    lagging = _leaders_not_serving(admin, topic, sorted(t.partitions))
-                    if not lagging:
-                        return
-                    last = f"leaders of partitions {lagging} not serving yet"
-                else:
-                    last = f"partitions {lagging} not fully in sync"
-            else:
+            if t is None or t.error is not None or not t.partitions or len(md.brokers) < expected_brokers:
                 last = f"topic error {t.error if t else 'missing'}, {len(md.brokers)} brokers"
+            elif lagging := [p.id for p in t.partitions.values() if p.leader < 0 or len(p.isrs) < len(p.replicas)]:
+                last = f"partitions {lagging} not fully in sync"
+            elif lagging := _leaders_not_serving(admin, topic, sorted(t.partitions)):
+                last = f"leaders of partitions {lagging} not serving yet"
+            else:
+                return
         except KafkaException as e:
             last = str(e)
         time.sleep(0.5)
@@ -149,7 +146,7 @@ def _leaders_not_serving(admin: AdminClient, topic: str, partitions: list[int]) 
             future.result()
         except KafkaException:
             lagging.append(tp.partition)
-    return sorted(lagging)
+    return lagging
 
 
 def delete_topic(kafka_conf: dict, name: str, timeout: float = 30.0) -> None:
