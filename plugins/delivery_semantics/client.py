@@ -262,6 +262,13 @@ class ProducerClient:
     def flush(self, timeout: float) -> int:
         return self.producer.flush(timeout)
 
+    def pause(self, seconds: float) -> None:
+        """Waits, serving delivery reports as they come: confluent-kafka measures a report's latency
+        when poll serves it, so a paced load that slept would add its sleep to every ack latency."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self.producer.poll(left)
+
     def write_transaction(self, records: list[tuple[int, int]], txn_no: int) -> Written:
         """Begins a transaction under the next transactional.id and writes the records, waiting for
         every report. The transaction stays open until `commit` or `abort`; the one before it must

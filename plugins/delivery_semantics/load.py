@@ -739,7 +739,7 @@ class _Session:
         if self.rate:
             ahead = self._sent_this_session / self.rate - (time.monotonic() - self._t0)
             if ahead > 0:
-                time.sleep(ahead)
+                self.client.pause(ahead)
 
     def _finish_outcomes(self) -> None:
         """All reports in, all transactions ended, all outcomes in the ledger."""

@@ -75,6 +75,14 @@ def test_run_row_holds_the_effective_config_and_summary(ledger):
         assert cur.fetchall() == [("acked", 1, 500)]
 
 
+def test_a_paced_load_reports_ack_latency_without_its_pauses(ledger):
+    # At 1,000 records/s the runner sends 100 records every 100 ms. An ack takes the linger (5 ms)
+    # and a round trip; a report served only once the pause ended would read 50-100 ms.
+    s = load.start(load.LoadSpec(mode="idempotent", messages=2000, rate=1000, overrides={"linger.ms": "5"}))
+    assert s.acked == 2000
+    assert s.ack_p50_ms < 40, s.line()
+
+
 def _sealed(ledger: Ledger, run_id: str) -> bool:
     """Whether the run's events partition has its index on n."""
     with ledger.conn, ledger.conn.cursor() as cur:
