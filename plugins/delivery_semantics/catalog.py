@@ -76,10 +76,13 @@ def _promise(text: str, *guarantees: str, **lifted_by: tuple[str, ...]) -> Promi
 
 # Keys every preset sets: librdkafka's defaults are not the Java client's.
 _COMMON_PRODUCER = {
-    # librdkafka's default is 5 ms. At 20 ms its batches are larger and its broker threads wake
-    # less: +5-20% records/s for the load runner, by mode, and +10% for ProducerPerformance
-    # (idempotent), for up to 15 ms more in librdkafka's queue (docs/BENCHMARKS.md).
-    "linger.ms": "20",
+    # librdkafka's default is 5 ms. An unpaced load's batches fill to batch.size (1 MB) only at
+    # about 100 ms: 5,863 records a batch against 3,617 at 20 ms, and the machine spends 5.3-6.4 s
+    # of CPU on 1M records against 6.7-7.8 s. +10-25% records/s by mode, where ProducerPerformance,
+    # whose unkeyed batches are full either way, gains nothing measurable. A paced load pays it as
+    # ack latency (p50 107 ms against 28 ms at 5,000 records/s): set linger.ms lower to measure
+    # latency (docs/BENCHMARKS.md).
+    "linger.ms": "100",
     "batch.num.messages": "10000",
     "compression.type": "none",
     "request.timeout.ms": "10000",
