@@ -5,7 +5,8 @@
   ledger off  the same generator and producer client, no ledger (transactional: each commit beside
               the next transaction's writing, as the runner does)
   baseline    Kafka's own org.apache.kafka.tools.ProducerPerformance, same acks/idempotence/
-              transactions, same record size, same topic layout. Its transactions end by time:
+              transactions, same bytes a record (our value, with its event fields, plus key),
+              same topic layout. Its transactions end by time:
               they last what txn_size records took it in the idempotent mode of the same round
 
     bench/run producer [--messages N] [--modes m1,m2] [--producers 1,2] [--repeats R] [--keep-topics]
@@ -114,7 +115,7 @@ def ledger_on(
 def producer_performance(
     mode: catalog.DeliveryMode,
     messages: int,
-    payload: int,
+    record_size: int,
     conf: dict,
     transaction_ms: int | None = None,
     overrides: dict | None = None,
@@ -140,7 +141,7 @@ def producer_performance(
         "--num-records",
         str(messages),
         "--record-size",
-        str(payload),
+        str(record_size),
         "--throughput",
         "-1",
         "--producer-props",
@@ -156,6 +157,13 @@ def producer_performance(
         raise RuntimeError(f"ProducerPerformance failed: {res.stderr[-1500:]}")
     m = re.search(r"([\d.]+) records/sec .* ([\d.]+) ms 99th", final[-1])
     return {"rps": float(m.group(1)), "p99_ms": float(m.group(2))}
+
+
+def record_bytes(messages: int, payload: int) -> int:
+    """What one of the load's records carries, value and key: ProducerPerformance's --record-size.
+    The value holds the event id, seq and publish time besides the payload: 53 B more at 200 B."""
+    record = Generator(new_run_id(), 16, payload, 0).wire(messages - 1, int(time.time() * 1000))
+    return len(record["value"]) + len(record["key"])
 
 
 def transaction_ms(txn_size: int, idempotent_rps: float) -> int:
@@ -213,6 +221,7 @@ def main() -> int:
         print(f"producer: {e}", file=sys.stderr)
         return 2
     conf = kafka_config()
+    pp_bytes = record_bytes(args.messages, args.payload_bytes)
     samples: dict[str, list] = {}
     for _ in range(args.repeats):  # round-robin, so a slow spell of the shared machine hits every mode
         idempotent_rps = None
@@ -223,10 +232,10 @@ def main() -> int:
                 if idempotent_rps is None:
                     idempotent = catalog.get_mode("idempotent")
                     idempotent_rps = producer_performance(
-                        idempotent, args.messages, args.payload_bytes, conf, overrides=overrides
+                        idempotent, args.messages, pp_bytes, conf, overrides=overrides
                     )["rps"]
                 txn_ms = transaction_ms(args.txn_size, idempotent_rps)
-            pp = producer_performance(mode, args.messages, args.payload_bytes, conf, txn_ms, overrides)
+            pp = producer_performance(mode, args.messages, pp_bytes, conf, txn_ms, overrides)
             if name == "idempotent":
                 idempotent_rps = pp["rps"]
             off = ledger_off(mode, args.messages, args.payload_bytes, args.txn_size, conf, overrides)
@@ -253,7 +262,7 @@ def main() -> int:
     header = f"| mode | ProducerPerformance rec/s | ledger off rec/s | {ons}ledger overhead (1 producer) | p99 ms PP / off / on |"
     print(
         f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, {args.messages:,} records of "
-        f"{args.payload_bytes} B, 3 partitions RF 3, transactions of {args.txn_size}, "
+        f"{pp_bytes} B ({args.payload_bytes} B of payload), 3 partitions RF 3, transactions of {args.txn_size}, "
         f"median of {args.repeats}" + "".join(f", {k}={v}" for k, v in overrides.items())
     )
     print(header)

@@ -60,7 +60,7 @@ def main() -> int:
         for _ in range(args.repeats):
             for variant in ("direct", "links"):
                 restart_brokers(direct=variant == "direct")
-                r = producer_performance(mode, args.messages, args.payload_bytes, 0, conf)
+                r = producer_performance(mode, args.messages, args.payload_bytes, conf)
                 rps[variant].append(r["rps"])
                 print(f"{variant}: {r['rps']:,.0f} records/s, p99 {r['p99_ms']:.0f} ms", flush=True)
     finally:
