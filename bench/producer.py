@@ -38,6 +38,9 @@ from delivery_semantics.endpoints import kafka_config
 from delivery_semantics.generator import Generator, new_run_id
 from delivery_semantics.ledger import Reports
 
+# The load runner's defaults, which ledger_on's runs take: the other two measurements use the same.
+KEYS, SEED = load.LoadSpec.keys, load.LoadSpec.seed
+
 
 def _latencies(reports: Reports) -> list[int]:
     return [o.latency_us for o in reports.outcomes() if o.latency_us is not None]
@@ -52,7 +55,7 @@ def ledger_off(
     pconf = {**conf, **producer_config(mode, overrides)}
     if mode.transactional:
         pconf["transactional.id"] = f"bench-{run_id}"
-    gen = Generator(run_id, 16, payload, 0)
+    gen = Generator(run_id, KEYS, payload, SEED)
     client = ProducerClient(pconf, topic, gen, transactional=mode.transactional)
     latencies = []
     with few_collections():  # as the load runner's session
@@ -162,7 +165,7 @@ def producer_performance(
 def record_bytes(messages: int, payload: int) -> int:
     """What one of the load's records carries, value and key: ProducerPerformance's --record-size.
     The value holds the event id, seq and publish time besides the payload: 53 B more at 200 B."""
-    record = Generator(new_run_id(), 16, payload, 0).wire(messages - 1, int(time.time() * 1000))
+    record = Generator(new_run_id(), KEYS, payload, SEED).wire(messages - 1, int(time.time() * 1000))
     return len(record["value"]) + len(record["key"])
 
 
