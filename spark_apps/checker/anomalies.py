@@ -149,6 +149,7 @@ class Observation:
     other_read: DataFrame | None = None
 
     def __post_init__(self):
+        self._as_acked = False
         if "n" not in self.records.columns:
             self.records = with_id_key(self.records, self.id_prefix)
         if isinstance(self.ledger, DataFrame) and "n" not in self.ledger.columns:
@@ -258,6 +259,15 @@ class Observation:
         return self._notable(events)
 
     @property
+    def read_as_acked(self) -> bool:
+        """The records are exactly the ledger's acked events, where they were acked (`_read_as_acked`):
+        `joined` is empty, and so is every kind that reads only it, or a record without an id."""
+        if not isinstance(self.ledger, OutcomeLedger):
+            return False
+        self.joined  # noqa: B018  (made on first use)
+        return self._as_acked
+
+    @property
     def totals(self) -> dict:
         """The counts over every event, kept in `joined` or not (`_total_counts`), measured while
         it was made."""
@@ -290,6 +300,7 @@ class Observation:
         its events and their outcomes), the recorded events are folded in as rows as well."""
         led = self.ledger
         if self._read_as_acked():
+            self._as_acked = True
             return self._fold(with_events=False).where(F.lit(False))  # nothing notable: no rows, never run
         joined = self._notable(self._fold(with_events=len(led.islands) > MAX_ISLAND_TESTS))
         if len(led.islands) <= MAX_ISLAND_TESTS and self._totals["ledger_events"] < led.size:
@@ -532,7 +543,9 @@ def _acked_elsewhere_than_read() -> Column:
     )
 
 
-def _cases(obs: Observation, condition: Column, kind: str) -> DataFrame:
+def _cases(obs: Observation, condition: Column, kind: str) -> DataFrame | None:
+    if obs.read_as_acked:
+        return None
     return obs.with_positions(obs.joined.where(condition)).select(
         obs.event_id(),
         F.lit(kind).alias("kind"),
@@ -547,28 +560,28 @@ def _position() -> tuple[Column, Column]:
     return F.array("partition").alias("partitions"), F.array("offset").alias("offsets")
 
 
-def duplicate(obs: Observation) -> DataFrame:
+def duplicate(obs: Observation) -> DataFrame | None:
     """More than one copy of an event [Jepsen: duplicate]; copies counts them all."""
     return _cases(obs, _in_topic() & (F.col("copies") > 1), "duplicate")
 
 
-def lost_acked(obs: Observation) -> DataFrame:
+def lost_acked(obs: Observation) -> DataFrame | None:
     """The ledger says acked; no copy was read [Jepsen: lost-write]."""
     return _cases(obs, ~_in_topic() & (F.col("status") == "acked"), "lost_acked")
 
 
-def lost_unacked(obs: Observation) -> DataFrame:
+def lost_unacked(obs: Observation) -> DataFrame | None:
     """Never acked and not read: expected of a failed send, a loss all the same."""
     return _cases(obs, ~_in_topic() & _in_ledger() & (F.col("status") != "acked"), "lost_unacked")
 
 
-def unknown_landed(obs: Observation) -> DataFrame:
+def unknown_landed(obs: Observation) -> DataFrame | None:
     """Failed, unknown or never acked in the ledger, yet read: possibly persisted, and it was
     [Jepsen: indeterminate]."""
     return _cases(obs, _in_topic() & F.col("status").isin(*NOT_ACKED), "unknown_landed")
 
 
-def unexpected(obs: Observation) -> DataFrame:
+def unexpected(obs: Observation) -> DataFrame | None:
     """Read, with no ledger row [Jepsen: unexpected]."""
     return _cases(obs, _in_topic() & ~_in_ledger(), "unexpected")
 
@@ -744,8 +757,10 @@ def poll_skip(obs: Observation) -> DataFrame | None:
     return _polled(obs, skipped.distinct(), "poll_skip")
 
 
-def malformed(obs: Observation) -> DataFrame:
+def malformed(obs: Observation) -> DataFrame | None:
     """A record without a usable event id, named by its position."""
+    if obs.read_as_acked:
+        return None
     return obs.records.where(F.col("n").isNull()).select(
         F.concat(
             F.lit("partition "), F.col("partition").cast("string"), F.lit(" offset "), F.col("offset").cast("string")

@@ -565,6 +565,16 @@ def test_records_read_exactly_as_acked_need_no_fold_and_any_difference_is_folded
     found = {(r["event_id"], r["kind"]) for r in anomalies.discrepancies(obs, "r1").collect()}
     totals = anomalies.totals(obs)
     assert bool(folds) == (change is not None)
+    of_joined = (
+        anomalies.duplicate,
+        anomalies.lost_acked,
+        anomalies.lost_unacked,
+        anomalies.unknown_landed,
+        anomalies.unexpected,
+        anomalies.malformed,
+    )
+    # Read as acked, the kinds that read only `joined` or the records without an id are not planned.
+    assert all((kind(obs) is None) == (change is None) for kind in of_joined)
     if change is None:
         assert found == set() and obs.joined.count() == 0
         assert totals == {
