@@ -261,7 +261,7 @@ class Observation:
     @property
     def read_as_acked(self) -> bool:
         """The records are exactly the ledger's acked events, where they were acked (`_read_as_acked`):
-        `joined` is empty, and so is every kind that reads only it, or a record without an id."""
+        `joined` is empty, so is every kind that reads only it, and every record has an id."""
         if not isinstance(self.ledger, OutcomeLedger):
             return False
         self.joined  # noqa: B018  (made on first use)
