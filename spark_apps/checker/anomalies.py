@@ -300,7 +300,6 @@ class Observation:
         its events and their outcomes), the recorded events are folded in as rows as well."""
         led = self.ledger
         if self._read_as_acked():
-            self._as_acked = True
             return self._fold(with_events=False).where(F.lit(False))  # nothing notable: no rows, never run
         joined = self._notable(self._fold(with_events=len(led.islands) > MAX_ISLAND_TESTS))
         if len(led.islands) <= MAX_ISLAND_TESTS and self._totals["ledger_events"] < led.size:
@@ -361,6 +360,7 @@ class Observation:
         ):
             return False
         size = led.size
+        self._as_acked = True
         self._totals = {
             "ledger_events": size,
             "ledger_acked": size,
