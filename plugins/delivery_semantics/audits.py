@@ -143,7 +143,7 @@ def _message(error) -> str:
     if v == "oneOf":
         return (
             f"{json.dumps(error.instance)} is not a field: use one of {{header: NAME}}, {{json: $.path}}, "
-            "{record_key: true}, {timestamp: true}"
+            "{record_key: true}, {value: true}, {timestamp: true}"
         )
     if v == "dependentRequired" and "allow_query" in error.message:
         return "query is free SQL: it needs allow_query: true (and runs in a read-only transaction)"
@@ -177,6 +177,8 @@ def validate(spec, where: str) -> None:
         raise AuditError(
             f"{where}: alerts.max_open_discrepancies: counts a continuous audit's windows: it needs window"
         )
+    if "query" in spec.get("outbox", {}):
+        free_select(spec["outbox"]["query"], f"{where}: outbox.query")
     strategy = spec.get("sink", {}).get("strategy")
     if strategy is not None and strategy not in SINK_STRATEGIES:
         raise AuditError(
@@ -271,10 +273,62 @@ def outbox_select(audit: Audit) -> str:
     if "table" in ob:
         source = quote_ident(ob["table"])
     elif ob.get("allow_query") is True:
-        source = f"({ob['query']}) AS outbox_query"
+        # On lines of their own: a trailing `--` comment ends with its line.
+        source = f"(\n{free_select(ob['query'], audit.where('outbox.query'))}\n) AS outbox_query"
     else:
         raise AuditError(audit.where("outbox.query") + ": needs allow_query: true")
     return f"SELECT {', '.join(items)} FROM {source}"
+
+
+# What a SELECT may not hold: a data-modifying WITH, SELECT INTO (creates a table), FOR UPDATE/SHARE.
+_WRITES = {
+    "InsertStmt": "writes (INSERT)",
+    "UpdateStmt": "writes (UPDATE)",
+    "DeleteStmt": "writes (DELETE)",
+    "MergeStmt": "writes (MERGE)",
+    "intoClause": "creates a table (SELECT INTO)",
+    "lockingClause": "locks rows (FOR UPDATE/SHARE)",
+}
+
+
+def free_select(text: str, where: str) -> str:
+    """Free SQL as PostgreSQL's own parser (libpg_query, through pglast) reads it: exactly one
+    statement, a SELECT that neither writes nor locks, or AuditError naming `where`. Returns that
+    statement's text, without a trailing semicolon, to be run as a subquery in a read-only
+    transaction. Checked here, before any database sees it: a read-only transaction alone does
+    not hold against `COMMIT; DROP TABLE ...` in the simple query protocol."""
+    from pglast.parser import ParseError, parse_sql_json
+
+    try:
+        stmts = json.loads(parse_sql_json(text))["stmts"] if text.strip() else []
+    except ParseError as e:
+        raise AuditError(f"{where}: not valid SQL: {e}") from None
+    if len(stmts) != 1:
+        raise AuditError(f"{where}: holds {len(stmts)} statements; free SQL is exactly one SELECT")
+    (stmt,) = stmts
+    if "SelectStmt" not in stmt["stmt"]:
+        kind = next(iter(stmt["stmt"]))
+        raise AuditError(f"{where}: is a {kind}, not a SELECT; free SQL is exactly one SELECT")
+    found = _nodes(stmt["stmt"], set(_WRITES))
+    if found:
+        raise AuditError(f"{where}: {_WRITES[min(found)]}; free SQL is a SELECT that only reads")
+    start = stmt.get("stmt_location", 0)
+    length = stmt.get("stmt_len", 0)
+    return (text[start : start + length] if length else text[start:]).strip()
+
+
+def _nodes(tree, names: set[str]) -> set[str]:
+    """Which of `names` are keys anywhere in a parse tree (pglast's JSON)."""
+    found: set[str] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found |= names & node.keys()
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def sink_select(audit: Audit) -> str:

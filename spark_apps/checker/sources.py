@@ -73,7 +73,8 @@ class Source:
     topic: str
     mode: str | None
     scenario: str
-    event_id: dict  # {"header": name}, {"json": "$.path"} or {"value_field": i} (generator.VALUE_FIELDS)
+    # {"header": name}, {"json": "$.path"}, {"value": True} or {"value_field": i} (generator.VALUE_FIELDS)
+    event_id: dict
     key: dict = field(default_factory=lambda: {"record_key": True})
     seq: dict | None = None
     publish_at: dict | None = None  # header/json holding epoch millis, or {"timestamp": true}
@@ -259,6 +260,10 @@ class Jdbc:
         props = jvm.java.util.Properties()
         props.setProperty("user", self.user)
         props.setProperty("password", self.password)
+        if self.read_only:
+            # pgjdbc makes a session read-only only inside transactions unless told so: "always"
+            # holds for autocommit statements too.
+            props.setProperty("readOnlyMode", "always")
         try:
             conn = jvm.java.sql.DriverManager.getConnection(self.url, props)
         except Exception as e:
@@ -399,6 +404,8 @@ def _field(spec: dict | None, dtype: str) -> F.Column | None:
         raw = F.when(F.size(parts) == fields, parts[int(spec["value_field"])])
     elif spec.get("record_key"):
         raw = F.col("key").cast("string")
+    elif spec.get("value"):
+        raw = F.col("value").cast("string")
     elif spec.get("timestamp"):
         return F.col("timestamp")
     else:

@@ -308,6 +308,31 @@ def test_bad_audits_are_refused_with_one_line_and_exit_2_before_anything_is_writ
     _assert_no_secret({"stderr": res.stderr})
 
 
+@pytest.mark.parametrize("command", [["audit", "run"], ["audit", "validate", "--endpoints"]])
+def test_free_sql_cannot_write_even_through_a_role_that_can(orders, tmp_path, command):
+    """The outbox's owner role may drop tables; the audit's free SQL still may not, whether it is
+    run or only validated against the database."""
+
+    def commit_and_drop(s):
+        s["connections"]["outbox"] = "outbox_app"  # the owner: a role that can write
+        s["outbox"] = {
+            "query": "SELECT id FROM outbox; COMMIT; DROP TABLE canary",
+            "allow_query": True,
+            "columns": {"event_id": "id"},
+        }
+
+    with _outbox_owner() as c, c.cursor() as cur:
+        cur.execute("CREATE TABLE IF NOT EXISTS canary (x int)")
+    path = _variant(tmp_path, commit_and_drop)
+    res = run([str(REPO / "local" / "semantics"), *command, str(path)], timeout=120)
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert lines == [f"audit: {path}: outbox.query: holds 3 statements; free SQL is exactly one SELECT"]
+    with _outbox_owner() as c, c.cursor() as cur:
+        cur.execute("SELECT to_regclass('public.canary') IS NOT NULL")
+        assert cur.fetchone()[0], "the canary table is gone"
+
+
 # --------------------------------------------------------------------------- the documentation
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -234,11 +235,65 @@ def test_identifiers_are_quoted_and_free_sql_only_where_allowed(tmp_path):
     q = audits.load(_audit(tmp_path, free_sql))
     assert (
         audits.outbox_select(q)
-        == "SELECT \"id\" AS event_id FROM (SELECT id FROM outbox WHERE state <> 'TEST') AS outbox_query"
+        == "SELECT \"id\" AS event_id FROM (\nSELECT id FROM outbox WHERE state <> 'TEST'\n) AS outbox_query"
     )
     assert audits.reconciliation_id(a, "scheduled__2026-11-23T10:00:00+00:00") == (
         "audit:orders:scheduled__2026-11-23T10:00:00+00:00"
     )
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("SELECT id FROM outbox; COMMIT; DROP TABLE outbox", "holds 3 statements"),
+        ("SELECT 1) AS q; DROP TABLE t; SELECT * FROM (SELECT 1", "not valid SQL"),
+        # a backslash does not escape a quote in a standard string: two statements, as the server reads it
+        ("SELECT id FROM outbox WHERE state = 'a\\'; DROP TABLE t; --'", "holds 2 statements"),
+        ("DELETE FROM outbox RETURNING id", "is a DeleteStmt, not a SELECT"),
+        ("WITH gone AS (DELETE FROM outbox RETURNING id) SELECT id FROM gone", "writes (DELETE)"),
+        ("SELECT id INTO stolen FROM outbox", "creates a table (SELECT INTO)"),
+        ("SELECT id FROM outbox FOR UPDATE", "locks rows"),
+        ("   ", "holds 0 statements"),
+    ],
+)
+def test_free_sql_is_exactly_one_select_before_anything_runs(tmp_path, query, message):
+    from delivery_semantics import audits
+
+    def free_sql(s):
+        s["outbox"] = {"query": query, "allow_query": True, "columns": {"event_id": "id"}}
+
+    path = _audit(tmp_path, free_sql)
+    with pytest.raises(audits.AuditError, match=f"^{path}: outbox.query: .*{re.escape(message)}"):
+        audits.load(path)
+
+
+def test_free_sql_runs_as_the_one_statement_it_is():
+    from delivery_semantics import audits
+
+    q = "/* the sent rows */ SELECT id FROM outbox WHERE state = 'SENT; or not' -- no test rows\n;"
+    assert audits.free_select(q, "x") == "SELECT id FROM outbox WHERE state = 'SENT; or not' -- no test rows"
+
+
+@pytest.mark.parametrize(
+    ("spec", "value", "expected"),
+    [
+        ({"value": True}, b"17", "17"),  # Kafka's VerifiableProducer: the value is the id
+        ({"value": True}, b"order-9", "order-9"),
+        ({"json": "$"}, b'"order-9"', "order-9"),  # a JSON string: its text
+        ({"json": "$"}, b"17", "17"),
+        ({"json": "$.id"}, b'{"id": "order-9"}', "order-9"),
+    ],
+)
+def test_a_value_that_is_the_id_itself_is_read(spark, tmp_path, spec, value, expected):
+    from checker.sources import _field
+    from delivery_semantics import audits
+
+    def bare(s):
+        s["record"] = {"event_id": spec, "key": {"record_key": True}}
+
+    audits.load(_audit(tmp_path, bare))  # the schema takes it
+    df = spark.createDataFrame([(value, b"k")], "value binary, key binary")
+    assert df.select(_field(spec, "string").alias("id")).first()["id"] == expected
 
 
 def test_kafka_security_settings_become_the_java_clients_for_spark():
