@@ -233,14 +233,23 @@ def window_id(audit: Audit, window_end: datetime) -> str:
 
 
 def window_end(text: str | datetime) -> datetime:
-    """A window's end from an ISO 8601 time with its zone, in UTC and whole seconds."""
+    """A window's end from an ISO 8601 time with its zone, in UTC and whole seconds, refused when it
+    is later than now: such a window would read to the topic's end and be recorded, the next
+    scheduled window would be refused, and an outbox row created before that end but published
+    after it would be judged by no window."""
     try:
         t = text if isinstance(text, datetime) else datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise AuditError(f"{text!r} is not an ISO 8601 time (such as 2026-11-23T14:00:00Z)") from None
     if t.tzinfo is None:
         raise AuditError(f"{text!r} has no time zone: give one, such as 2026-11-23T14:00:00Z")
-    return t.astimezone(UTC).replace(microsecond=0)
+    end, now = t.astimezone(UTC).replace(microsecond=0), datetime.now(UTC)
+    if end > now:
+        raise AuditError(
+            f"the window end {end.isoformat()} is in the future (now {now.replace(microsecond=0).isoformat()}): "
+            "a window never ends after now"
+        )
+    return end
 
 
 def reconciliation_id(audit: Audit, run_id: str | None = None) -> str:

@@ -136,3 +136,25 @@ def test_parsing_a_dag_file_loads_only_the_catalog_of_the_platform(dag_file, air
     assert platform <= {"delivery_semantics", "delivery_semantics.catalog", "delivery_semantics.audits"}
     assert ("delivery_semantics.audits" in platform) == (dag_file.name == "semantics_audits.py")
     assert not {m for m in loaded if m.split(".")[0] in ("confluent_kafka", "psycopg2", "pyspark", "checker")}
+
+
+_FUTURE_WINDOW = """
+import json
+from datetime import UTC, datetime, timedelta
+from airflow.dag_processing.dagbag import DagBag
+from delivery_semantics.audits import AuditError
+bag = DagBag(dag_folder={folder!r})
+preflight = bag.dags["audit_orders_stream"].get_task("preflight")
+try:
+    preflight.python_callable(run_id="manual__x", data_interval_end=datetime.now(UTC) + timedelta(hours=1), dag_run=None)
+    print(json.dumps("accepted"))
+except AuditError as e:
+    print(json.dumps(str(e)))
+"""
+
+
+def test_a_continuous_audits_dag_refuses_a_window_that_ends_in_the_future(airflow_env):
+    """A run triggered with a data interval ending after now fails its first task, before Spark
+    starts or anything is recorded (the CLI's refusal is in test_inputs.py)."""
+    said = json.loads(_in_fresh_python(_FUTURE_WINDOW.format(folder=str(REPO / "dags")), airflow_env))
+    assert "is in the future" in said and "a window never ends after now" in said

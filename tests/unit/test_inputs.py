@@ -95,6 +95,10 @@ def _cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
             "crashes must be an integer in [1, 5]",
         ),
         (["reconcile", "--mapping", "audits/orders.yaml", "--no-dedup-copy"], "--no-dedup-copy is for --run-id"),
+        (
+            ["audit", "run", "orders_stream", "--window-end", "2999-01-01T00:00:00Z"],
+            "audit: the window end 2999-01-01T00:00:00+00:00 is in the future",
+        ),
     ],
 )
 def test_the_cli_refuses_bad_input_with_one_line_and_exit_2(args, message):
@@ -202,6 +206,9 @@ def test_window_ends_and_ids_are_exact_and_in_utc():
     end = audits.window_end("2026-11-23T15:00:00.250+01:00")
     assert end == datetime(2026, 11, 23, 14, 0, tzinfo=UTC)
     assert audits.window_id(a, end) == "audit:orders_stream:2026-11-23T14:00:00Z"
+    later = datetime.now(UTC) + timedelta(minutes=1)
+    with pytest.raises(audits.AuditError, match=r"is in the future.*a window never ends after now"):
+        audits.window_end(later.isoformat())
     for bad in ("2026-11-23T14:00:00", "yesterday"):
         with pytest.raises(audits.AuditError):
             audits.window_end(bad)
