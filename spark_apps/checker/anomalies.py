@@ -147,6 +147,10 @@ class Observation:
     # The other read of the same offsets (read_uncommitted, for read_committed's observation),
     # where the topic was read twice: a position both show must hold the same record in both.
     other_read: DataFrame | None = None
+    # A continuous audit's window: the events earlier windows read (`event_id`), whose copies here
+    # are not first copies, and per key the highest seq they read (`key, max_version`).
+    read_earlier: DataFrame | None = None
+    seq_earlier: DataFrame | None = None
 
     def __post_init__(self):
         self._as_acked = False
@@ -162,6 +166,8 @@ class Observation:
             self.polled_topic = with_id_key(self.polled_topic, self.id_prefix)
         if self.other_read is not None and "n" not in self.other_read.columns:
             self.other_read = with_id_key(self.other_read, self.id_prefix)
+        if self.read_earlier is not None and "n" not in self.read_earlier.columns:
+            self.read_earlier = with_id_key(self.read_earlier, self.id_prefix)
 
     def event_id(self) -> Column:
         """The id's text, from ID_KEY."""
@@ -587,11 +593,18 @@ def unexpected(obs: Observation) -> DataFrame | None:
 
 
 def out_of_order(obs: Observation) -> DataFrame:
-    """Per key, first copies in log order: a sequence lower than one already seen."""
+    """Per key, first copies in log order: a sequence lower than one already seen, in this read or,
+    for an audit's window, in an earlier window."""
     first = obs.first_copies(columns=("key", "seq", "partition", "offset")).where(F.col("seq").isNotNull())
     before = Window.partitionBy("key").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
+    newest = F.max("seq").over(before)
+    if obs.read_earlier is not None:
+        first = first.join(obs.read_earlier.select(*ID_KEY), list(ID_KEY), "left_anti")
+    if obs.seq_earlier is not None:
+        first = first.join(obs.seq_earlier, "key", "left")
+        newest = F.greatest(newest, F.col("max_version"))  # NULLs skipped
     return (
-        first.withColumn("max_before", F.max("seq").over(before))
+        first.withColumn("max_before", newest)
         .where(F.col("seq") < F.col("max_before"))
         .select(obs.event_id(), F.lit("out_of_order").alias("kind"), F.lit(1).alias("copies"), *_position())
     )

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checker.sources import InputError, Jdbc, Source, read_ledger, read_topic, topic_offsets, typed
-from checker.windows import LOSSES, OUTBOX_TOPIC, TOPIC_SINK, Window, discrepancies
+from checker.windows import LOSSES, OUTBOX_TOPIC, TOPIC_SINK, AuditWindow, discrepancies
 from delivery_semantics import audits, catalog
 
 COUNTED = {  # audit_windows column: (stage, kind, what is counted)
@@ -143,42 +143,40 @@ def reconcile_window(
         if sink_db is not None:
             sink = _read_sink(sink_db, audit, b.start, end).cache()
 
-        ids = records.select("event_id").unionByName(outbox.select("event_id"))
-        if sink is not None:
-            ids = ids.unionByName(sink.select("event_id"))
-        ids_table = stage(ids.where(F.col("event_id").isNotNull()).distinct(), "ids")
-        jdbc.execute_in_transaction([(f"CREATE INDEX ON {ids_table} (event_id)", []), (f"ANALYZE {ids_table}", [])])
         name, t, start = _name(audit), _ts(end), _ts(b.start)
-        prior = jdbc.read(
-            f"SELECT DISTINCT s.event_id, s.side FROM audit_sightings s JOIN {ids_table} i ON i.event_id = s.event_id "
-            f"WHERE s.audit = {name} AND s.window_end < {t}"
-        ).cache()
-        open_losses = jdbc.read(
-            f"SELECT l.event_id, l.stage, l.window_end AS lost_in_window, l.occurred_at FROM audit_discrepancies l "
-            f"JOIN {ids_table} i ON i.event_id = l.event_id WHERE l.audit = {name} AND l.window_end < {t} "
-            f"AND l.kind IN ({_LOSSES}) AND NOT EXISTS (SELECT 1 FROM audit_discrepancies r WHERE r.audit = l.audit "
-            "AND r.event_id = l.event_id AND r.stage = l.stage AND r.kind = 'late' AND r.window_end > l.window_end "
-            f"AND r.window_end < {t})"
-        ).cache()
-        carried = jdbc.read(
-            f"SELECT event_id, first_at, copies, partitions, offsets FROM audit_pending "
-            f"WHERE audit = {name} AND window_end = {start}"
-        ).cache()
-        w = Window(end, b.start, grace, isolation, records, outbox, prior, open_losses, carried)
+        topic_due_for_sink = None
         if sink is not None:
-            keys_table = stage(sink.select("key").where(F.col("key").isNotNull()).distinct(), "keys")
-            w.sink = sink
-            w.sink_versions = jdbc.read(
-                f"SELECT s.key, max(s.version) AS max_version FROM audit_sightings s JOIN {keys_table} k ON k.key = s.key "
-                f"WHERE s.audit = {name} AND s.side = 'sink' AND s.window_end < {t} GROUP BY s.key"
-            ).cache()
             due_since = _ts(b.start - grace) if b.start else "'-infinity'::timestamptz"
-            w.topic_due_for_sink = jdbc.read(
+            topic_due_for_sink = jdbc.read(
                 f"SELECT s.event_id, s.first_at FROM audit_sightings s WHERE s.audit = {name} AND s.side = 'topic' "
                 f"AND s.window_end < {t} AND s.first_at >= {due_since} AND s.first_at < {_ts(end - grace)} "
                 "AND NOT EXISTS (SELECT 1 FROM audit_sightings e WHERE e.audit = s.audit AND e.side = 'topic' "
                 "AND e.event_id = s.event_id AND e.window_end < s.window_end)"
             ).cache()
+        # Every event the window judges, whatever brought it here (its records, outbox rows and sink
+        # rows, and the records that fall due for the sink in it), and every key it reads.
+        judged = [df for df in (records, outbox, sink, topic_due_for_sink) if df is not None]
+        ids = judged[0].select("event_id")
+        for more in judged[1:]:
+            ids = ids.unionByName(more.select("event_id"))
+        keys = records.select("key") if sink is None else records.select("key").unionByName(sink.select("key"))
+        ids_table = stage(ids.where(F.col("event_id").isNotNull()).distinct(), "ids")
+        keys_table = stage(keys.where(F.col("key").isNotNull()).distinct(), "keys")
+        jdbc.execute_in_transaction(
+            [(f"CREATE INDEX ON {table} ({col})", []) for table, col in ((ids_table, "event_id"), (keys_table, "key"))]
+            + [(f"ANALYZE {table}", []) for table in (ids_table, keys_table)]
+        )
+        w = AuditWindow(
+            end,
+            b.start,
+            grace,
+            isolation,
+            records,
+            outbox,
+            **_earlier_state(jdbc, name, t, start, ids_table, keys_table),
+            sink=sink,
+            topic_due_for_sink=topic_due_for_sink,
+        )
 
         disc = discrepancies(w).coalesce(spark.sparkContext.defaultParallelism).cache()
         counted = {
@@ -194,6 +192,34 @@ def reconcile_window(
     finally:
         if staged:
             jdbc.execute_in_transaction([(f"DROP TABLE IF EXISTS {t}", []) for t in staged])
+
+
+def _earlier_state(jdbc: Jdbc, name: str, t: str, start: str, ids_table: str, keys_table: str) -> dict:
+    """What the windows before the one ending at `t` left, for the window's staged ids and keys
+    only: the one place a window looks up its state, so a window's cost follows the window. `name`,
+    `t` and `start` are literals (_name, _ts), the tables the window's own."""
+    return {
+        "prior": jdbc.read(
+            f"SELECT DISTINCT s.event_id, s.side FROM audit_sightings s JOIN {ids_table} i ON i.event_id = s.event_id "
+            f"WHERE s.audit = {name} AND s.window_end < {t}"
+        ).cache(),
+        "open_losses": jdbc.read(
+            f"SELECT l.event_id, l.stage, l.window_end AS lost_in_window, l.occurred_at FROM audit_discrepancies l "
+            f"JOIN {ids_table} i ON i.event_id = l.event_id WHERE l.audit = {name} AND l.window_end < {t} "
+            f"AND l.kind IN ({_LOSSES}) AND NOT EXISTS (SELECT 1 FROM audit_discrepancies r WHERE r.audit = l.audit "
+            "AND r.event_id = l.event_id AND r.stage = l.stage AND r.kind = 'late' AND r.window_end > l.window_end "
+            f"AND r.window_end < {t})"
+        ).cache(),
+        "carried": jdbc.read(
+            f"SELECT event_id, first_at, copies, partitions, offsets FROM audit_pending "
+            f"WHERE audit = {name} AND window_end = {start}"
+        ).cache(),
+        "key_versions": jdbc.read(
+            f"SELECT s.side, s.key, max(s.version) AS max_version FROM audit_sightings s JOIN {keys_table} k "
+            f"ON k.key = s.key WHERE s.audit = {name} AND s.window_end < {t} AND s.version IS NOT NULL "
+            "GROUP BY s.side, s.key"
+        ).cache(),
+    }
 
 
 def _read_sink(sink_db: Jdbc, audit: audits.Audit, start: datetime | None, end: datetime) -> DataFrame:

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import Window as W
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker import anomalies
@@ -43,7 +42,7 @@ DISCREPANCY_COLUMNS = (
 
 
 @dataclass
-class Window:
+class AuditWindow:
     end: datetime
     start: datetime | None
     grace: timedelta
@@ -53,8 +52,10 @@ class Window:
     prior: DataFrame  # event_id, side: the looked-up ids seen in an earlier window
     open_losses: DataFrame  # event_id, stage, lost_in_window, occurred_at: losses unresolved at start
     carried: DataFrame  # event_id, first_at, copies, partitions, offsets: the previous window's pending records
+    # side, key, max_version: per key this window reads, the highest seq the topic showed and the
+    # newest version the sink applied before start
+    key_versions: DataFrame | None = None
     sink: DataFrame | None = None  # event_id, key, version, applied_at: rows applied in [start, end)
-    sink_versions: DataFrame | None = None  # key, max_version: the newest version applied before start
     topic_due_for_sink: DataFrame | None = None  # event_id, first_at: first seen earlier, at [start - g, end - g)
 
     # ------------------------------------------------------------------ time ranges
@@ -198,7 +199,19 @@ class Window:
 
     @property
     def _observation(self) -> anomalies.Observation:
-        return anomalies.Observation(self.records, None, self.isolation)
+        return anomalies.Observation(
+            self.records,
+            None,
+            self.isolation,
+            read_earlier=self._prior("topic"),
+            seq_earlier=self._versions("topic"),
+        )
+
+    def _versions(self, side: str) -> DataFrame | None:
+        """key, max_version: the highest version per key the earlier windows saw on `side`."""
+        if self.key_versions is None:
+            return None
+        return self.key_versions.where(F.col("side") == side).select("key", "max_version")
 
     # ------------------------------------------------------------------ topic_sink and outbox_sink
 
@@ -216,12 +229,15 @@ class Window:
         """Applied after a newer version of its key had been, in this window or an earlier one."""
         if self.sink is None:
             return None
-        before = W.partitionBy("key").orderBy("applied_at", "version").rowsBetween(W.unboundedPreceding, -1)
-        newest = F.greatest(F.max("version").over(before), F.col("max_version"))
+        before = Window.partitionBy("key").orderBy("applied_at", "version").rowsBetween(Window.unboundedPreceding, -1)
+        newest = F.max("version").over(before)
+        applied = self.sink.where(F.col("key").isNotNull() & F.col("version").isNotNull())
+        earlier = self._versions("sink")
+        if earlier is not None:
+            applied = applied.join(earlier, "key", "left")
+            newest = F.greatest(newest, F.col("max_version"))  # NULLs skipped
         stale = (
-            self.sink.where(F.col("key").isNotNull() & F.col("version").isNotNull())
-            .join(self.sink_versions, "key", "left")
-            .withColumn("newest_before", newest)
+            applied.withColumn("newest_before", newest)
             .where(F.col("version") < F.col("newest_before"))
             .groupBy("event_id")
             .agg(F.count(F.lit(1)).cast("int").alias("copies"), F.min("applied_at").alias("occurred_at"))
@@ -346,23 +362,23 @@ class Window:
 
 
 KINDS = (
-    Window.duplicate,
-    Window.late,
-    Window.lost,
-    Window.unknown_landed,
-    Window.unexpected,
-    Window.out_of_order,
-    Window.malformed,
-    Window.sink_duplicate,
-    Window.stale_overwrite,
-    Window.sink_lost,
-    Window.sink_unexpected,
-    Window.sink_late,
-    Window.end_to_end_lost,
+    AuditWindow.duplicate,
+    AuditWindow.late,
+    AuditWindow.lost,
+    AuditWindow.unknown_landed,
+    AuditWindow.unexpected,
+    AuditWindow.out_of_order,
+    AuditWindow.malformed,
+    AuditWindow.sink_duplicate,
+    AuditWindow.stale_overwrite,
+    AuditWindow.sink_lost,
+    AuditWindow.sink_unexpected,
+    AuditWindow.sink_late,
+    AuditWindow.end_to_end_lost,
 )
 
 
-def discrepancies(w: Window) -> DataFrame:
+def discrepancies(w: AuditWindow) -> DataFrame:
     """Every kind's rows for one window, in one frame."""
     found = [rows for rows in (kind(w) for kind in KINDS) if rows is not None]
     rows = found[0]

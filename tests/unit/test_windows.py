@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from checker import windows
-from checker.windows import OUTBOX_SINK, OUTBOX_TOPIC, TOPIC_SINK, Window
+from checker.windows import OUTBOX_SINK, OUTBOX_TOPIC, TOPIC_SINK, AuditWindow
 
 T1, T2 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC), datetime(2026, 11, 23, 13, 0, tzinfo=UTC)
 GRACE = timedelta(minutes=10)
@@ -32,6 +32,8 @@ RECORDS = [  # event_id, key, seq, partition, offset, record_at
     ("o1", "ko", 2, 2, 0, at(12, 1)),
     ("o2", "ko", 1, 2, 1, at(12, 1)),  # o2: a lower version after a higher one
     ("k", "kk", 1, 2, 2, at(12, 33)),  # k: its outbox row says unknown
+    ("v4", "kv", 4, 2, 3, at(12, 24)),  # v4: version 5 of its key was read in the first window
+    ("s2", "ks", 4, 2, 4, at(12, 26)),  # s2: a newer version of s's key than the first window read
 ]
 OUTBOX = [  # event_id, status, created_at: rows created in [T1 - 2g, T2)
     ("e", "acked", at(11, 45)),  # before this window's due range; applied in the first window
@@ -44,6 +46,8 @@ OUTBOX = [  # event_id, status, created_at: rows created in [T1 - 2g, T2)
     ("o2", "acked", at(12, 0)),
     ("n", "acked", at(12, 55)),  # within the grace, not seen yet
     ("c1", "acked", at(12, 52)),  # the outbox row of a record the first window left pending
+    ("v4", "acked", at(12, 20)),
+    ("s2", "acked", at(12, 25)),
 ]
 SINK = [  # event_id, key, version, applied_at: rows applied in [T1, T2)
     ("a", "ka", 1, at(12, 15)),
@@ -57,13 +61,15 @@ SINK = [  # event_id, key, version, applied_at: rows applied in [T1, T2)
     ("z", "kz", 1, at(12, 36)),  # never in the topic
     ("r2", "kr", 1, at(12, 37)),  # declared lost from the sink by the first window
     ("w", "kw", 4, at(12, 38)),  # version 4 after version 5 was applied in the first window
+    ("v4", "kv", 4, at(12, 25)),
+    ("s2", "ks", 4, at(12, 27)),
 ]
 
 
 @pytest.fixture(scope="module")
 def window(spark):
     df = spark.createDataFrame
-    return Window(
+    return AuditWindow(
         end=T2,
         start=T1,
         grace=GRACE,
@@ -89,7 +95,11 @@ def window(spark):
             "event_id string, first_at timestamp, copies int, partitions array<int>, offsets array<bigint>",
         ),
         sink=df(SINK, "event_id string, key string, version bigint, applied_at timestamp"),
-        sink_versions=df([("kw", 5)], "key string, max_version bigint"),
+        # The first window read up to version 3 of ks, and s's copy here reads version 1: a copy
+        # after the first is not out of order. It read version 5 of kv.
+        key_versions=df(
+            [("sink", "kw", 5), ("topic", "ks", 3), ("topic", "kv", 5)], "side string, key string, max_version bigint"
+        ),
         topic_due_for_sink=df([("q", at(11, 52))], "event_id string, first_at timestamp"),
     )
 
@@ -112,7 +122,7 @@ def test_every_planted_kind_is_found_in_its_stage_and_nothing_else(found):
         (OUTBOX_TOPIC, "lost_unacked"): {"f": 0},
         (OUTBOX_TOPIC, "unknown_landed"): {"k": 0},
         (OUTBOX_TOPIC, "unexpected"): {"u": 1, "c2": 1},
-        (OUTBOX_TOPIC, "out_of_order"): {"o2": 1},
+        (OUTBOX_TOPIC, "out_of_order"): {"o2": 1, "v4": 1},
         (TOPIC_SINK, "duplicate"): {"d": 2},
         (TOPIC_SINK, "stale_overwrite"): {"o2": 1, "w": 1},
         (TOPIC_SINK, "lost"): {"q": 0},
@@ -137,16 +147,16 @@ def test_late_copies_carry_their_delay_and_the_window_of_the_loss(found):
 def test_what_the_window_leaves_for_the_next(window):
     assert [r["event_id"] for r in window.pending().collect()] == ["p"]
     seen = {(r["side"], r["event_id"]): r["copies"] for r in window.sightings().collect()}
-    assert {e for s, e in seen if s == "topic"} == {"a", "d", "s", "l", "u", "p", "o1", "o2", "k"}
-    assert {e for s, e in seen if s == "sink"} == {"a", "d", "l", "u", "o1", "o2", "k", "z", "r2", "w"}
+    assert {e for s, e in seen if s == "topic"} == {"a", "d", "s", "l", "u", "p", "o1", "o2", "k", "v4", "s2"}
+    assert {e for s, e in seen if s == "sink"} == {"a", "d", "l", "u", "o1", "o2", "k", "z", "r2", "w", "v4", "s2"}
     assert seen[("topic", "d")] == seen[("sink", "d")] == 2
 
 
 def test_the_window_totals(window):
     assert window.totals() == {
         "records_read": len(RECORDS),
-        "outbox_due": 7,  # a, d, x, f, k, o1, o2 were created in [11:50, 12:50)
-        "delivered": 5,
+        "outbox_due": 9,  # a, d, x, f, k, o1, o2, v4, s2 were created in [11:50, 12:50)
+        "delivered": 7,
         "duplicate_copies": 2,  # d's second copy, and s's copy
         "pending_outbox": 1,  # n
         "pending_records": 1,  # p
@@ -158,7 +168,7 @@ def test_the_first_window_reads_everything_before_its_end(spark):
     """No earlier window: every outbox row past the grace is due, and nothing was seen before."""
     df = spark.createDataFrame
     empty_ids = df([], "event_id string, side string")
-    w = Window(
+    w = AuditWindow(
         end=T1,
         start=None,
         grace=GRACE,
