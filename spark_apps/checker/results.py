@@ -22,27 +22,27 @@ def counts(disc: DataFrame, totals: dict, obs: Observation) -> dict:
         r["kind"]: (r["events"], r["copies"])
         for r in disc.groupBy("kind").agg(F.count(F.lit(1)).alias("events"), F.sum("copies").alias("copies")).collect()
     }
-    malformed = kinds.get("malformed", (0, 0))[0]
+    # The kinds this observation cannot show: their counts are NULL, not 0.
+    unchecked = {
+        "torn_transaction": obs.transactions is None,
+        "inconsistent_offset": not obs.knows_positions,
+        "poll_skip": obs.polls is None,
+        "nonmonotonic_poll": obs.polls is None,
+        "stale_overwrite": not obs.sink,
+    }
+    counted = {
+        k.summary: None if unchecked.get(k.name) else int(kinds.get(k.name, (0, 0))[1 if k.copies else 0] or 0)
+        for k in catalog.KINDS.values()
+        if k.summary
+    }
     return {
-        "records_read": int(totals["records_with_id"]) + malformed,
+        "records_read": int(totals["records_with_id"]) + counted["malformed"],
         "ledger_events": totals["ledger_events"],
         "ledger_acked": totals["ledger_acked"],
         "distinct_events": totals["distinct_events"],
         "delivered_once": totals["delivered_once"],
-        "duplicate_events": kinds.get("duplicate", (0, 0))[0],
         "duplicate_copies": int(totals["duplicate_copies"]),
-        "lost_acked": kinds.get("lost_acked", (0, 0))[0],
-        "lost_unacked": kinds.get("lost_unacked", (0, 0))[0],
-        "unknown_landed": kinds.get("unknown_landed", (0, 0))[0],
-        "unexpected": kinds.get("unexpected", (0, 0))[0],
-        "out_of_order": kinds.get("out_of_order", (0, 0))[0],
-        "aborted_visible": int(kinds.get("aborted_visible", (0, 0))[1] or 0),
-        "malformed": malformed,
-        "torn_events": kinds.get("torn_transaction", (0, 0))[0] if obs.transactions is not None else None,
-        "inconsistent_offsets": (kinds.get("inconsistent_offset", (0, 0))[0] if obs.knows_positions else None),
-        "poll_skips": kinds.get("poll_skip", (0, 0))[0] if obs.polls is not None else None,
-        "nonmonotonic_polls": kinds.get("nonmonotonic_poll", (0, 0))[0] if obs.polls is not None else None,
-        "stale_overwrites": kinds.get("stale_overwrite", (0, 0))[0] if obs.sink else None,
+        **counted,
     }
 
 
@@ -126,8 +126,8 @@ def write_results(
                 (
                     f"INSERT INTO dedup_events (event_id, reconciliation_id, key, seq, publish_at, "
                     f'"partition", "offset", value) SELECT event_id, reconciliation_id, key, seq, '
-                    f'publish_at, "partition", "offset", value FROM {stg_dedup} ON CONFLICT (event_id) '
-                    "DO UPDATE SET reconciliation_id = EXCLUDED.reconciliation_id, key = EXCLUDED.key, "
+                    f'publish_at, "partition", "offset", value FROM {stg_dedup} ON CONFLICT (reconciliation_id, event_id) '
+                    "DO UPDATE SET key = EXCLUDED.key, "
                     'seq = EXCLUDED.seq, publish_at = EXCLUDED.publish_at, "partition" = EXCLUDED."partition", '
                     '"offset" = EXCLUDED."offset", value = EXCLUDED.value '
                     "WHERE EXCLUDED.publish_at > dedup_events.publish_at",

@@ -195,6 +195,23 @@ def test_a_scheduled_audit_finds_every_planted_anomaly_over_sasl_ssl(orders):
     _assert_no_secret({"ps -ef": "\n".join(commands), "dags test output": out, **logs, "result tables": results})
 
 
+def test_two_reconciliations_of_the_same_events_each_write_their_deduplicated_copy(orders):
+    """The copy is keyed per reconciliation: the second audit run of the same topic and outbox
+    writes its own rows, not none because the first took every event id."""
+    audit, _ = orders
+    tag = uuid.uuid4().hex[:6]
+    copies = {}
+    for rid in (f"audit:orders:first-{tag}", f"audit:orders:second-{tag}"):
+        res = reconcile.run(audit=audit, reconciliation_id=rid)
+        assert res.returncode == 0, res.error
+        copies[rid] = {
+            r["event_id"]
+            for r in report.query("SELECT event_id FROM dedup_events WHERE reconciliation_id = %s", (rid,))
+        }
+    first, second = copies.values()
+    assert len(first) == 26 and second == first  # every event id read, the malformed record aside
+
+
 # --------------------------------------------------------------------------- platform runs over SASL_SSL
 
 
