@@ -49,26 +49,14 @@ from checker import cache
 from checker.driver import reconcile
 from checker.incremental import reconcile_window
 from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_source
-from delivery_semantics import audits
+from delivery_semantics import audits, catalog
 
 PRINTED = (
     "reconciliation_id",
     "isolation",
     "records_read",
     "delivered_once",
-    "duplicate_events",
-    "lost_acked",
-    "lost_unacked",
-    "unknown_landed",
-    "unexpected",
-    "out_of_order",
-    "aborted_visible",
-    "torn_events",
-    "inconsistent_offsets",
-    "poll_skips",
-    "nonmonotonic_polls",
-    "malformed",
-    "stale_overwrites",
+    *catalog.summary_columns(),
     "verdict",
     "broken_by",
 )

@@ -42,14 +42,188 @@ class ScenarioError(CatalogError):
 # --------------------------------------------------------------------------- promises
 
 GUARANTEES = ("no_duplicates", "no_acked_loss", "no_aborted_visible", "no_stale_overwrite", "atomic_transactions")
-# The count that breaks each guarantee, as the checker's summary names it.
-BROKEN_BY = {
-    "no_duplicates": ("duplicate", "duplicate_events"),
-    "no_acked_loss": ("lost_acked", "lost_acked"),
-    "no_aborted_visible": ("aborted_visible", "aborted_visible"),
-    "no_stale_overwrite": ("stale_overwrite", "stale_overwrites"),
-    "atomic_transactions": ("torn_transaction", "torn_events"),
+
+
+# --------------------------------------------------------------------------- anomaly kinds
+
+# Where an audit window reports a kind: the outbox against the topic, the topic against the sink
+# table, the outbox against the sink (end to end).
+OUTBOX_TOPIC, TOPIC_SINK, OUTBOX_SINK = "outbox_topic", "topic_sink", "outbox_sink"
+STAGES = (OUTBOX_TOPIC, TOPIC_SINK, OUTBOX_SINK)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """An anomaly the checker reports, as `reconcile_discrepancies.kind` and
+    `audit_discrepancies.kind` name it.
+
+    - summary: the `reconcile_summary` column that counts its events (None: audits only);
+    - copies: that column counts the copies, not the events;
+    - windows: per audit stage, the `audit_windows` column that counts its events there (a kind
+      with none is not judged by a window);
+    - breaks: the guarantee (GUARANTEES) it breaks, if any;
+    - loss: a later window's `late` copy resolves it;
+    - in_matrix: the matrix report shows its count."""
+
+    name: str
+    jepsen: str | None
+    summary: str | None
+    text: str
+    windows: Mapping[str, str] = field(default_factory=dict)
+    breaks: str | None = None
+    copies: bool = False
+    loss: bool = False
+    in_matrix: bool = False
+
+
+def _kind(name, jepsen, summary, text, windows=None, **flags) -> Kind:
+    assert flags.get("breaks") in (None, *GUARANTEES), flags
+    assert set(windows or {}) <= set(STAGES), windows
+    return Kind(name, jepsen, summary, text, MappingProxyType(dict(windows or {})), **flags)
+
+
+KINDS = {
+    k.name: k
+    for k in (
+        _kind(
+            "duplicate",
+            "duplicate",
+            "duplicate_events",
+            "more than one copy of an event; copies counts them all",
+            {OUTBOX_TOPIC: "duplicate_events", TOPIC_SINK: "sink_duplicates"},
+            breaks="no_duplicates",
+            in_matrix=True,
+        ),
+        _kind(
+            "lost_acked",
+            "lost-write",
+            "lost_acked",
+            "the ledger or outbox says acked, and no copy was read",
+            {OUTBOX_TOPIC: "lost_acked"},
+            breaks="no_acked_loss",
+            loss=True,
+            in_matrix=True,
+        ),
+        _kind(
+            "lost_unacked",
+            None,
+            "lost_unacked",
+            "never acked and not read: expected of a failed send, a loss all the same",
+            {OUTBOX_TOPIC: "lost_unacked"},
+            loss=True,
+            in_matrix=True,
+        ),
+        _kind(
+            "lost",
+            "lost-write",
+            None,
+            "a record (or an acked outbox row) past the grace never applied to the sink",
+            {TOPIC_SINK: "sink_lost", OUTBOX_SINK: "end_to_end_lost"},
+            loss=True,
+        ),
+        _kind(
+            "unknown_landed",
+            "indeterminate",
+            "unknown_landed",
+            "failed, unknown or never acked, yet read: possibly persisted, and it was",
+            {OUTBOX_TOPIC: "unknown_landed"},
+        ),
+        _kind(
+            "unexpected",
+            "unexpected",
+            "unexpected",
+            "read (or applied) with no ledger or outbox row (no topic record)",
+            {OUTBOX_TOPIC: "unexpected", TOPIC_SINK: "sink_unexpected"},
+        ),
+        _kind(
+            "late",
+            None,
+            None,
+            "a copy of an event an earlier window declared lost: the loss is resolved, with its delay",
+            {OUTBOX_TOPIC: "late", TOPIC_SINK: "sink_late", OUTBOX_SINK: "end_to_end_late"},
+        ),
+        _kind(
+            "out_of_order",
+            None,
+            "out_of_order",
+            "per key, a first copy whose sequence is lower than one read before it",
+            {OUTBOX_TOPIC: "out_of_order"},
+        ),
+        _kind(
+            "aborted_visible",
+            "G1a",
+            "aborted_visible",
+            "copies an aborted transaction wrote, visible to the reader",
+            breaks="no_aborted_visible",
+            copies=True,
+            in_matrix=True,
+        ),
+        _kind(
+            "torn_transaction",
+            "KAFKA-17754",
+            "torn_events",
+            "under read_committed, an event missing from a partly visible committed transaction",
+            breaks="atomic_transactions",
+            in_matrix=True,
+        ),
+        _kind(
+            "inconsistent_offset",
+            "inconsistent-offsets",
+            "inconsistent_offsets",
+            "a position holding two different records (the log was truncated and written again)",
+            in_matrix=True,
+        ),
+        _kind(
+            "poll_skip",
+            "poll-skip",
+            "poll_skips",
+            "a consumer session skipped a record between two offsets it polled one after the other",
+            in_matrix=True,
+        ),
+        _kind(
+            "nonmonotonic_poll",
+            "nonmonotonic-poll",
+            "nonmonotonic_polls",
+            "a consumer session polled an offset at or below one it polled before",
+            in_matrix=True,
+        ),
+        _kind(
+            "malformed",
+            None,
+            "malformed",
+            "a record without a usable event id, named by its position",
+            {OUTBOX_TOPIC: "malformed"},
+        ),
+        _kind(
+            "stale_overwrite",
+            None,
+            "stale_overwrites",
+            "applied to its key's state after a newer version had been",
+            {TOPIC_SINK: "stale_overwrites"},
+            breaks="no_stale_overwrite",
+            in_matrix=True,
+        ),
+    )
 }
+# The kind, and the summary count, that break each guarantee.
+BROKEN_BY = {k.breaks: (k.name, k.summary) for k in KINDS.values() if k.breaks}
+assert set(BROKEN_BY) == set(GUARANTEES), "every guarantee is broken by some kind"
+LOSSES = tuple(k.name for k in KINDS.values() if k.loss)
+
+
+def summary_columns(in_matrix: bool = False) -> tuple[str, ...]:
+    """The `reconcile_summary` columns that count a kind, in the catalog's order."""
+    return tuple(k.summary for k in KINDS.values() if k.summary and (k.in_matrix or not in_matrix))
+
+
+def window_columns() -> dict[str, tuple[str, str]]:
+    """Each `audit_windows` count column: (stage, kind) it counts."""
+    return {col: (stage, k.name) for k in KINDS.values() for stage, col in k.windows.items()}
+
+
+def kind_rows() -> list[tuple]:
+    """The `catalog_kinds` rows (schema.migrate writes them)."""
+    return [(k.name, k.jepsen, k.summary, list(k.windows), k.breaks, k.text) for k in KINDS.values()]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Applies the versioned SQL in sql/ (V<NNN>__<name>.sql) once each, in order, under a lock, then
-writes the catalog's modes and strategies to `catalog_judged`, which the views read."""
+writes the catalog's modes and strategies to `catalog_judged`, and its anomaly kinds to
+`catalog_kinds`, which the views and SQL users read."""
 
 from __future__ import annotations
 
@@ -61,6 +62,14 @@ def migrate(db: Database | None = None) -> list[str]:
 
 
 def _write_catalog(cur) -> None:
+    # Kinds are only added or updated: a discrepancy recorded under a kind refers to its row.
+    psycopg2.extras.execute_values(
+        cur,
+        "INSERT INTO catalog_kinds (name, jepsen, summary_column, stages, breaks, description) VALUES %s "
+        "ON CONFLICT (name) DO UPDATE SET jepsen = EXCLUDED.jepsen, summary_column = EXCLUDED.summary_column, "
+        "stages = EXCLUDED.stages, breaks = EXCLUDED.breaks, description = EXCLUDED.description",
+        catalog.kind_rows(),
+    )
     rows = catalog.judged_rows()
     cur.execute("DELETE FROM catalog_judged WHERE name <> ALL(%s)", ([r[0] for r in rows],))
     psycopg2.extras.execute_values(

@@ -29,6 +29,7 @@ from pyspark.sql import Observation as Metrics
 from pyspark.sql import functions as F
 
 from checker import cache
+from delivery_semantics import catalog
 from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
 
 NOT_ACKED = ("failed", "unknown", "pending", "aborted", "written")
@@ -821,6 +822,7 @@ ANOMALIES = (
     stale_overwrite,
 )
 KINDS = tuple(f.__name__ for f in ANOMALIES)
+assert set(KINDS) == {k.name for k in catalog.KINDS.values() if k.summary}, "a kind function per counted kind"
 
 
 def discrepancies(obs: Observation, reconciliation_id: str) -> DataFrame:

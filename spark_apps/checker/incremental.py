@@ -18,28 +18,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checker.sources import InputError, Jdbc, Source, read_ledger, read_topic, topic_offsets, typed
-from checker.windows import LOSSES, OUTBOX_TOPIC, TOPIC_SINK, AuditWindow, discrepancies
+from checker.windows import AuditWindow, discrepancies
 from delivery_semantics import audits, catalog
 
-COUNTED = {  # audit_windows column: (stage, kind, what is counted)
-    "duplicate_events": (OUTBOX_TOPIC, "duplicate"),
-    "lost_acked": (OUTBOX_TOPIC, "lost_acked"),
-    "lost_unacked": (OUTBOX_TOPIC, "lost_unacked"),
-    "unknown_landed": (OUTBOX_TOPIC, "unknown_landed"),
-    "unexpected": (OUTBOX_TOPIC, "unexpected"),
-    "late": (OUTBOX_TOPIC, "late"),
-    "out_of_order": (OUTBOX_TOPIC, "out_of_order"),
-    "malformed": (OUTBOX_TOPIC, "malformed"),
-    "sink_duplicates": (TOPIC_SINK, "duplicate"),
-    "sink_lost": (TOPIC_SINK, "lost"),
-    "sink_unexpected": (TOPIC_SINK, "unexpected"),
-    "sink_late": (TOPIC_SINK, "late"),
-    "stale_overwrites": (TOPIC_SINK, "stale_overwrite"),
-    "end_to_end_lost": ("outbox_sink", "lost"),
-    "end_to_end_late": ("outbox_sink", "late"),
-}
-_LOSSES = ", ".join(f"'{k}'" for k in LOSSES)  # the loss kinds as SQL literals
-SINK_COUNTS = tuple(c for c, (stage, _) in COUNTED.items() if stage != OUTBOX_TOPIC)
+COUNTED = catalog.window_columns()  # audit_windows column: (stage, kind) it counts
+_LOSSES = ", ".join(f"'{k}'" for k in catalog.LOSSES)  # the loss kinds as SQL literals
+SINK_COUNTS = tuple(c for c, (stage, _) in COUNTED.items() if stage != catalog.OUTBOX_TOPIC)
 
 
 def _iso(t: datetime) -> str:

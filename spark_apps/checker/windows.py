@@ -25,9 +25,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker import anomalies
+from delivery_semantics.catalog import OUTBOX_SINK, OUTBOX_TOPIC, TOPIC_SINK
 
-OUTBOX_TOPIC, TOPIC_SINK, OUTBOX_SINK = "outbox_topic", "topic_sink", "outbox_sink"
-LOSSES = ("lost_acked", "lost_unacked", "lost")
 DISCREPANCY_COLUMNS = (
     "stage",
     "kind",

@@ -192,3 +192,48 @@ def test_a_form_left_without_a_transaction_size_gets_the_default():
     assert "txn_size" not in orchestration.validate_conf(
         {"mode": "transactional", "messages": 90_000, "txn_size": None}
     )
+
+
+# DESIGN.md §4, written out: each kind with Jepsen's name where it has one.
+JEPSEN = {
+    "duplicate": "duplicate",
+    "lost_acked": "lost-write",
+    "unknown_landed": "indeterminate",
+    "unexpected": "unexpected",
+    "aborted_visible": "G1a",
+    "torn_transaction": "KAFKA-17754",
+    "inconsistent_offset": "inconsistent-offsets",
+    "poll_skip": "poll-skip",
+    "nonmonotonic_poll": "nonmonotonic-poll",
+}
+
+
+def test_the_kinds_catalog_names_every_kind_of_the_design_once_with_its_counts():
+    kinds = catalog.KINDS
+    assert {n: k.jepsen for n, k in kinds.items() if k.jepsen and n != "lost"} == JEPSEN
+    summaries = [k.summary for k in kinds.values() if k.summary]
+    assert len(summaries) == len(set(summaries))
+    windows = catalog.window_columns()
+    assert len(windows) == sum(len(k.windows) for k in kinds.values()), "one audit_windows column per stage and kind"
+    # audits only: a window reports them, a whole-topic reconciliation does not
+    assert {n for n, k in kinds.items() if not k.summary} == {"lost", "late"}
+    assert catalog.LOSSES == ("lost_acked", "lost_unacked", "lost")
+    # every guarantee is broken by one kind, and its verdict reads that kind's summary count
+    assert {g: kind for g, (kind, _) in catalog.BROKEN_BY.items()} == {
+        "no_duplicates": "duplicate",
+        "no_acked_loss": "lost_acked",
+        "no_aborted_visible": "aborted_visible",
+        "no_stale_overwrite": "stale_overwrite",
+        "atomic_transactions": "torn_transaction",
+    }
+    assert all(kinds[kind].summary == column for kind, column in catalog.BROKEN_BY.values())
+
+
+def test_the_checkers_kind_functions_are_the_catalogs_kinds():
+    from checker import anomalies
+    from delivery_semantics import report
+
+    assert set(anomalies.KINDS) == {n for n, k in catalog.KINDS.items() if k.summary}
+    assert {c for c in report.MATRIX_COLUMNS if c in catalog.summary_columns()} == set(
+        catalog.summary_columns(in_matrix=True)
+    )

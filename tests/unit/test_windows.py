@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from checker import windows
-from checker.windows import OUTBOX_SINK, OUTBOX_TOPIC, TOPIC_SINK, AuditWindow
+from checker.windows import AuditWindow
+from delivery_semantics import catalog
+from delivery_semantics.catalog import OUTBOX_SINK, OUTBOX_TOPIC, TOPIC_SINK
 
 T1, T2 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC), datetime(2026, 11, 23, 13, 0, tzinfo=UTC)
 GRACE = timedelta(minutes=10)
@@ -113,6 +115,8 @@ def test_every_planted_kind_is_found_in_its_stage_and_nothing_else(found):
     got = {}
     for r in found:
         got.setdefault((r["stage"], r["kind"]), {})[r["event_id"]] = r["copies"]
+    # one of every kind the catalog says a window reports, in each stage it reports it in
+    assert set(got) == set(catalog.window_columns().values())
     malformed = got.pop((OUTBOX_TOPIC, "malformed"))
     assert len(malformed) == 1
     assert got == {
