@@ -388,6 +388,68 @@ def trends_view(days: int = TREND_DAYS) -> dict:
     return {"days": days, "plots": plots}
 
 
+# Where the Airflow UI page is mounted (plugins/semantics_ui_plugin.py): a failed audit check names
+# the page that lists its events.
+UI_PREFIX = "/semantics"
+MAX_LISTED = 500  # event ids listed per audit
+
+
+def audit_page(audit: str) -> str:
+    return f"{UI_PREFIX}/audits/{audit}"
+
+
+def audits_view() -> list[dict]:
+    """Each audit's latest check, for the Audits section: a continuous audit's latest window (its
+    verdicts, what is open and what is pending), else a batch audit's latest run."""
+    windows = query(
+        """SELECT DISTINCT ON (audit) audit, window_end AS at, verdict, broken_by, sink_verdict, sink_broken_by,
+                  open_discrepancies, pending_outbox, pending_records, records_read, outbox_due, delivered
+           FROM audit_windows ORDER BY audit, window_end DESC"""
+    )
+    windowed = {w["audit"] for w in windows}
+    runs = [
+        {**r, "open_discrepancies": None, "pending_outbox": None, "pending_records": None}
+        for r in query(
+            """SELECT DISTINCT ON (audit) audit, reconciled_at AS at, reconciliation_id, verdict, broken_by,
+                      NULL AS sink_verdict, NULL AS sink_broken_by, records_read, outbox_events AS outbox_due,
+                      delivered_once AS delivered
+               FROM v_audit_results ORDER BY audit, reconciled_at DESC"""
+        )
+        if r["audit"] not in windowed
+    ]
+    found = [{**a, "windowed": "reconciliation_id" not in a} for a in windows + runs]
+    return sorted(found, key=lambda a: a["audit"])
+
+
+def audit_discrepancies(audit: str) -> tuple[dict | None, list[dict]]:
+    """An audit's latest check and the event ids behind it: for a continuous audit, its latest
+    window's discrepancies and every loss still open from an earlier window, each with the window
+    that raised it; for a batch audit, its latest run's, at its mode's isolation level."""
+    latest = next((a for a in audits_view() if a["audit"] == audit), None)
+    if latest is None:
+        return None, []
+    if latest["windowed"]:
+        rows = query(
+            """SELECT d.window_end, d.stage, d.kind, d.event_id, d.copies, d."partitions", d."offsets", d.occurred_at
+               FROM audit_discrepancies d
+               WHERE d.audit = %(a)s AND (d.window_end = %(t)s OR (d.window_end, d.stage, d.kind, d.event_id) IN (
+                   SELECT l.lost_in_window, l.stage, l.kind, l.event_id FROM v_audit_losses l
+                   WHERE l.audit = %(a)s AND l.resolved_in_window IS NULL))
+               ORDER BY d.stage, d.kind, d.window_end, d.event_id LIMIT %(n)s""",
+            {"a": audit, "t": latest["at"], "n": MAX_LISTED},
+        )
+    else:
+        rows = query(
+            """SELECT NULL AS window_end, d.isolation AS stage, d.kind, d.event_id, d.copies, d."partitions",
+                      d."offsets", NULL AS occurred_at
+               FROM reconcile_discrepancies d JOIN v_audit_results r
+                 ON r.reconciliation_id = d.reconciliation_id AND r.isolation = d.isolation
+               WHERE d.reconciliation_id = %s ORDER BY d.kind, d.event_id LIMIT %s""",
+            (latest["reconciliation_id"], MAX_LISTED),
+        )
+    return latest, rows
+
+
 def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics matrix") -> Path:
     import matplotlib
 
@@ -437,6 +499,8 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
         images=images,
         timelines=[(r, png) for r in rows if (png := timeline_png(run_timeline(r["run_id"])))],
         trends=trends_view(),
+        audits=[(a, audit_discrepancies(a["audit"])[1]) for a in audits_view()],
+        audit_link="#audit-{audit}",
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page)
@@ -478,7 +542,10 @@ def audit_verdict(reconciliation_id: str) -> dict:
     )
     print(f"{row['audit']} {reconciliation_id}: {row['verdict']} ({counts})")
     if row["verdict"] == "broken":
-        raise BrokenPromise(f"{row['audit']}: the {row['mode']} promise is broken by {row['broken_by']} ({counts})")
+        raise BrokenPromise(
+            f"{row['audit']}: the {row['mode']} promise is broken by {row['broken_by']} ({counts}); "
+            f"the events: {audit_page(row['audit'])} on the Airflow UI"
+        )
     return row
 
 
@@ -518,5 +585,8 @@ def window_verdict(audit: str, window_end: str, max_open: int | None = None) -> 
     if max_open is not None and row["open_discrepancies"] > max_open:
         broken.append(f"{row['open_discrepancies']} discrepancies are open (alerts.max_open_discrepancies {max_open})")
     if broken:
-        raise BrokenPromise(f"{audit}, window ending {row['window_end']}: {'; '.join(broken)} ({counts})")
+        raise BrokenPromise(
+            f"{audit}, window ending {row['window_end']}: {'; '.join(broken)} ({counts}); "
+            f"the events: {audit_page(audit)} on the Airflow UI"
+        )
     return row

@@ -30,7 +30,17 @@ def matrix_page(user: AuthenticatedUser) -> str:
         images=[],
         timelines=[],
         trends=report.trends_view(),
+        audits=[(a, None) for a in report.audits_view()],
+        audit_link="audits/{audit}",
     )
+
+
+@app.get("/audits/{audit}", response_class=HTMLResponse)
+def audit_page(audit: str, user: AuthenticatedUser) -> str:
+    latest, events = report.audit_discrepancies(audit)
+    if latest is None:
+        raise HTTPException(status_code=404, detail=f"no audit {audit} has run")
+    return report.render("audit.html", title=f"Audit {audit}", a=latest, events=events, limit=report.MAX_LISTED)
 
 
 @app.get("/runs/{run_id}", response_class=HTMLResponse)

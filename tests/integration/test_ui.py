@@ -83,7 +83,7 @@ def _token() -> str:
 
 
 def test_the_page_is_refused_without_airflow_auth(api_server):
-    for path in ("/semantics/", "/semantics/runs/anything"):
+    for path in ("/semantics/", "/semantics/runs/anything", "/semantics/audits/anything"):
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(f"{BASE}{path}", timeout=10)
         assert e.value.code == 401, path
@@ -99,6 +99,38 @@ def test_the_plugin_registers_its_view_in_the_nav(api_server):
     ours = [p for p in plugins if p["name"] == "delivery_semantics"]
     assert ours and ours[0]["external_views"][0]["href"] == "/semantics/"
     assert ours[0]["fastapi_apps"][0]["url_prefix"] == "/semantics"
+
+
+def _get(path: str, token: str) -> str:
+    req = urllib.request.Request(f"{BASE}{path}", headers={"Authorization": f"Bearer {token}"})
+    return urllib.request.urlopen(req, timeout=30).read().decode()
+
+
+def test_each_audits_latest_check_links_to_the_events_behind_it(api_server):
+    """The page's Audits section, and an audit's page listing its open discrepancies' event ids
+    with their stage, kind and the window that raised them; the HTML report holds the same list.
+    The audit tests before this one leave a continuous audit with open losses."""
+    import html
+
+    token = _token()
+    latest = report.audits_view()
+    with_events = [(a, report.audit_discrepancies(a["audit"])[1]) for a in latest]
+    with_events = [(a, events) for a, events in with_events if events]
+    assert with_events, "no audit with discrepancies: run the audit tests first"
+    page = _get("/semantics/", token)
+    assert "<h2 id='audits'>Audits</h2>" in page
+    for a in latest:
+        assert f"href='audits/{a['audit']}'" in page, a["audit"]
+    for a, events in with_events:
+        listed = _get(f"/semantics/audits/{a['audit']}", token)
+        for d in events:
+            assert f"<td>{html.escape(d['event_id'])}</td>" in listed, (a["audit"], d)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        _get("/semantics/audits/no_such_audit", token)
+    assert e.value.code == 404
+    reported = report.html_report(report.matrix_rows(), ARTIFACTS / "report-audits.html").read_text()
+    a, events = with_events[0]
+    assert f"id='audit-{a['audit']}'" in reported and html.escape(events[0]["event_id"]) in reported
 
 
 def test_headless_chromium_shows_the_matrix_and_keeps_a_screenshot(api_server):

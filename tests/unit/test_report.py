@@ -110,3 +110,45 @@ def test_the_report_and_the_ui_page_render_one_template_and_escape_what_they_sho
     assert "<title>T &lt;b&gt;</title>" in page and "<h2>Trends</h2>" in page and "None yet." in page
     assert "href='runs/&lt;script&gt;" in page, "the run link in the grid and the table, escaped"
     assert page.count("<tr class='kept'>") == 1 and ".grid td{" in page, "one row; the page's style inlined"
+
+
+def test_the_audits_section_lists_each_audits_latest_check_and_the_events_behind_it():
+    from datetime import UTC, datetime
+
+    from delivery_semantics.report import render
+
+    t = datetime(2026, 11, 23, 14, 0, tzinfo=UTC)
+    stream = {
+        "audit": "orders_stream",
+        "at": t,
+        "windowed": True,
+        "verdict": "broken",
+        "broken_by": "lost_acked",
+        "sink_verdict": "kept",
+        "sink_broken_by": None,
+        "open_discrepancies": 2,
+        "pending_outbox": 1,
+        "pending_records": 0,
+        "outbox_due": 13,
+        "delivered": 12,
+    }
+    events = [
+        {
+            "window_end": t,
+            "stage": "outbox_topic",
+            "kind": "lost_acked",
+            "event_id": "<b>z</b>",
+            "copies": 0,
+            "partitions": [],
+            "offsets": [],
+            "occurred_at": t,
+        }
+    ]
+    empty = {"title": "T", "intro": "i", "rows": [], "images": [], "timelines": [], "trends": {"days": 30, "plots": []}}
+    page = render("matrix.html", **empty, audits=[(stream, events)], audit_link="#audit-{audit}")
+    assert "<h2 id='audits'>Audits</h2>" in page and "href='#audit-orders_stream'" in page
+    assert "broken (lost_acked)" in page and "<td>1 / 0</td>" in page
+    assert "&lt;b&gt;z&lt;/b&gt;" in page and "<b>z</b>" not in page, "event ids escaped"
+    ui = render("matrix.html", **empty, audits=[(stream, None)], audit_link="audits/{audit}")
+    assert "href='audits/orders_stream'" in ui and "lost_acked</td>" not in ui, "the UI page links to the list"
+    assert "No audit has run yet." in render("matrix.html", **empty, audits=[])
