@@ -50,14 +50,14 @@ def summary(src: Source, isolation: str, counts: dict, end: dict) -> dict:
     """One `reconcile_summary` row: the counts, rates, and the verdict and expectation the catalog
     gives for the run's mode or strategy under its scenario."""
     n = max(1, counts["ledger_events"])
-    name = src.mode or ""
+    name = src.judged_as or ""
     verdict, broken = catalog.verdict(name, src.scenario, isolation, counts)
     subject = catalog.judged(name)
     return {
         "reconciliation_id": src.reconciliation_id,
         "isolation": isolation,
         "topic": src.topic,
-        "mode": src.mode or None,
+        "judged_as": src.judged_as or None,
         "scenario": src.scenario,
         **counts,
         "loss_rate": (counts["lost_acked"] + counts["lost_unacked"]) / n,

@@ -71,7 +71,7 @@ class Source:
     reconciliation_id: str
     kafka: Kafka
     topic: str
-    mode: str | None
+    judged_as: str | None  # the catalog's delivery mode or consumer strategy whose promise is judged
     scenario: str
     # {"header": name}, {"json": "$.path"}, {"value": True} or {"value_field": i} (generator.VALUE_FIELDS)
     event_id: dict
@@ -137,7 +137,7 @@ def platform_source(run: dict, kafka: Kafka) -> Source:
         reconciliation_id=run["run_id"],
         kafka=kafka,
         topic=run["topic"],
-        mode=run["mode"],
+        judged_as=run["mode"],
         scenario=run["scenario"],
         **_platform_fields(run.get("record_layout", generator.HEADERS_LAYOUT)),
         transactional=catalog.get_mode(run["mode"]).transactional,
@@ -150,7 +150,7 @@ def consumer_source(crun: dict, input_run: dict, kafka: Kafka) -> Source:
         raise InputError(f"consumer run {crun['consumer_run_id']} is {crun['status']}: reconcile it once it completed")
     copier = crun["output_topic"] is not None
     src = platform_source(input_run, kafka)
-    src.reconciliation_id, src.mode, src.scenario = crun["consumer_run_id"], crun["strategy"], crun["scenario"]
+    src.reconciliation_id, src.judged_as, src.scenario = crun["consumer_run_id"], crun["strategy"], crun["scenario"]
     src.topic = crun["output_topic"] if copier else crun["input_topic"]
     src.judged_by_reader, src.transactional = False, copier
     src.polled = {
