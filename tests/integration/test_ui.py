@@ -186,10 +186,13 @@ def test_headless_chromium_shows_the_matrix_and_keeps_a_screenshot(api_server):
             page.locator(".grid").screenshot(path=str(SHOTS / "report-grid.png"))
 
             # The same page inside the Airflow UI, through the plugin's nav entry.
+            # Airflow's React app mounts the view's iframe once it has loaded: seconds on a busy machine.
             page.goto(f"{BASE}/plugin/delivery-semantics")
-            page.wait_for_timeout(4000)
+            embedded = lambda: any(f.url.rstrip("/").endswith("/semantics") for f in page.frames)
+            deadline = time.monotonic() + 60
+            while not embedded() and time.monotonic() < deadline:
+                page.wait_for_timeout(500)
             page.screenshot(path=str(ARTIFACTS / "ui-airflow-embedded.png"), full_page=True)
-            frame_urls = [f.url for f in page.frames]
-            assert any(u.rstrip("/").endswith("/semantics") for u in frame_urls), frame_urls
+            assert embedded(), [f.url for f in page.frames]
         finally:
             browser.close()
