@@ -8,7 +8,8 @@ reads everything before its end). With `grace` g:
   topic, in this window or an earlier one: lost. A record with no outbox row whose timestamp is
   past end - g: unexpected; within the grace: pending, carried to the next window. A record of an
   event an earlier window declared lost: late (the loss stays, resolved by this row). An event id
-  read twice in the window, or read in an earlier window: duplicate.
+  read twice in the window, or read in an earlier window: duplicate. Per key, a first copy whose
+  seq is below one read before it, in the window or an earlier one: out_of_order.
 - topic_sink: a record first seen at [start - g, end - g) and never applied: lost. Applied twice,
   in the window or across windows: duplicate. Applied after a newer version of its key: stale.
   Applied and never in the topic: unexpected.
