@@ -421,11 +421,13 @@ def audits_view() -> list[dict]:
     return sorted(found, key=lambda a: a["audit"])
 
 
-def audit_discrepancies(audit: str) -> tuple[dict | None, list[dict]]:
-    """An audit's latest check and the event ids behind it: for a continuous audit, its latest
-    window's discrepancies and every loss still open from an earlier window, each with the window
-    that raised it; for a batch audit, its latest run's, at its mode's isolation level."""
-    latest = next((a for a in audits_view() if a["audit"] == audit), None)
+def audit_discrepancies(audit: str, latest: dict | None = None) -> tuple[dict | None, list[dict]]:
+    """An audit's latest check (`latest`, a row of audits_view, when the caller has it) and the
+    event ids behind it: for a continuous audit, its latest window's discrepancies and every loss
+    still open from an earlier window, each with the window that raised it; for a batch audit,
+    its latest run's, at its mode's isolation level."""
+    if latest is None:
+        latest = next((a for a in audits_view() if a["audit"] == audit), None)
     if latest is None:
         return None, []
     if latest["windowed"]:
@@ -499,7 +501,7 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
         images=images,
         timelines=[(r, png) for r in rows if (png := timeline_png(run_timeline(r["run_id"])))],
         trends=trends_view(),
-        audits=[(a, audit_discrepancies(a["audit"])[1]) for a in audits_view()],
+        audits=[(a, audit_discrepancies(a["audit"], a)[1]) for a in audits_view()],
         audit_link="#audit-{audit}",
     )
     path.parent.mkdir(parents=True, exist_ok=True)
