@@ -22,8 +22,9 @@ import devstack
 from delivery_semantics import catalog
 from delivery_semantics.endpoints import kafka_config
 from delivery_semantics.nemesis import wait_healthy
+from devstack import kafka as stack_kafka
 
-_with_links = devstack._render_hosts_file
+_with_links = stack_kafka.render_hosts_file
 
 
 def _direct(b: devstack.Broker):
@@ -33,7 +34,7 @@ def _direct(b: devstack.Broker):
 
 
 def restart_brokers(direct: bool) -> None:
-    devstack._render_hosts_file = _direct if direct else _with_links
+    stack_kafka.render_hosts_file = _direct if direct else _with_links
     try:
         for b in devstack.BROKERS:  # one at a time, so the quorum stays
             devstack.stop_broker(b)
@@ -41,7 +42,7 @@ def restart_brokers(direct: bool) -> None:
             devstack.wait_for_cluster()
             wait_healthy(kafka_config(), timeout=180)
     finally:
-        devstack._render_hosts_file = _with_links
+        stack_kafka.render_hosts_file = _with_links
 
 
 def main() -> int:

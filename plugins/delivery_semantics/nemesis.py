@@ -1,7 +1,7 @@
 """The nemesis: one fault-controller interface over two backends.
 
-- local: the processes `local/stack` started (kill -9, restart, SIGSTOP/SIGCONT by pid), in
-  local/devstack.py;
+- the local stack's processes (kill -9, restart, SIGSTOP/SIGCONT by pid), in
+  local/devstack/nemesis_backend.py, which SEMANTICS_NEMESIS_BACKEND names;
 - docker: a docker compose deployment (kill, start, pause, unpause of the kafka-N services).
 
 Both reach Toxiproxy through its HTTP API (connection `toxiproxy_default`). Every action is
@@ -10,6 +10,7 @@ appended to a timeline with its time, so a run records what was actually done to
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -93,15 +94,24 @@ class DockerComposeBackend(Backend):
 
 
 def backend_from_env() -> Backend:
-    kind = os.environ.get("SEMANTICS_NEMESIS_BACKEND", "local")
-    if kind == "local":
-        # The dev stack's processes: local/devstack.py, on the path wherever the local stack runs.
-        from devstack import NemesisBackend
-
-        return NemesisBackend()
-    if kind == "docker":
+    """The backend SEMANTICS_NEMESIS_BACKEND names: `docker`, or a class as `module:Class` (the
+    local stack's environment names its own, so this module never imports it)."""
+    name = os.environ.get("SEMANTICS_NEMESIS_BACKEND", "")
+    if name == "docker":
         return DockerComposeBackend()
-    raise NemesisError(f"SEMANTICS_NEMESIS_BACKEND={kind!r}: use local or docker")
+    module, _, cls = name.partition(":")
+    if not module or not cls:
+        raise NemesisError(
+            f"SEMANTICS_NEMESIS_BACKEND={name!r}: use docker, or module:Class for a backend of your own "
+            "(the local stack's environment, var/stack.env, sets it)"
+        )
+    try:
+        backend = getattr(importlib.import_module(module), cls)()
+    except (ImportError, AttributeError) as e:
+        raise NemesisError(f"SEMANTICS_NEMESIS_BACKEND={name!r}: {e}") from None
+    if not isinstance(backend, Backend):
+        raise NemesisError(f"SEMANTICS_NEMESIS_BACKEND={name!r} is not a nemesis Backend")
+    return backend
 
 
 class Toxiproxy:
@@ -177,12 +187,12 @@ class Nemesis:
     def __init__(
         self,
         kafka_conf: dict,
-        backend: Backend | None = None,
+        backend: Backend,
         toxiproxy: Toxiproxy | None = None,
         timeline: Timeline | None = None,
     ):
         self.kafka_conf = kafka_conf
-        self.backend = backend or backend_from_env()
+        self.backend = backend
         self.toxiproxy = toxiproxy or Toxiproxy()
         self.timeline = timeline or Timeline()
         self._killed: set[int] = set()

@@ -41,11 +41,12 @@ def validate(spec: load.LoadSpec, scenario_name: str) -> tuple[load.LoadSpec, Sc
     """The pair and the prepared spec, checked before anything starts; and that the nemesis's
     backend can inject the scenario's faults."""
     _, scenario = catalog.check_pair(spec.mode, scenario_name)
-    if any(step.action == "partition" for step in scenario.timeline):
-        try:
-            backend_from_env().link_proxies(1)
-        except NemesisError as e:
-            raise ScenarioError(f"{scenario.name}: {e}") from None
+    try:
+        backend = backend_from_env()
+        if any(step.action == "partition" for step in scenario.timeline):
+            backend.link_proxies(1)
+    except NemesisError as e:
+        raise ScenarioError(f"{scenario.name}: {e}") from None
     spec = prepare(spec, scenario)
     load.validate(spec)
     return spec, scenario
@@ -121,7 +122,7 @@ def produce(
     scenario = catalog.SCENARIOS[run["scenario"]]
     if producer != 0 or mine["sessions"] > 0:  # a retry resumes: the faults were applied once
         return load.resume(run_id, producer=producer, kafka_conf=kafka_conf, db=db)
-    nemesis = nemesis or Nemesis(kafka_conf)
+    nemesis = nemesis or Nemesis(kafka_conf, backend_from_env())
     wait_healthy(kafka_conf, timeout=health_timeout)
     nemesis.timeline.record("healthy_before", scenario=scenario.name)
     error: BaseException | None = None

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import json
 import re
-import socketserver
 import threading
 import uuid
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import psycopg2
@@ -29,9 +27,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from conftest import REPO, recreate_topic, run
 
-import devstack
 from delivery_semantics import audits, reconcile, report
 from delivery_semantics.endpoints import database, kafka_config
+from devstack import mail as stack_mail
 
 AUDIT = audits.load(REPO / "audits" / "orders_stream.yaml")
 GRACE = AUDIT.grace
@@ -154,44 +152,6 @@ class Pipeline:
 
     def close(self):
         self.db.close()
-
-
-# --------------------------------------------------------------------------- a mail catcher
-
-
-class _Smtp(socketserver.StreamRequestHandler):
-    def handle(self):
-        say = lambda line: self.wfile.write(line.encode() + b"\r\n")
-        say("220 catcher")
-        while line := self.rfile.readline():
-            verb = line.decode(errors="replace").strip().split(" ")[0].upper()
-            if verb == "DATA":
-                say("354 go on")
-                body = []
-                while (part := self.rfile.readline()) not in (b".\r\n", b""):
-                    body.append(part.decode(errors="replace"))
-                self.server.mails.append("".join(body))
-                say("250 queued")
-            elif verb == "QUIT":
-                say("221 bye")
-                return
-            elif verb == "EHLO":
-                say("250 catcher")
-            else:
-                say("250 ok")
-
-
-@contextmanager
-def mail_catcher():
-    socketserver.ThreadingTCPServer.allow_reuse_address = True
-    with socketserver.ThreadingTCPServer((devstack.HOST, devstack.SMTP_PORT), _Smtp) as server:
-        server.mails = []
-        t = threading.Thread(target=server.serve_forever, daemon=True)
-        t.start()
-        try:
-            yield server.mails
-        finally:
-            server.shutdown()
 
 
 # --------------------------------------------------------------------------- the five rounds
@@ -358,7 +318,7 @@ def test_five_windows_find_exactly_what_was_planted(pipeline):
 
     # Window 4 holds only pending events (P's record, Q's row): the DAG's check task passes.
     # Window 5: Z is lost past the grace; the check fails and the notifier mails on-call.
-    with mail_catcher() as mails:
+    with stack_mail.catcher() as mails:
         ok = run([*AIRFLOW, "tasks", "test", AUDIT.dag_id, "check", T[4].isoformat()], timeout=300)
         w4 = _window(T[4])
         assert _found(T[4]) == {}, ok.stdout[-3000:]

@@ -80,7 +80,7 @@ def test_a_new_topic_takes_acks_0_records_even_while_a_leader_lags(kafka_conf):
     quorum's leader is paused while each topic is made, so it lags: wait_for_full_isr returns only
     once it serves, and the record sent to it at once is there."""
     lagging = next(b for b in (1, 2, 3) if b != devstack.quorum_leader())
-    backend = devstack.NemesisBackend()
+    backend = devstack.ProcessBackend()
     admin = topics.admin_client(kafka_conf)
     p = Producer({**kafka_conf, "acks": "0", "linger.ms": 0})
     p.list_topics(timeout=10)  # connected before, so that it sends as soon as the wait returns

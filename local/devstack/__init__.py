@@ -1,0 +1,61 @@
+"""The local stack without Docker, for development, tests and CI: 3 KRaft brokers, Toxiproxy,
+PostgreSQL, Airflow's database and, on demand, the Airflow UI processes and a mail catcher. Not
+part of what a deployment mounts (docker-compose.yaml runs its own services).
+
+Usage: local/stack {start,stop,status,reset,env,ui}
+
+One module per service, as kafkatest's services/ are: postgres, kafka, toxiproxy, credentials
+(passwords, TLS), mail, airflow_processes; `base` is what they share, `environment` the
+connections they publish, `commands` the order they start in, and `nemesis_backend` the
+nemesis's backend over their processes.
+
+Everything lives under the repository: downloads in .cache/ (made by local/setup), state and
+logs in var/. `start` is idempotent, `stop` keeps data, `reset` wipes var/.
+
+Tests and benchmarks import the names below.
+"""
+
+from devstack.base import HOST, LOGS, VAR, StackError
+from devstack.commands import status_rows
+from devstack.credentials import SCRAM_USER, secret
+from devstack.environment import environment
+from devstack.kafka import (
+    BROKERS,
+    Broker,
+    broker_pid,
+    kafka_tool_command,
+    kill_broker,
+    links_of,
+    quorum_leader,
+    start_broker,
+    stop_broker,
+    wait_for_cluster,
+)
+from devstack.nemesis_backend import ProcessBackend
+from devstack.postgres import start_postgres, stop_postgres
+from devstack.toxiproxy import toxiproxy_url
+
+__all__ = [
+    "BROKERS",
+    "HOST",
+    "LOGS",
+    "SCRAM_USER",
+    "VAR",
+    "Broker",
+    "ProcessBackend",
+    "StackError",
+    "broker_pid",
+    "environment",
+    "kafka_tool_command",
+    "kill_broker",
+    "links_of",
+    "quorum_leader",
+    "secret",
+    "start_broker",
+    "start_postgres",
+    "status_rows",
+    "stop_broker",
+    "stop_postgres",
+    "toxiproxy_url",
+    "wait_for_cluster",
+]

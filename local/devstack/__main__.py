@@ -1,0 +1,5 @@
+import sys
+
+from devstack.commands import main
+
+sys.exit(main())

@@ -1,0 +1,134 @@
+"""What every service of the local stack shares: where it lives (.cache/ for downloads, var/ for
+state and logs), the loopback host, and how a process is spawned, awaited and stopped."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(os.environ.get("SEMANTICS_HOME", Path(__file__).resolve().parents[2]))
+CACHE = REPO / ".cache"
+VAR = Path(os.environ.get("SEMANTICS_VAR", REPO / "var"))
+LOGS = VAR / "logs"
+RUN = VAR / "run"
+KAFKA_LIB = CACHE / "kafka" / "lib"
+SPARK_JARS = CACHE / "spark" / "jars"
+TOXIPROXY_BIN = CACHE / "toxiproxy" / "bin" / "server"
+CONFIG = REPO / "local" / "config"
+
+HOST = "127.0.0.1"
+MIN_JAVA = 17
+
+
+class StackError(RuntimeError):
+    """A start-up precondition failed; the message names the component and the cause."""
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def read_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def port_open(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def require_port_free(port: int, component: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError as e:
+            raise StackError(
+                f"{component}: port {HOST}:{port} is already taken by another process ({e.strerror}); "
+                f"stop that process or free the port, then run start again"
+            ) from None
+
+
+def spawn(cmd: list[str], log_file: Path, pid_file: Path, env: dict | None = None) -> int:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+            cwd=REPO,
+        )
+    pid_file.write_text(str(proc.pid))
+    return proc.pid
+
+
+def wait_until(predicate, timeout: float, what: str, log_file: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    hint = f"; see {log_file}" if log_file else ""
+    raise StackError(f"{what} did not come up within {timeout:.0f}s{hint}")
+
+
+def terminate(pid: int | None, grace: float) -> None:
+    if not pid_alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.2)
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and pid_alive(pid):
+            time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------- prerequisites
+
+
+def java_version() -> int:
+    java = shutil.which("java")
+    if not java:
+        raise StackError("java: no `java` on PATH; install a JDK 17 or newer (local/setup does it)")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    try:
+        raw = out.split('"')[1]
+        major = int(raw.split(".")[0])
+        return 8 if major == 1 else major
+    except (IndexError, ValueError):
+        raise StackError(f"java: cannot read the version from `java -version`: {out.strip()[:200]}") from None
+
+
+def report(component: str, state: str) -> None:
+    print(f"{component:<12} {state}", flush=True)

@@ -1,0 +1,167 @@
+"""`local/stack start|stop|status|reset|env|ui`: the services in order."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import time
+
+from devstack.airflow_processes import (
+    AIRFLOW_PROCESSES,
+    API_SERVER_PORT,
+    airflow_pid,
+    migrate_airflow,
+    migrate_schema,
+    start_ui,
+    stop_ui,
+    write_airflow_passwords,
+)
+from devstack.base import (
+    KAFKA_LIB,
+    LOGS,
+    MIN_JAVA,
+    REPO,
+    RUN,
+    TOXIPROXY_BIN,
+    VAR,
+    StackError,
+    java_version,
+    port_open,
+    report,
+    wait_until,
+)
+from devstack.credentials import make_tls
+from devstack.environment import write_env_file
+from devstack.kafka import (
+    BROKERS,
+    add_scram_user,
+    bootstrap_servers,
+    broker_pid,
+    kill_broker,
+    start_broker,
+    wait_for_cluster,
+)
+from devstack.postgres import PG_PORT, bootstrap_postgres, pg_bin, postgres_pid, start_postgres, stop_postgres
+from devstack.toxiproxy import TOXIPROXY_PORT, start_toxiproxy, stop_toxiproxy, toxiproxy_pid
+
+
+def check_prerequisites() -> None:
+    major = java_version()
+    if major < MIN_JAVA:
+        raise StackError(f"java: Kafka 4 and Spark 4 need Java {MIN_JAVA}+, found Java {major}")
+    if not any(KAFKA_LIB.glob("kafka_2.13-*.jar")):
+        raise StackError(f"kafka: no broker jars in {KAFKA_LIB}; run local/setup first (it needs Maven)")
+    if not TOXIPROXY_BIN.exists():
+        raise StackError(f"toxiproxy: no binary at {TOXIPROXY_BIN}; run local/setup first (it needs Go)")
+    pg_bin("postgres")
+
+
+def start() -> None:
+    check_prerequisites()
+    for d in (LOGS, RUN):
+        d.mkdir(parents=True, exist_ok=True)
+    report("postgres", start_postgres())
+    report("postgres", bootstrap_postgres())
+    report("tls", make_tls())
+    report("toxiproxy", start_toxiproxy())
+    for b in BROKERS:
+        report(b.name, start_broker(b))
+    for b in BROKERS:
+        wait_until(lambda b=b: port_open(b.client_port) or not broker_pid(b), 90, b.name, b.log_file)
+        if not broker_pid(b):
+            raise StackError(f"{b.name}: exited during start-up; see {b.log_file}")
+    wait_for_cluster()
+    report("kafka", f"3 brokers up, bootstrap {bootstrap_servers()}")
+    report("kafka", add_scram_user())
+    report("schema", migrate_schema())
+    report("airflow-db", migrate_airflow())
+    write_airflow_passwords()
+    env_file = write_env_file()
+    report("env", f"source {env_file.relative_to(REPO)} to use the stack from a shell")
+
+
+def stop() -> None:
+    stop_ui()
+    for b in BROKERS:
+        pid = broker_pid(b)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+    # Brokers shut down together: one at a time, the last ones would wait on a lost quorum.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(broker_pid(b) for b in BROKERS):
+        time.sleep(0.3)
+    for b in BROKERS:
+        kill_broker(b)
+        report(b.name, "stopped")
+    stop_toxiproxy()
+    report("toxiproxy", "stopped")
+    stop_postgres()
+    report("postgres", "stopped")
+
+
+def reset() -> None:
+    stop()
+    if VAR.exists():
+        shutil.rmtree(VAR)
+    report("var", "wiped (downloads in .cache/ kept)")
+
+
+def status_rows() -> list[tuple[str, str, str, str]]:
+    rows = []
+    pid = postgres_pid()
+    rows.append(("postgres", "up" if pid and port_open(PG_PORT) else "down", str(PG_PORT), str(pid or "-")))
+    pid = toxiproxy_pid()
+    rows.append(
+        ("toxiproxy", "up" if pid and port_open(TOXIPROXY_PORT) else "down", str(TOXIPROXY_PORT), str(pid or "-"))
+    )
+    for b in BROKERS:
+        pid = broker_pid(b)
+        up = pid and port_open(b.client_port)
+        rows.append((b.name, "up" if up else "down", f"{b.proxy_port}->{b.client_port}", str(pid or "-")))
+    return rows
+
+
+def status() -> int:
+    rows = status_rows()
+    print(f"{'component':<22} {'state':<6} {'port':<12} pid")
+    for r in rows:
+        print(f"{r[0]:<22} {r[1]:<6} {r[2]:<12} {r[3]}")
+    down = [r[0] for r in rows if r[1] != "up"]
+    for name in AIRFLOW_PROCESSES:
+        pid = airflow_pid(name)
+        print(
+            f"{'airflow-' + name:<22} {'up' if pid else 'off':<6} "
+            f"{str(API_SERVER_PORT) if name == 'api-server' else '-':<12} {pid or '-'}"
+        )
+    if down:
+        print(f"down: {', '.join(down)}")
+    return 1 if down else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="stack", description="the local stack: 3 KRaft brokers, Toxiproxy, PostgreSQL, Airflow"
+    )
+    parser.add_argument("command", choices=["start", "stop", "status", "reset", "env", "ui"])
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "start":
+            start()
+        elif args.command == "stop":
+            stop()
+        elif args.command == "reset":
+            reset()
+        elif args.command == "status":
+            return status()
+        elif args.command == "env":
+            print(write_env_file())
+        elif args.command == "ui":
+            start()
+            start_ui()
+        return 0
+    except StackError as e:
+        print(f"stack {args.command}: {e}", file=sys.stderr)
+        return 2

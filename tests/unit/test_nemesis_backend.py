@@ -1,0 +1,41 @@
+"""The nemesis's backend is named by SEMANTICS_NEMESIS_BACKEND: `docker`, or `module:Class`; the
+production nemesis never imports the local stack."""
+
+import pytest
+from conftest import REPO
+
+from delivery_semantics import nemesis
+
+
+def test_the_docker_backend_by_name(monkeypatch):
+    monkeypatch.setenv("SEMANTICS_NEMESIS_BACKEND", "docker")
+    assert isinstance(nemesis.backend_from_env(), nemesis.DockerComposeBackend)
+
+
+def test_the_local_stacks_backend_by_module_and_class(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "local"))
+    monkeypatch.setenv("SEMANTICS_NEMESIS_BACKEND", "devstack.nemesis_backend:ProcessBackend")
+    backend = nemesis.backend_from_env()
+    assert backend.name == "local" and backend.broker_ids == (1, 2, 3)
+    assert len(backend.link_proxies(1)) == 8  # 2 peers, both ways, 2 listeners
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("", "use docker, or module:Class"),
+        ("local", "use docker, or module:Class"),
+        ("no_such_module:Backend", "No module named 'no_such_module'"),
+        ("delivery_semantics.nemesis:Timeline", "is not a nemesis Backend"),
+    ],
+)
+def test_an_unusable_backend_is_refused_in_one_line(monkeypatch, name, message):
+    monkeypatch.setenv("SEMANTICS_NEMESIS_BACKEND", name)
+    with pytest.raises(nemesis.NemesisError) as e:
+        nemesis.backend_from_env()
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_production_code_does_not_import_the_local_stack():
+    for path in (REPO / "plugins").rglob("*.py"):
+        assert "import devstack" not in path.read_text() and "from devstack" not in path.read_text(), path
