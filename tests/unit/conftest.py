@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO / "spark_apps")]
+# A run is validated with the nemesis's backend it would heal with. The unit tier has no stack to
+# heal: the docker backend's constructor touches nothing.
+os.environ.setdefault("SEMANTICS_NEMESIS_BACKEND", "docker")
 
 
 @pytest.fixture(scope="session")
