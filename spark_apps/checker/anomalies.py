@@ -28,11 +28,10 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import Observation as Metrics
 from pyspark.sql import functions as F
 
-from checker import cache
+from checker import cache, rules
 from delivery_semantics import catalog
 from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
 
-NOT_ACKED = ("failed", "unknown", "pending", "aborted", "written")
 MAX_OFFSETS = 100  # offsets kept per discrepancy row
 ID_KEY = ("n", "id_rest")
 UNNUMBERED = -1  # n of an id that is not <prefix><n>: its text, in id_rest, is the key
@@ -518,21 +517,13 @@ def _same(a, b, name: str) -> bool:
     return all((a[f"{name}_h{i}"] or 0) == (b[f"{name}_h{i}"] or 0) for i in (1, 2))
 
 
-def _in_topic() -> Column:
-    return F.col("copies").isNotNull()
-
-
-def _in_ledger() -> Column:
-    return F.col("status").isNotNull()
-
-
 def _total_counts() -> tuple[Column, ...]:
     return (
-        F.count(F.when(_in_ledger(), 1)).alias("ledger_events"),
+        F.count(F.when(rules.in_ledger(), 1)).alias("ledger_events"),
         F.count(F.when(F.col("status") == "acked", 1)).alias("ledger_acked"),
-        F.count(F.when(_in_topic(), 1)).alias("distinct_events"),
+        F.count(F.when(rules.in_topic(), 1)).alias("distinct_events"),
         F.coalesce(F.sum("copies"), F.lit(0)).alias("records_with_id"),
-        F.count(F.when(_in_topic() & (F.col("copies") == 1) & _in_ledger(), 1)).alias("delivered_once"),
+        F.count(F.when(rules.in_topic() & (F.col("copies") == 1) & rules.in_ledger(), 1)).alias("delivered_once"),
         F.coalesce(F.sum(F.when(F.col("copies") > 1, F.col("copies") - 1)), F.lit(0)).alias("duplicate_copies"),
         # Not reported: what tells the kinds whether they have anything to look for.
         F.count(F.when(F.col("copies") > 1, 1)).alias("duplicated_events"),
@@ -569,28 +560,28 @@ def _position() -> tuple[Column, Column]:
 
 def duplicate(obs: Observation) -> DataFrame | None:
     """More than one copy of an event [Jepsen: duplicate]; copies counts them all."""
-    return _cases(obs, _in_topic() & (F.col("copies") > 1), "duplicate")
+    return _cases(obs, rules.duplicate(), "duplicate")
 
 
 def lost_acked(obs: Observation) -> DataFrame | None:
     """The ledger says acked; no copy was read [Jepsen: lost-write]."""
-    return _cases(obs, ~_in_topic() & (F.col("status") == "acked"), "lost_acked")
+    return _cases(obs, rules.lost_acked(), "lost_acked")
 
 
 def lost_unacked(obs: Observation) -> DataFrame | None:
     """Never acked and not read: expected of a failed send, a loss all the same."""
-    return _cases(obs, ~_in_topic() & _in_ledger() & (F.col("status") != "acked"), "lost_unacked")
+    return _cases(obs, rules.lost_unacked(), "lost_unacked")
 
 
 def unknown_landed(obs: Observation) -> DataFrame | None:
     """Failed, unknown or never acked in the ledger, yet read: possibly persisted, and it was
     [Jepsen: indeterminate]."""
-    return _cases(obs, _in_topic() & F.col("status").isin(*NOT_ACKED), "unknown_landed")
+    return _cases(obs, rules.unknown_landed(), "unknown_landed")
 
 
 def unexpected(obs: Observation) -> DataFrame | None:
     """Read, with no ledger row [Jepsen: unexpected]."""
-    return _cases(obs, _in_topic() & ~_in_ledger(), "unexpected")
+    return _cases(obs, rules.unexpected(), "unexpected")
 
 
 def out_of_order(obs: Observation) -> DataFrame:
@@ -617,7 +608,7 @@ def aborted_visible(obs: Observation) -> DataFrame:
     recorded as aborted, which must never be visible."""
     if obs.isolation == READ_UNCOMMITTED and obs.committed_copies is not None:
         return obs.with_positions(
-            obs.joined.where(_in_topic())
+            obs.joined.where(rules.in_topic())
             .withColumn("extra", F.col("copies") - F.coalesce("committed", F.lit(0)))
             .where(F.col("extra") > 0)
         ).select(

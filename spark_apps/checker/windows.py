@@ -25,8 +25,11 @@ from functools import cached_property
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from checker import anomalies
+from checker import anomalies, rules
 from delivery_semantics.catalog import OUTBOX_SINK, OUTBOX_TOPIC, TOPIC_SINK
+
+# The columns of `AuditWindow.events` the shared rules read.
+EARLIER = rules.Earlier(read="read_before", lost="lost_before", carried="carried", due="due", past_grace="past_grace")
 
 DISCREPANCY_COLUMNS = (
     "stage",
@@ -69,8 +72,8 @@ class AuditWindow:
         since = self._since(shift)
         return c if since is None else c & (F.col(column) >= F.lit(since))
 
-    def _past_grace(self, column: str) -> Column:
-        return F.col(column) < F.lit(self.end - self.grace)
+    def _past_grace(self, column: str | Column) -> Column:
+        return (F.col(column) if isinstance(column, str) else column) < F.lit(self.end - self.grace)
 
     # ------------------------------------------------------------------ shared frames
 
@@ -111,38 +114,67 @@ class AuditWindow:
 
     @cached_property
     def matchable_outbox(self) -> DataFrame:
-        """The outbox rows a record of this window can match: created in [start - g, end)."""
+        """Per event id, the outbox row a record of this window can match (created in
+        [start - g, end), acked if any row of it is), and whether it is due here."""
         since = self._since(1)
         rows = self.outbox if since is None else self.outbox.where(F.col("created_at") >= F.lit(since))
-        return rows.select("event_id", "created_at").dropDuplicates(["event_id"]).cache()
+        return (
+            rows.groupBy("event_id")
+            .agg(
+                F.min("created_at").alias("created_at"),
+                F.when(F.max(F.col("status") == "acked"), F.lit("acked")).otherwise(F.min("status")).alias("status"),
+            )
+            .withColumn("due", self._within("created_at", 1))
+            .cache()
+        )
 
-    @cached_property
+    @property
     def due(self) -> DataFrame:
-        return self.outbox.where(self._within("created_at", 1)).cache()
+        return self.matchable_outbox.where(F.col("due"))
 
     @cached_property
-    def records_classified(self) -> DataFrame:
-        losses = self.open_losses.where(F.col("stage") == OUTBOX_TOPIC).select(
-            "event_id", "lost_in_window", "occurred_at"
+    def events(self) -> DataFrame:
+        """Per event the outbox_topic stage judges here (read in this window, due here, or carried
+        from the window before): its copies read here, its outbox row, and what the earlier windows
+        knew of it, as the columns `EARLIER` names; the shared rules (checker/rules.py) classify it."""
+        losses = (
+            self.open_losses.where(F.col("stage") == OUTBOX_TOPIC)
+            .select("event_id", "lost_in_window", "occurred_at")
+            .withColumn("lost_before", F.lit(True))
+        )
+        carried = self.carried.select(
+            "event_id",
+            F.lit(True).alias("carried"),
+            F.col("first_at").alias("carried_first_at"),
+            F.col("copies").alias("carried_copies"),
+            F.col("partitions").alias("carried_partitions"),
+            F.col("offsets").alias("carried_offsets"),
         )
         return (
-            self.copies.join(self._prior("topic").withColumn("seen_before", F.lit(True)), "event_id", "left")
-            .join(self.matchable_outbox, "event_id", "left")
+            self.copies.join(self.matchable_outbox, "event_id", "full_outer")
+            .join(carried, "event_id", "full_outer")
+            .join(self._prior("topic").withColumn("read_before", F.lit(True)), "event_id", "left")
             .join(losses, "event_id", "left")
-            .withColumn("seen_before", F.coalesce("seen_before", F.lit(False)))
+            .withColumn("past_grace", self._past_grace(F.coalesce("carried_first_at", "first_at")))
             .cache()
         )
 
     @cached_property
-    def unmatched(self) -> DataFrame:
-        """Records with no outbox row yet: this window's new ones, and the carried ones."""
-        new = self.records_classified.where(
-            F.col("created_at").isNull() & ~F.col("seen_before") & F.col("lost_in_window").isNull()
-        ).select("event_id", "first_at", "copies", "partitions", "offsets")
-        carried = self.carried.join(self.matchable_outbox, "event_id", "left_anti").select(
-            "event_id", "first_at", "copies", "partitions", "offsets"
+    def records_classified(self) -> DataFrame:
+        """The events read in this window."""
+        return self.events.where(rules.in_topic()).withColumn("seen_before", F.coalesce("read_before", F.lit(False)))
+
+    def _unmatched(self, rule) -> DataFrame:
+        """Records with no outbox row that `rule` picks: this window's new ones and the carried
+        ones, which keep their first sighting."""
+        carried = F.coalesce("carried", F.lit(False))
+        return self.events.where(rule(EARLIER)).select(
+            "event_id",
+            *(
+                F.when(carried, F.col(f"carried_{c}")).otherwise(F.col(c)).alias(c)
+                for c in ("first_at", "copies", "partitions", "offsets")
+            ),
         )
-        return new.unionByName(carried).cache()
 
     @cached_property
     def applies(self) -> DataFrame:
@@ -162,33 +194,26 @@ class AuditWindow:
     # ------------------------------------------------------------------ outbox_topic
 
     def duplicate(self) -> DataFrame:
-        return _rows(
-            self.records_classified.where((F.col("copies") > 1) | F.col("seen_before")), OUTBOX_TOPIC, "duplicate"
-        )
+        return _rows(self.events.where(rules.duplicate(EARLIER)), OUTBOX_TOPIC, "duplicate")
 
     def late(self) -> DataFrame:
-        return _late(self.records_classified.where(F.col("lost_in_window").isNotNull()), OUTBOX_TOPIC, "first_at")
+        return _late(self.events.where(rules.late(EARLIER)), OUTBOX_TOPIC, "first_at")
 
     def lost(self) -> DataFrame:
         kind = F.when(F.col("status") == "acked", "lost_acked").otherwise("lost_unacked")
+        lost = rules.lost_acked(EARLIER) | rules.lost_unacked(EARLIER)
         return _rows(
-            self.due.join(self.seen_in_topic, "event_id", "left_anti").withColumn("occurred_at", F.col("created_at")),
+            self.events.where(lost).select("event_id", "status", F.col("created_at").alias("occurred_at")),
             OUTBOX_TOPIC,
             kind,
         )
 
     def unknown_landed(self) -> DataFrame:
-        return _rows(
-            self.due.where(F.col("status") != "acked").join(self.seen_in_topic, "event_id", "left_semi"),
-            OUTBOX_TOPIC,
-            "unknown_landed",
-        )
+        return _rows(self.events.where(rules.unknown_landed(EARLIER)), OUTBOX_TOPIC, "unknown_landed")
 
     def unexpected(self) -> DataFrame:
         return _rows(
-            self.unmatched.where(self._past_grace("first_at")).withColumn("occurred_at", F.col("first_at")),
-            OUTBOX_TOPIC,
-            "unexpected",
+            self._unmatched(rules.unexpected).withColumn("occurred_at", F.col("first_at")), OUTBOX_TOPIC, "unexpected"
         )
 
     def out_of_order(self) -> DataFrame:
@@ -299,7 +324,7 @@ class AuditWindow:
 
     def pending(self) -> DataFrame:
         """Records within the grace with no outbox row: the next window's `carried`."""
-        return self.unmatched.where(~self._past_grace("first_at"))
+        return self._unmatched(rules.pending)
 
     def sightings(self) -> DataFrame:
         """This window's rows of the seen-id index."""
@@ -398,9 +423,9 @@ def _rows(df: DataFrame, stage: str, kind: str | Column) -> DataFrame:
         F.lit(stage).alias("stage"),
         (F.lit(kind) if isinstance(kind, str) else kind).alias("kind"),
         "event_id",
-        have("copies", F.lit(0)).cast("int").alias("copies"),
-        have("partitions", F.array()).cast("array<int>").alias("partitions"),
-        have("offsets", F.array()).cast("array<bigint>").alias("offsets"),
+        F.coalesce(have("copies", F.lit(0)).cast("int"), F.lit(0)).alias("copies"),
+        F.coalesce(have("partitions", F.array()).cast("array<int>"), F.array().cast("array<int>")).alias("partitions"),
+        F.coalesce(have("offsets", F.array()).cast("array<bigint>"), F.array().cast("array<bigint>")).alias("offsets"),
         have("occurred_at", F.lit(None)).cast("timestamp").alias("occurred_at"),
         have("delay_ms", F.lit(None)).cast("bigint").alias("delay_ms"),
         have("lost_in_window", F.lit(None)).cast("timestamp").alias("lost_in_window"),

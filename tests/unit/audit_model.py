@@ -105,7 +105,7 @@ class Audit:
                 if e not in seen_topic:
                     report(OT, "lost_acked" if row.status == "acked" else "lost_unacked", e, 0)
                 elif row.status != "acked":
-                    report(OT, "unknown_landed", e, 0)
+                    report(OT, "unknown_landed", e, copies.get(e, 0))  # the copies read in this window
         unmatched = {
             e: first[e].at
             for e in copies

@@ -124,7 +124,7 @@ def test_every_planted_kind_is_found_in_its_stage_and_nothing_else(found):
         (OUTBOX_TOPIC, "late"): {"l": 1},
         (OUTBOX_TOPIC, "lost_acked"): {"x": 0},
         (OUTBOX_TOPIC, "lost_unacked"): {"f": 0},
-        (OUTBOX_TOPIC, "unknown_landed"): {"k": 0},
+        (OUTBOX_TOPIC, "unknown_landed"): {"k": 1},
         (OUTBOX_TOPIC, "unexpected"): {"u": 1, "c2": 1},
         (OUTBOX_TOPIC, "out_of_order"): {"o2": 1, "v4": 1},
         (TOPIC_SINK, "duplicate"): {"d": 2},
