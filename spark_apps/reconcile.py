@@ -49,7 +49,7 @@ from checker import cache
 from checker.driver import reconcile
 from checker.incremental import reconcile_window
 from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_source
-from delivery_semantics import audits, catalog
+from delivery_semantics import audits, catalog, stores
 
 PRINTED = (
     "reconciliation_id",
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 audit = audits.load(args.audit)
             except audits.AuditError as e:
                 raise InputError(str(e)) from None
-            outbox = Jdbc(spark, "SEMANTICS_SOURCE_JDBC", read_only=True)
+            outbox = stores.for_section(audit, "outbox")
             if args.window_end:
                 return _windows(spark, jdbc, kafka, audit, args.window_end, outbox)
             jobs = [(audit_source(audit, args.reconciliation_id, kafka), outbox)]
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                     f.cancel()
                 raise
         return 0
-    except InputError as e:
+    except (InputError, stores.StoreError) as e:
         print(f"reconcile: {e}", file=sys.stderr)
         return 2
     finally:
@@ -133,7 +133,7 @@ def _windows(spark, jdbc, kafka, audit, ends: list[str], outbox) -> int:
         ends_at = sorted(audits.window_end(e) for e in ends)
     except audits.AuditError as e:
         raise InputError(str(e)) from None
-    sink = Jdbc(spark, "SEMANTICS_SINK_JDBC", read_only=True) if audit.sink else None
+    sink = stores.for_section(audit, "sink") if audit.sink else None
     for end in ends_at:
         src = audit_source(audit, audits.window_id(audit, end), kafka)
         started = time.monotonic()

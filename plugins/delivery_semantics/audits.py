@@ -178,6 +178,8 @@ def validate(spec, where: str) -> None:
             f"{where}: alerts.max_open_discrepancies: counts a continuous audit's windows: it needs window"
         )
     if "query" in spec.get("outbox", {}):
+        from delivery_semantics.stores.sql import free_select
+
         free_select(spec["outbox"]["query"], f"{where}: outbox.query")
     strategy = spec.get("sink", {}).get("strategy")
     if strategy is not None and strategy not in SINK_STRATEGIES:
@@ -261,100 +263,6 @@ def reconciliation_id(audit: Audit, run_id: str | None = None) -> str:
 # --------------------------------------------------------------------------- SQL
 
 
-def quote_ident(name: str) -> str:
-    """A validated (schema-qualified) identifier, quoted: matched exactly, never parsed as SQL."""
-    parts = name.split(".")
-    if not 1 <= len(parts) <= 2 or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", p) for p in parts):
-        raise AuditError(f"{name!r} is not a SQL identifier")
-    return ".".join(f'"{p}"' for p in parts)
-
-
-PARTITION_KEY = "partition_key"
-
-
-def outbox_select(audit: Audit) -> str:
-    """The outbox rows as the checker reads them: each mapped column under its logical name (and
-    the partitioning column as `partition_key`). Identifiers quoted; a query only when allowed."""
-    ob = audit.outbox
-    items = [f"{quote_ident(col)} AS {logical}" for logical, col in ob["columns"].items()]
-    if "partitioning" in ob:
-        items.append(f"{quote_ident(ob['partitioning']['column'])} AS {PARTITION_KEY}")
-    if "table" in ob:
-        source = quote_ident(ob["table"])
-    elif ob.get("allow_query") is True:
-        # On lines of their own: a trailing `--` comment ends with its line.
-        source = f"(\n{free_select(ob['query'], audit.where('outbox.query'))}\n) AS outbox_query"
-    else:
-        raise AuditError(audit.where("outbox.query") + ": needs allow_query: true")
-    return f"SELECT {', '.join(items)} FROM {source}"
-
-
-# What a SELECT may not hold: a data-modifying WITH, SELECT INTO (creates a table), FOR UPDATE/SHARE.
-_WRITES = {
-    "InsertStmt": "writes (INSERT)",
-    "UpdateStmt": "writes (UPDATE)",
-    "DeleteStmt": "writes (DELETE)",
-    "MergeStmt": "writes (MERGE)",
-    "intoClause": "creates a table (SELECT INTO)",
-    "lockingClause": "locks rows (FOR UPDATE/SHARE)",
-}
-
-
-def free_select(text: str, where: str) -> str:
-    """Free SQL as PostgreSQL's own parser (libpg_query, through pglast) reads it: exactly one
-    statement, a SELECT that neither writes nor locks, or AuditError naming `where`. Returns that
-    statement's text, without a trailing semicolon, to be run as a subquery in a read-only
-    transaction. Checked here, before any database sees it: a read-only transaction alone does
-    not hold against `COMMIT; DROP TABLE ...` in the simple query protocol."""
-    from pglast.parser import ParseError, parse_sql_json
-
-    try:
-        stmts = json.loads(parse_sql_json(text))["stmts"] if text.strip() else []
-    except ParseError as e:
-        raise AuditError(f"{where}: not valid SQL: {e}") from None
-    if len(stmts) != 1:
-        raise AuditError(f"{where}: holds {len(stmts)} statements; free SQL is exactly one SELECT")
-    (stmt,) = stmts
-    if "SelectStmt" not in stmt["stmt"]:
-        kind = next(iter(stmt["stmt"]))
-        raise AuditError(f"{where}: is a {kind}, not a SELECT; free SQL is exactly one SELECT")
-    found = _nodes(stmt["stmt"], set(_WRITES))
-    if found:
-        raise AuditError(f"{where}: {_WRITES[min(found)]}; free SQL is a SELECT that only reads")
-    start = stmt.get("stmt_location", 0)
-    length = stmt.get("stmt_len", 0)
-    return (text[start : start + length] if length else text[start:]).strip()
-
-
-def _nodes(tree, names: set[str]) -> set[str]:
-    """Which of `names` are keys anywhere in a parse tree (pglast's JSON)."""
-    found: set[str] = set()
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            found |= names & node.keys()
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return found
-
-
-def sink_select(audit: Audit) -> str:
-    """The sink rows as the checker reads them, each mapped column under its logical name."""
-    items = [f"{quote_ident(col)} AS {logical}" for logical, col in audit.sink["columns"].items()]
-    return f"SELECT {', '.join(items)} FROM {quote_ident(audit.sink['table'])}"
-
-
-def time_bounded(select: str, column: str, since: datetime | None, until: datetime) -> str:
-    """`select` (whose logical column `column` is a time) restricted to [since, until). The bounds
-    are datetimes this module formats, never text from a file."""
-    low = f"{column} >= TIMESTAMPTZ '{since.astimezone(UTC).isoformat()}' AND " if since else ""
-    return (
-        f"SELECT * FROM ({select}) AS bounded WHERE {low}{column} < TIMESTAMPTZ '{until.astimezone(UTC).isoformat()}'"
-    )
-
-
 # --------------------------------------------------------------------------- alerts
 
 
@@ -391,7 +299,7 @@ def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Au
     the credentials, the topic exists, the outbox (and sink) database answers and its table and
     columns are there; and a continuous audit's windows come in order. Raises AuditError with one
     line."""
-    from delivery_semantics import endpoints, topics
+    from delivery_semantics import endpoints, stores, topics
 
     if not isinstance(audit, Audit):
         audit = load(audit)
@@ -399,17 +307,17 @@ def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Au
     try:
         kafka_conf = endpoints.kafka_config(audit.kafka_conn_id)
         endpoints.spark_kafka_options(kafka_conf)
-        db = endpoints.database(audit.outbox_conn_id)
-        sink_db = endpoints.database(audit.sink_conn_id) if audit.sink else None
-    except endpoints.EndpointError as e:
+        read = [stores.for_section(audit, s) for s in (("outbox", "sink") if audit.sink else ("outbox",))]
+        for store in read:  # the connection holds what its store needs
+            store.spark_env(store.conn_id, store.env_prefix)
+    except endpoints.EndpointError as e:  # a StoreError too
         raise AuditError(f"{audit.path}: connections: {e}") from None
     try:
         topics.check_topic(kafka_conf, audit.topic)
     except (ConnectionError, topics.TopicError) as e:
         raise AuditError(f"{audit.path}: connections.kafka ({audit.kafka_conn_id}): {e}") from None
-    check_outbox(audit, db)
-    if sink_db is not None:
-        check_sink(audit, sink_db)
+    for store in read:
+        store.check()
     if window_ends:
         check_window_order(audit, window_ends)
     check_notifier(audit)
@@ -446,39 +354,3 @@ def check_window_order(audit: Audit, window_ends: list[datetime]) -> None:
                 f"{latest.isoformat()}) was: windows run in order; rerun a recorded window or run one after the latest"
             )
         latest = max(latest or end, end)
-
-
-def check_outbox(audit: Audit, db) -> None:
-    _check_select(audit, db, outbox_select(audit), "outbox", f"connections.outbox ({audit.outbox_conn_id})")
-
-
-def check_sink(audit: Audit, db) -> None:
-    _check_select(audit, db, sink_select(audit), "sink", f"connections.sink ({audit.sink_conn_id})")
-
-
-def _check_select(audit: Audit, db, select: str, section: str, connection: str) -> None:
-    """The query with no rows, in a read-only transaction: the database answers, the role may
-    read, and every named table and column exists."""
-    import psycopg2
-    import psycopg2.errors
-
-    try:
-        conn = psycopg2.connect(**db.psycopg2_kwargs())
-    except psycopg2.OperationalError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise AuditError(f"{audit.path}: {connection}: the database cannot be reached: {first}") from None
-    try:
-        conn.set_session(readonly=True)
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT * FROM ({select}) AS checked LIMIT 0")
-    except psycopg2.Error as e:
-        spec = audit.spec[section]
-        field = f"{section}.query" if "query" in spec else section
-        if isinstance(e, psycopg2.errors.UndefinedColumn):
-            field = f"{section}.columns"
-        elif isinstance(e, psycopg2.errors.UndefinedTable):
-            field = f"{section}.table"
-        msg = (e.diag.message_primary or str(e)).strip().splitlines()[0]
-        raise AuditError(f"{audit.path}: {field}: {msg} (in database {db.database})") from None
-    finally:
-        conn.close()

@@ -275,10 +275,11 @@ def spark_application_env(
         "SEMANTICS_KAFKA_SPARK_OPTIONS": json.dumps(spark_kafka_options(kafka)),
         "PYTHONPATH": _pythonpath_with_package(),
     }
-    if source_conn_id:
-        env.update(database(source_conn_id).spark_env("SEMANTICS_SOURCE_JDBC"))
-    if sink_conn_id:
-        env.update(database(sink_conn_id).spark_env("SEMANTICS_SINK_JDBC"))
+    from delivery_semantics import stores
+
+    for section, conn_id in (("outbox", source_conn_id), ("sink", sink_conn_id)):
+        if conn_id:
+            env.update(stores.spark_env(conn_id, section))
     return env
 
 

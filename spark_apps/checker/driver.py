@@ -20,17 +20,18 @@ from checker.sources import (
 )
 from delivery_semantics import catalog
 from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
+from delivery_semantics.stores import Store
 
 
 def reconcile(
-    spark: SparkSession, jdbc: Jdbc, src: Source, outbox: Jdbc | None = None, dedup_copy: bool = True
+    spark: SparkSession, jdbc: Jdbc, src: Source, outbox: Store | None = None, dedup_copy: bool = True
 ) -> list[dict]:
-    """`jdbc` is the platform's database, which receives the results; `outbox` the database an
-    audit's outbox is read from, when it is another. Without `dedup_copy` no `dedup_events` rows
+    """`jdbc` is the platform's database, which receives the results; `outbox` the store an
+    audit's outbox is read from. Without `dedup_copy` no `dedup_events` rows
     are written (a quarter of the time at 10M events; docs/BENCHMARKS.md)."""
     single_read = src.transactional is False and not src.sink
     copy_wanted = src.judged_by_reader and dedup_copy
-    ledger = read_ledger(outbox or jdbc, src)
+    ledger = read_ledger(jdbc, src, outbox)
     if not src.ledger_wrote_topic:
         ledger = anomalies.without_positions(ledger)  # positions in another topic
     if isinstance(ledger, DataFrame):

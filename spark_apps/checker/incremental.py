@@ -10,16 +10,16 @@ unchanged. Windows run in order: a window before the latest recorded one, never 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from checker.sources import InputError, Jdbc, Source, read_ledger, read_topic, topic_offsets, typed
+from checker.sources import InputError, Jdbc, Source, outbox_ledger, read_topic, topic_offsets, typed
 from checker.windows import AuditWindow, discrepancies
 from delivery_semantics import audits, catalog
+from delivery_semantics.stores import Store
 
 COUNTED = catalog.window_columns()  # audit_windows column: (stage, kind) it counts
 _LOSSES = ", ".join(f"'{k}'" for k in catalog.LOSSES)  # the loss kinds as SQL literals
@@ -94,8 +94,8 @@ def reconcile_window(
     src: Source,
     audit: audits.Audit,
     end: datetime,
-    outbox_db: Jdbc,
-    sink_db: Jdbc | None,
+    outbox_store: Store,
+    sink_store: Store | None,
 ) -> dict:
     """One window of a continuous audit, read, classified and merged. Returns its audit_windows row."""
     b = Bounds(jdbc, src, audit, end)
@@ -115,17 +115,17 @@ def reconcile_window(
             spark, src, isolation, {p: o[0] for p, o in b.offsets.items()}, {p: o[1] for p, o in b.offsets.items()}
         ).cache()
         since = b.start - 2 * grace if b.start else None
-        bounded = audits.time_bounded(src.ledger["select"], "publish_at", since, end)
-        outbox_src = dataclasses.replace(src, ledger={**src.ledger, "select": bounded})
         outbox = (
-            read_ledger(outbox_db, outbox_src)
+            outbox_ledger(outbox_store.read(spark, "publish_at", since, end), src)
             .select("event_id", "status", F.col("publish_at").alias("created_at"))
             .where(F.col("event_id").isNotNull())
             .cache()
         )
         sink = None
-        if sink_db is not None:
-            sink = _read_sink(sink_db, audit, b.start, end).cache()
+        if sink_store is not None:
+            types = {"event_id": "string", "key": "string", "version": "bigint", "applied_at": "timestamp"}
+            applied = typed(sink_store.read(spark, "applied_at", b.start, end), types)
+            sink = applied.where(F.col("event_id").isNotNull()).cache()
 
         name, t, start = _name(audit), _ts(end), _ts(b.start)
         topic_due_for_sink = None
@@ -204,12 +204,6 @@ def _earlier_state(jdbc: Jdbc, name: str, t: str, start: str, ids_table: str, ke
             "GROUP BY s.side, s.key"
         ).cache(),
     }
-
-
-def _read_sink(sink_db: Jdbc, audit: audits.Audit, start: datetime | None, end: datetime) -> DataFrame:
-    df = sink_db.read(audits.time_bounded(audits.sink_select(audit), "applied_at", start, end))
-    types = {"event_id": "string", "key": "string", "version": "bigint", "applied_at": "timestamp"}
-    return typed(df, types).where(F.col("event_id").isNotNull())
 
 
 def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, totals: dict, counted: dict) -> dict:

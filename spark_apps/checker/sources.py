@@ -21,9 +21,10 @@ from dataclasses import dataclass, field, replace
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from checker import anomalies, cache
+from checker import anomalies, cache, formats
 from delivery_semantics import audits, catalog, generator
 from delivery_semantics.catalog import ISOLATIONS, READ_COMMITTED
+from delivery_semantics.stores import Store
 
 MIN_SPLIT_RECORDS = 50_000  # the fewest records per task of a split topic read
 # A partition's fetch, unless the connection sets its own: at 10M records, 8 MB fetches read the
@@ -120,7 +121,7 @@ def _platform_fields(layout: str) -> dict:
     if layout == generator.VALUE_LAYOUT:
         return {name: {"value_field": generator.VALUE_FIELDS.index(name)} for name in ("event_id", "seq", "publish_at")}
     if layout == generator.HEADERS_LAYOUT:
-        # Where the producer put them: `_field` looks elsewhere only when they are not there.
+        # Where the producer put them: `formats.header` looks elsewhere only when they are not there.
         return {
             name: {"header": header, "at": generator.HEADERS.index(header)}
             for name, header in (
@@ -179,7 +180,7 @@ def audit_source(audit: audits.Audit, reconciliation_id: str, kafka: Kafka) -> S
         rec.get("key", {"record_key": True}),
         rec.get("seq"),
         rec.get("publish_at"),
-        {"kind": "outbox", "select": audits.outbox_select(audit), **audit.outbox},
+        {"kind": "outbox", **audit.outbox},
         transactional=audit.transactional,
         audit=audit.name,
     )
@@ -378,47 +379,6 @@ def topic_offsets(src: Source, at_millis: int | None = None) -> dict[int, tuple[
 # --------------------------------------------------------------------------- reading
 
 
-def _field(spec: dict | None, dtype: str) -> F.Column | None:
-    if not spec:
-        return None
-    if "header" in spec:
-        # The first header of that name (a literal: a header name is never parsed as SQL). By
-        # position, not with a lambda, which Spark would evaluate per record outside generated code.
-        name = F.lit(spec["header"])
-        at = F.array_position(F.col("headers.key"), name)
-        raw = F.when(at > 0, F.col("headers")[(at - 1).cast("int")]["value"].cast("string"))
-        if "at" in spec:
-            # The expected position first: no array of the header keys built per record.
-            expected = [F.try_element_at(F.col("headers"), F.lit(i + 1)) for i in range(spec["at"] + 1)]
-            first_there = expected[-1]["key"] == name
-            for before in expected[:-1]:
-                first_there = first_there & (before["key"] != name)
-            raw = F.when(F.coalesce(first_there, F.lit(False)), expected[-1]["value"].cast("string")).otherwise(raw)
-    elif "json" in spec:
-        raw = F.get_json_object(F.col("value").cast("string"), spec["json"])
-    elif "value_field" in spec:
-        # A value with fewer fields than the layout's is malformed: every field of it is none.
-        # Spark splits once for all the fields of a record (common subexpressions).
-        fields = len(generator.VALUE_FIELDS)
-        parts = F.split(F.col("value").cast("string"), generator.SEPARATOR.decode(), fields)
-        raw = F.when(F.size(parts) == fields, parts[int(spec["value_field"])])
-    elif spec.get("record_key"):
-        raw = F.col("key").cast("string")
-    elif spec.get("value"):
-        raw = F.col("value").cast("string")
-    elif spec.get("timestamp"):
-        return F.col("timestamp")
-    else:
-        raise InputError(f"unknown field spec {spec}")
-    if dtype == "string":
-        return raw
-    if dtype == "bigint":
-        return raw.try_cast("bigint")
-    if dtype == "millis":
-        return F.timestamp_millis(raw.try_cast("bigint"))
-    raise ValueError(dtype)
-
-
 def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, end: dict) -> DataFrame:
     starting = json.dumps({src.topic: {str(p): o for p, o in start.items()}})
     ending = json.dumps({src.topic: {str(p): o for p, o in end.items()}})
@@ -440,10 +400,10 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
         reader = reader.option("minPartitions", str(len(end) * cores))
     df = reader.load()
     records = df.select(
-        _field(src.event_id, "string").alias("event_id"),
-        _field(src.key, "string").alias("key"),
-        (_field(src.seq, "bigint") if src.seq else F.lit(None).cast("bigint")).alias("seq"),
-        (_field(src.publish_at, "millis") if src.publish_at else F.col("timestamp")).alias("publish_at"),
+        formats.field(src.event_id, "string").alias("event_id"),
+        formats.field(src.key, "string").alias("key"),
+        (formats.field(src.seq, "bigint") if src.seq else F.lit(None).cast("bigint")).alias("seq"),
+        (formats.field(src.publish_at, "millis") if src.publish_at else F.col("timestamp")).alias("publish_at"),
         F.col("partition"),
         F.col("offset"),
         F.col("value"),
@@ -499,38 +459,28 @@ def read_sink(jdbc: Jdbc, src: Source) -> DataFrame:
     return anomalies.with_id_key(df.withColumn("value", F.lit(None).cast("binary")), src.id_prefix)
 
 
-def read_ledger(jdbc: Jdbc, src: Source) -> DataFrame | anomalies.OutcomeLedger:
-    """An outbox's ledger, one row per event: event_id and its ID_KEY, status (acked or unknown),
-    aborted_positions (none), key, seq and publish_at. A platform run's, its outcomes
-    (anomalies.OutcomeLedger)."""
+def read_ledger(jdbc: Jdbc, src: Source, outbox: Store | None = None) -> DataFrame | anomalies.OutcomeLedger:
+    """A platform run's ledger, its outcomes (anomalies.OutcomeLedger), from the platform's
+    database; or an audit's outbox, from its store (`outbox_ledger`)."""
     led = src.ledger
     if led["kind"] == "platform":
         return _platform_ledger(jdbc, led["run_id"], led["messages"])
-    cols = led["columns"]
-    part = led.get("partitioning")
-    partitioning = {}
-    if part:
-        lo, hi = part.get("lower_bound"), part.get("upper_bound")
-        if lo is None:
-            lo, hi = jdbc.scalar_rows(
-                f"SELECT min({audits.PARTITION_KEY}), max({audits.PARTITION_KEY}) FROM ({led['select']}) AS o", []
-            )[0]
-        partitioning = {
-            "partitionColumn": audits.PARTITION_KEY,
-            "lowerBound": int(lo or 0),
-            "upperBound": int(hi or 0) + 1,
-            "numPartitions": part.get("num_partitions", 8),
-        }
-    df = jdbc.read(led["select"], **partitioning)
+    return outbox_ledger(outbox.read(jdbc.spark), src)
+
+
+def outbox_ledger(rows: DataFrame, src: Source) -> DataFrame:
+    """An outbox's rows (a store's `read`) as a ledger, one row per event: event_id and its ID_KEY,
+    status (acked or unknown), aborted_positions (none), key, seq and publish_at."""
+    led = src.ledger
     # As Spark casts them to string: a boolean status reads "true", not Python's "True".
     acked_values = [str(v).lower() if isinstance(v, bool) else str(v) for v in led.get("acked_values", ["acked"])]
     status = (
         F.when(F.col("status").cast("string").isin(acked_values), "acked").otherwise("unknown")
-        if "status" in cols
+        if "status" in led["columns"]
         else F.lit("acked")
     )
     types = {"event_id": "string", "key": "string", "seq": "bigint", "publish_at": "timestamp", "status": "string"}
-    ledger = typed(df.withColumn("status", status), types).withColumn(
+    ledger = typed(rows.withColumn("status", status), types).withColumn(
         "aborted_positions", F.array().cast(anomalies.EMPTY_POSITIONS)
     )
     return anomalies.with_id_key(ledger, src.id_prefix)

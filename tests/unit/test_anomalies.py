@@ -330,7 +330,7 @@ def test_first_copies_keep_each_events_lowest_offset_with_its_payload(spark, mon
 @pytest.mark.parametrize("expected_at", [None, 0, 1, 2], ids=["no-hint", "hint-0", "hint-1", "hint-2"])
 def test_a_header_field_is_the_first_header_of_its_name(spark, expected_at):
     """With or without the position the platform's producer puts it at."""
-    from checker.sources import _field
+    from checker.formats import field
 
     headers = spark.createDataFrame(
         [
@@ -345,13 +345,14 @@ def test_a_header_field_is_the_first_header_of_its_name(spark, expected_at):
         "headers array<struct<key:string,value:binary>>",
     )
     spec = {"header": "event_id"} | ({"at": expected_at} if expected_at is not None else {})
-    read = [r[0] for r in headers.select(_field(spec, "string")).collect()]
+    read = [r[0] for r in headers.select(field(spec, "string")).collect()]
     assert read == ["r1-1", None, None, None, None, "r1-3", "r1-5"]
 
 
 def test_the_checker_reads_a_platform_record_as_the_python_readers_do(spark):
     """The value layout's fields, split once; a value with fewer fields is malformed in both."""
-    from checker.sources import _field, _platform_fields
+    from checker.formats import field
+    from checker.sources import _platform_fields
     from delivery_semantics.generator import Generator, record_fields
 
     gen = Generator("r20261125t000000_abcdef", 3, 12, 1)
@@ -360,7 +361,7 @@ def test_the_checker_reads_a_platform_record_as_the_python_readers_do(spark):
     fields = _platform_fields("value")
     df = spark.createDataFrame([(v,) for v in values], "value binary")
     read = df.select(
-        _field(fields["event_id"], "string"), _field(fields["seq"], "bigint"), _field(fields["publish_at"], "millis")
+        field(fields["event_id"], "string"), field(fields["seq"], "bigint"), field(fields["publish_at"], "millis")
     ).collect()
     expected = [record_fields(v, None) for v in values]
     assert [(r[0], r[1], int(r[2].timestamp() * 1000) if r[2] else None) for r in read] == expected

@@ -16,6 +16,7 @@ from conftest import REPO
 from delivery_semantics import catalog, load
 from delivery_semantics.client import producer_config
 from delivery_semantics.generator import slices
+from delivery_semantics.stores import sql
 
 
 @pytest.mark.parametrize(
@@ -212,10 +213,10 @@ def test_window_ends_and_ids_are_exact_and_in_utc():
     for bad in ("2026-11-23T14:00:00", "yesterday"):
         with pytest.raises(audits.AuditError):
             audits.window_end(bad)
-    assert audits.time_bounded("SELECT 1 AS t", "t", None, end) == (
+    assert sql.time_bounded("SELECT 1 AS t", "t", None, end) == (
         "SELECT * FROM (SELECT 1 AS t) AS bounded WHERE t < TIMESTAMPTZ '2026-11-23T14:00:00+00:00'"
     )
-    assert audits.sink_select(a) == (
+    assert sql.sink_select(a) == (
         'SELECT "event_id" AS event_id, "order_id" AS key, "version" AS version, "applied_at" AS applied_at '
         'FROM "public"."order_applies"'
     )
@@ -225,12 +226,12 @@ def test_identifiers_are_quoted_and_free_sql_only_where_allowed(tmp_path):
     from delivery_semantics import audits
 
     a = audits.load(ORDERS)
-    assert audits.outbox_select(a) == (
+    assert sql.outbox_select(a) == (
         'SELECT "id" AS event_id, "aggregate_id" AS key, "version" AS seq, "created_at" AS publish_at, '
         '"state" AS status, "seq_no" AS partition_key FROM "public"."outbox"'
     )
     with pytest.raises(audits.AuditError):
-        audits.quote_ident('x"; DROP TABLE t; --')
+        sql.quote_ident('x"; DROP TABLE t; --')
 
     def free_sql(s):
         s["outbox"] = {
@@ -241,7 +242,7 @@ def test_identifiers_are_quoted_and_free_sql_only_where_allowed(tmp_path):
 
     q = audits.load(_audit(tmp_path, free_sql))
     assert (
-        audits.outbox_select(q)
+        sql.outbox_select(q)
         == "SELECT \"id\" AS event_id FROM (\nSELECT id FROM outbox WHERE state <> 'TEST'\n) AS outbox_query"
     )
     assert audits.reconciliation_id(a, "scheduled__2026-11-23T10:00:00+00:00") == (
@@ -275,10 +276,9 @@ def test_free_sql_is_exactly_one_select_before_anything_runs(tmp_path, query, me
 
 
 def test_free_sql_runs_as_the_one_statement_it_is():
-    from delivery_semantics import audits
 
     q = "/* the sent rows */ SELECT id FROM outbox WHERE state = 'SENT; or not' -- no test rows\n;"
-    assert audits.free_select(q, "x") == "SELECT id FROM outbox WHERE state = 'SENT; or not' -- no test rows"
+    assert sql.free_select(q, "x") == "SELECT id FROM outbox WHERE state = 'SENT; or not' -- no test rows"
 
 
 @pytest.mark.parametrize(
@@ -292,7 +292,7 @@ def test_free_sql_runs_as_the_one_statement_it_is():
     ],
 )
 def test_a_value_that_is_the_id_itself_is_read(spark, tmp_path, spec, value, expected):
-    from checker.sources import _field
+    from checker.formats import field
     from delivery_semantics import audits
 
     def bare(s):
@@ -300,7 +300,7 @@ def test_a_value_that_is_the_id_itself_is_read(spark, tmp_path, spec, value, exp
 
     audits.load(_audit(tmp_path, bare))  # the schema takes it
     df = spark.createDataFrame([(value, b"k")], "value binary, key binary")
-    assert df.select(_field(spec, "string").alias("id")).first()["id"] == expected
+    assert df.select(field(spec, "string").alias("id")).first()["id"] == expected
 
 
 def test_kafka_security_settings_become_the_java_clients_for_spark():

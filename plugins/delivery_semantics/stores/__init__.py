@@ -1,0 +1,49 @@
+"""Where an audit's outbox and sink rows live. Each kind of store (PostgreSQL today) is one module
+with a `Store` subclass (stores/base.py), chosen by the type of the section's connection. A new
+store is its module and one line in STORES: nothing else names a store.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from delivery_semantics.stores.base import SECTIONS, Store, StoreError
+
+STORES = {  # an Airflow connection type: the store that reads it, as module:Class
+    "postgres": "delivery_semantics.stores.postgres:PostgresStore",
+}
+
+
+def store_class(conn_type: str) -> type[Store]:
+    if conn_type not in STORES:
+        raise StoreError(
+            f"a connection of type {conn_type!r} holds no store the audits read; one of: {', '.join(sorted(STORES))}"
+        )
+    module, _, cls = STORES[conn_type].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def for_section(audit, section: str, conn_type: str | None = None) -> Store:
+    """The store of an audit's `section` (outbox or sink). `conn_type` is the connection's type: the
+    caller's when it knows it, else looked up, or, in a Spark application, read from the
+    environment the submitter set (Store.spark_env)."""
+    if conn_type is None:
+        conn_type = Store.env_store(section)
+        if conn_type is None:
+            from delivery_semantics.endpoints import get_connection
+
+            conn_type = get_connection(Store.conn_id_of(audit, section)).conn_type or ""
+    return store_class(conn_type)(audit, section)
+
+
+def spark_env(conn_id: str, section: str) -> dict[str, str]:
+    """What a Spark application needs to read a section's store, by environment: the store's kind
+    and its connection."""
+    from delivery_semantics.endpoints import get_connection
+
+    conn = get_connection(conn_id)
+    cls = store_class(conn.conn_type or "")
+    return {f"{SECTIONS[section]}_STORE": conn.conn_type, **cls.spark_env(conn_id, SECTIONS[section])}
+
+
+__all__ = ["SECTIONS", "STORES", "Store", "StoreError", "for_section", "spark_env", "store_class"]
