@@ -28,8 +28,10 @@ import yaml
 from confluent_kafka import Producer
 
 import devstack
-from delivery_semantics import audits, reconcile, report, topics
-from delivery_semantics.endpoints import database, kafka_config
+from delivery_semantics.audit import audits
+from delivery_semantics.plumbing import reconcile, topics
+from delivery_semantics.plumbing.endpoints import database, kafka_config
+from delivery_semantics.reporting import report
 
 NAME = "bench_stream"
 TOPIC = "bench-stream"

@@ -18,8 +18,8 @@ import sys
 import time
 from datetime import date
 
-from delivery_semantics.generator import Generator, new_run_id
-from delivery_semantics.ledger import Ledger, Outcome, partition_name
+from delivery_semantics.history.ledger import Ledger, Outcome, partition_name
+from delivery_semantics.workload.generator import Generator, new_run_id
 
 BEFORE, NOW = "before V009", "now"
 

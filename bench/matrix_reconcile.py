@@ -17,8 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from reconcile import timed_submit
 
-from delivery_semantics import catalog, report
-from delivery_semantics import reconcile as checker
+from delivery_semantics import catalog
+from delivery_semantics.plumbing import reconcile as checker
+from delivery_semantics.reporting import report
 
 
 def matrix_runs(dag_run: str | None) -> tuple[str, list[str]]:

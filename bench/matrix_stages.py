@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import sqlalchemy as sa
 
-from delivery_semantics import report
+from delivery_semantics.reporting import report
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,11 +32,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 
 import devstack
-from delivery_semantics import catalog, load, topics
-from delivery_semantics.client import ProducerClient, few_collections, producer_config
-from delivery_semantics.endpoints import kafka_config
-from delivery_semantics.generator import Generator, new_run_id
-from delivery_semantics.ledger import Reports
+from delivery_semantics import catalog
+from delivery_semantics.history.ledger import Reports
+from delivery_semantics.plumbing import topics
+from delivery_semantics.plumbing.endpoints import kafka_config
+from delivery_semantics.workload import load
+from delivery_semantics.workload.client import ProducerClient, few_collections, producer_config
+from delivery_semantics.workload.generator import Generator, new_run_id
 
 # The load runner's defaults, which ledger_on's runs take: the other two measurements use the same.
 KEYS, SEED = load.LoadSpec.keys, load.LoadSpec.seed

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         "--",
         sys.executable,
         "-m",
-        "delivery_semantics.cli",
+        "delivery_semantics.plumbing.cli",
         "load",
         "run",
         "--mode",

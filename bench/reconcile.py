@@ -38,9 +38,11 @@ import time
 from datetime import date
 
 import devstack
-from delivery_semantics import catalog, load, reconcile
-from delivery_semantics.endpoints import kafka_config, spark_application_env
-from delivery_semantics.ledger import Ledger
+from delivery_semantics import catalog
+from delivery_semantics.history.ledger import Ledger
+from delivery_semantics.plumbing import reconcile
+from delivery_semantics.plumbing.endpoints import kafka_config, spark_application_env
+from delivery_semantics.workload import load
 
 
 def _tree_rss_peak(root_pid: int, stop: threading.Event, peaks: dict) -> None:

@@ -20,8 +20,8 @@ from producer import producer_performance
 
 import devstack
 from delivery_semantics import catalog
-from delivery_semantics.endpoints import kafka_config
-from delivery_semantics.nemesis import wait_healthy
+from delivery_semantics.faults.nemesis import wait_healthy
+from delivery_semantics.plumbing.endpoints import kafka_config
 from devstack import kafka as stack_kafka
 
 _with_links = stack_kafka.render_hosts_file

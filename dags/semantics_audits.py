@@ -17,7 +17,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-from delivery_semantics import audits
+from delivery_semantics.audit import audits
 from semantics_common import PlatformSparkSubmitOperator
 
 DEFAULTS = {"retries": 1, "retry_delay": pendulum.duration(minutes=1)}
@@ -50,7 +50,7 @@ def audit_dag(audit: audits.Audit):
         @task(retries=0)
         def preflight(run_id=None, data_interval_end=None, dag_run=None) -> str:
             """Refuses with the file's field or the endpoint named before Spark starts."""
-            from delivery_semantics import audits as a
+            from delivery_semantics.audit import audits as a
 
             rid = reconciled_as(a, run_id, data_interval_end, dag_run)
             a.preflight(audit.path, [a.window_end(rid)] if audit.windowed else ())
@@ -69,8 +69,8 @@ def audit_dag(audit: audits.Audit):
 
         @task(retries=0)
         def check(run_id=None, data_interval_end=None, dag_run=None) -> dict:
-            from delivery_semantics import audits as a
-            from delivery_semantics import report
+            from delivery_semantics.audit import audits as a
+            from delivery_semantics.reporting import report
 
             rid = reconciled_as(a, run_id, data_interval_end, dag_run)
             if windowed:
@@ -96,7 +96,7 @@ def broken_audit_dag(name: str, error: Exception):
     def invalid_audit():
         @task(retries=0)
         def validate() -> None:
-            from delivery_semantics import audits as a
+            from delivery_semantics.audit import audits as a
 
             a.load(a.audits_dir() / f"{name}.yaml")  # raises the file's error
 

@@ -24,19 +24,19 @@ def mapped_load(conf):
 
     @task
     def start_run(conf: dict, ti=None) -> list[dict]:
-        from delivery_semantics import orchestration
+        from delivery_semantics.plumbing import orchestration
 
         return orchestration.start_run(conf, orchestration.task_key(ti))
 
     @task(pool=CLUSTER_POOL)  # map index = producer number
     def produce(ledger_run: str, producer: int) -> dict:
-        from delivery_semantics import orchestration
+        from delivery_semantics.plumbing import orchestration
 
         return orchestration.produce(ledger_run, producer)
 
     @task(outlets=[RUNS_ASSET])
     def finish_run(slices: list[dict], outlet_events=None) -> str:
-        from delivery_semantics import orchestration
+        from delivery_semantics.plumbing import orchestration
 
         ledger_run = slices[0]["ledger_run"]
         print(orchestration.finish_run(ledger_run))
@@ -77,7 +77,7 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
         self.source_conn_id, self.sink_conn_id = source_conn_id, sink_conn_id
 
     def execute(self, context):
-        from delivery_semantics import endpoints
+        from delivery_semantics.plumbing import endpoints
 
         endpoints.prepare_spark_submit(self)
         return super().execute(context)

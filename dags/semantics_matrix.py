@@ -25,7 +25,7 @@ from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubm
 def semantics_matrix():
     @task(retries=0)
     def pairs(params=None) -> list[dict]:
-        from delivery_semantics import orchestration
+        from delivery_semantics.plumbing import orchestration
 
         return orchestration.matrix_confs(dict(params))
 
@@ -38,7 +38,7 @@ def semantics_matrix():
     def run_pair(conf: dict, ti=None) -> str:
         from airflow.sdk import get_current_context
 
-        from delivery_semantics import orchestration
+        from delivery_semantics.plumbing import orchestration
 
         get_current_context()["pair_label"] = f"{conf.get('mode') or conf['strategy']} x {conf['scenario']}"
         return orchestration.run_pair(conf, orchestration.task_key(ti))["run_id"]
@@ -55,7 +55,7 @@ def semantics_matrix():
 
     @task
     def report(run_ids: list[str], run_id=None) -> str:
-        from delivery_semantics import report as rep
+        from delivery_semantics.reporting import report as rep
 
         rows = rep.matrix_rows(list(run_ids))
         print("\n" + rep.matrix_text(rows))

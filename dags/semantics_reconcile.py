@@ -32,7 +32,7 @@ def semantics_reconcile():
 
     @task
     def report(run_ids: list[str]) -> str:
-        from delivery_semantics import report as rep
+        from delivery_semantics.reporting import report as rep
 
         rows = rep.matrix_rows(list(run_ids))
         print(rep.matrix_text(rows))

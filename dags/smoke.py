@@ -21,7 +21,7 @@ from semantics_common import PlatformSparkSubmitOperator
 def smoke():
     @task
     def produce(params=None, run_id=None) -> dict:
-        from delivery_semantics import smoke_load
+        from delivery_semantics.workload import smoke_load
 
         return smoke_load.produce(int(params["messages"]), run_id)
 
@@ -34,7 +34,7 @@ def smoke():
 
     @task
     def verify(produced: dict) -> int:
-        from delivery_semantics import smoke_load
+        from delivery_semantics.workload import smoke_load
 
         return smoke_load.verify(produced)
 

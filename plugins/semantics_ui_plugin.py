@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from delivery_semantics.report import UI_PREFIX as PREFIX
-from delivery_semantics.ui import app
+from delivery_semantics.reporting.report import UI_PREFIX as PREFIX
+from delivery_semantics.reporting.ui import app
 
 
 class DeliverySemanticsPlugin(AirflowPlugin):

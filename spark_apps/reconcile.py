@@ -49,7 +49,8 @@ from checker import cache
 from checker.driver import reconcile
 from checker.incremental import reconcile_window
 from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_source
-from delivery_semantics import audits, catalog, stores
+from delivery_semantics import catalog
+from delivery_semantics.audit import audits, stores
 
 PRINTED = (
     "reconciliation_id",

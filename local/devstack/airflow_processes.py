@@ -67,7 +67,7 @@ def migrate_airflow() -> str:
 
 def migrate_schema() -> str:
     os.environ.update({k: v for k, v in environment().items() if k.startswith("AIRFLOW_CONN_")})
-    from delivery_semantics import schema
+    from delivery_semantics.history import schema
 
     applied = schema.migrate()
     return f"applied {', '.join(applied)}" if applied else "current"

@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from delivery_semantics.nemesis import Backend, NemesisError
+from delivery_semantics.faults.nemesis import Backend, NemesisError
 from devstack.kafka import BROKER_IDS, BROKERS, broker_pid, links_of, start_broker
 
 

@@ -19,8 +19,8 @@ from checker.sources import (
     read_topic,
 )
 from delivery_semantics import catalog
+from delivery_semantics.audit.stores import Store
 from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
-from delivery_semantics.stores import Store
 
 
 def reconcile(

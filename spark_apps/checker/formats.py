@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from delivery_semantics import generator
+from delivery_semantics.workload import generator
 
 
 class FieldError(ValueError):

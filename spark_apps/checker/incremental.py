@@ -18,8 +18,9 @@ from pyspark.sql import functions as F
 
 from checker.sources import InputError, Jdbc, Source, outbox_ledger, read_topic, topic_offsets, typed
 from checker.windows import AuditWindow, discrepancies
-from delivery_semantics import audits, catalog
-from delivery_semantics.stores import Store
+from delivery_semantics import catalog
+from delivery_semantics.audit import audits
+from delivery_semantics.audit.stores import Store
 
 COUNTED = catalog.window_columns()  # audit_windows column: (stage, kind) it counts
 _LOSSES = ", ".join(f"'{k}'" for k in catalog.LOSSES)  # the loss kinds as SQL literals

@@ -22,9 +22,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checker import anomalies, cache, formats
-from delivery_semantics import audits, catalog, generator
+from delivery_semantics import catalog
+from delivery_semantics.audit import audits
+from delivery_semantics.audit.stores import Store
 from delivery_semantics.catalog import ISOLATIONS, READ_COMMITTED
-from delivery_semantics.stores import Store
+from delivery_semantics.workload import generator
 
 MIN_SPLIT_RECORDS = 50_000  # the fewest records per task of a split topic read
 # A partition's fetch, unless the connection sets its own: at 10M records, 8 MB fetches read the

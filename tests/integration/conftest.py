@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO / "local")]
 
 import devstack  # noqa: E402
-from delivery_semantics import topics  # noqa: E402
-from delivery_semantics.endpoints import kafka_config  # noqa: E402
+from delivery_semantics.plumbing import topics  # noqa: E402
+from delivery_semantics.plumbing.endpoints import kafka_config  # noqa: E402
 
 ARTIFACTS = REPO / "artifacts"
 

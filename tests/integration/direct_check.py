@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from delivery_semantics import readback
-from delivery_semantics.ledger import Ledger
+from delivery_semantics.history.ledger import Ledger
+from delivery_semantics.workload import readback
 
 
 @dataclass

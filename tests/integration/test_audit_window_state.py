@@ -24,8 +24,8 @@ import yaml
 from confluent_kafka import Producer
 from conftest import REPO, recreate_topic, run
 
-from delivery_semantics import report
-from delivery_semantics.endpoints import database, kafka_config
+from delivery_semantics.plumbing.endpoints import database, kafka_config
+from delivery_semantics.reporting import report
 
 MIN = timedelta(minutes=1)
 OT, TS = "outbox_topic", "topic_sink"

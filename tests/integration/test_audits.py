@@ -22,8 +22,11 @@ from confluent_kafka import Producer
 from conftest import REPO, recreate_topic, run
 
 import devstack
-from delivery_semantics import audits, load, reconcile, report
-from delivery_semantics.endpoints import database, kafka_config, ledger_database, spark_application_env
+from delivery_semantics.audit import audits
+from delivery_semantics.plumbing import reconcile
+from delivery_semantics.plumbing.endpoints import database, kafka_config, ledger_database, spark_application_env
+from delivery_semantics.reporting import report
+from delivery_semantics.workload import load
 
 ORDERS = REPO / "audits" / "orders.yaml"
 SECRETS = ("KAFKA_SCRAM_PASSWORD", "OUTBOX_READER_PASSWORD", "OUTBOX_OWNER_PASSWORD", "SEMANTICS_DB_PASSWORD")

@@ -9,12 +9,13 @@ from collections import Counter
 
 import pytest
 
-from delivery_semantics import consumer_workload, load, readback, reconcile
-from delivery_semantics.consumer_workload import ConsumerSpec, WorkloadError
-from delivery_semantics.endpoints import kafka_config, ledger_database
-from delivery_semantics.ledger import Ledger
-from delivery_semantics.report import query
-from delivery_semantics.sink import Sink, SinkRecord
+from delivery_semantics.history.ledger import Ledger
+from delivery_semantics.plumbing import reconcile
+from delivery_semantics.plumbing.endpoints import kafka_config, ledger_database
+from delivery_semantics.reporting.report import query
+from delivery_semantics.workload import consumer_workload, load, readback
+from delivery_semantics.workload.consumer_workload import ConsumerSpec, WorkloadError
+from delivery_semantics.workload.sink import Sink, SinkRecord
 
 MESSAGES = 6000
 

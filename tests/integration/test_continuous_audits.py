@@ -27,8 +27,10 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from conftest import REPO, recreate_topic, run
 
-from delivery_semantics import audits, reconcile, report
-from delivery_semantics.endpoints import database, kafka_config
+from delivery_semantics.audit import audits
+from delivery_semantics.plumbing import reconcile
+from delivery_semantics.plumbing.endpoints import database, kafka_config
+from delivery_semantics.reporting import report
 from devstack import mail as stack_mail
 
 AUDIT = audits.load(REPO / "audits" / "orders_stream.yaml")

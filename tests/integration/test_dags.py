@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO, run
 
 from delivery_semantics import catalog
-from delivery_semantics.report import query
+from delivery_semantics.reporting.report import query
 
 
 def dags_test(dag_id: str, conf: dict, name: str, timeout: float = 1200):

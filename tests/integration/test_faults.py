@@ -8,9 +8,10 @@ import json
 import pytest
 from direct_check import observe
 
-from delivery_semantics import catalog, load, readback, scenarios
-from delivery_semantics.ledger import Ledger
-from delivery_semantics.nemesis import wait_healthy
+from delivery_semantics import catalog
+from delivery_semantics.faults.nemesis import wait_healthy
+from delivery_semantics.history.ledger import Ledger
+from delivery_semantics.workload import load, readback, scenarios
 
 pytestmark = pytest.mark.faults
 

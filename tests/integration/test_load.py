@@ -13,10 +13,11 @@ import psycopg2
 import pytest
 from conftest import REPO
 
-from delivery_semantics import catalog, client, load, readback
-from delivery_semantics.endpoints import Database, ledger_database
-from delivery_semantics.generator import new_run_id
-from delivery_semantics.ledger import DuplicateEvent, Ledger
+from delivery_semantics import catalog
+from delivery_semantics.history.ledger import DuplicateEvent, Ledger
+from delivery_semantics.plumbing.endpoints import Database, ledger_database
+from delivery_semantics.workload import client, load, readback
+from delivery_semantics.workload.generator import new_run_id
 
 
 @pytest.fixture
@@ -186,7 +187,7 @@ def test_kill9_mid_run_loses_no_ledger_row_and_resume_completes(mode, kafka_conf
         [
             sys.executable,
             "-m",
-            "delivery_semantics.cli",
+            "delivery_semantics.plumbing.cli",
             "load",
             "run",
             "--mode",
@@ -227,7 +228,7 @@ def test_kill9_mid_run_loses_no_ledger_row_and_resume_completes(mode, kafka_conf
         [
             sys.executable,
             "-m",
-            "delivery_semantics.cli",
+            "delivery_semantics.plumbing.cli",
             "load",
             "resume",
             "--run-id",
@@ -345,7 +346,7 @@ def test_unreachable_postgres_is_refused_and_writes_nothing(kafka_conf):
 
 def test_cli_refuses_bad_input_with_exit_2_and_a_clear_message():
     res = subprocess.run(
-        [sys.executable, "-m", "delivery_semantics.cli", "load", "run", "--mode", "nope", "--messages", "10"],
+        [sys.executable, "-m", "delivery_semantics.plumbing.cli", "load", "run", "--mode", "nope", "--messages", "10"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -357,7 +358,7 @@ def test_cli_refuses_bad_input_with_exit_2_and_a_clear_message():
 
 _CRASH_AT = r"""
 import os, signal, sys
-from delivery_semantics import client, load
+from delivery_semantics.workload import client, load
 
 where, at, run_id = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 real = client.ProducerClient.commit

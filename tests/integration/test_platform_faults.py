@@ -16,10 +16,12 @@ from conftest import REPO
 from direct_check import observe
 
 import devstack
-from delivery_semantics import catalog, load, orchestration, readback, reconcile
-from delivery_semantics.endpoints import spark_application_env
-from delivery_semantics.ledger import Ledger, LedgerUnavailable
-from delivery_semantics.report import query
+from delivery_semantics import catalog
+from delivery_semantics.history.ledger import Ledger, LedgerUnavailable
+from delivery_semantics.plumbing import orchestration, reconcile
+from delivery_semantics.plumbing.endpoints import spark_application_env
+from delivery_semantics.reporting.report import query
+from delivery_semantics.workload import load, readback
 
 MESSAGES = 20_000
 
@@ -58,7 +60,7 @@ def test_postgres_restarted_mid_load_stops_the_producer_and_the_resume_completes
         [
             sys.executable,
             "-m",
-            "delivery_semantics.cli",
+            "delivery_semantics.plumbing.cli",
             "load",
             "run",
             "--mode",
@@ -117,7 +119,7 @@ def test_postgres_restarted_mid_load_stops_the_producer_and_the_resume_completes
 
 _PRODUCE_TASK = """
 import sys
-from delivery_semantics import orchestration
+from delivery_semantics.plumbing import orchestration
 orchestration.produce(sys.argv[1], 0)
 """
 

@@ -12,10 +12,11 @@ import psycopg2.extras
 import pytest
 from confluent_kafka import Producer
 
-from delivery_semantics import load, reconcile, topics
-from delivery_semantics.endpoints import ledger_database
-from delivery_semantics.generator import Event
-from delivery_semantics.ledger import Ledger, Outcome
+from delivery_semantics.history.ledger import Ledger, Outcome
+from delivery_semantics.plumbing import reconcile, topics
+from delivery_semantics.plumbing.endpoints import ledger_database
+from delivery_semantics.workload import load
+from delivery_semantics.workload.generator import Event
 
 
 def _db():
@@ -139,7 +140,7 @@ def planted(kafka_conf_module):
 
 @pytest.fixture(scope="module")
 def kafka_conf_module(stack_env):
-    from delivery_semantics.endpoints import kafka_config
+    from delivery_semantics.plumbing.endpoints import kafka_config
 
     return kafka_config()
 

@@ -19,9 +19,10 @@ from confluent_kafka.admin import ConfigResource, NewTopic
 from conftest import REPO, run
 
 import devstack
-from delivery_semantics import readback, topics
-from delivery_semantics.endpoints import ledger_database
-from delivery_semantics.nemesis import wait_healthy
+from delivery_semantics.faults.nemesis import wait_healthy
+from delivery_semantics.plumbing import topics
+from delivery_semantics.plumbing.endpoints import ledger_database
+from delivery_semantics.workload import readback
 
 STACK = str(REPO / "local" / "stack")
 

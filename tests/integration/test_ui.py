@@ -17,7 +17,9 @@ import pytest
 from conftest import ARTIFACTS, REPO
 
 import devstack
-from delivery_semantics import load, reconcile, report
+from delivery_semantics.plumbing import reconcile
+from delivery_semantics.reporting import report
+from delivery_semantics.workload import load
 
 PORT = 18080
 BASE = f"http://127.0.0.1:{PORT}"

@@ -126,7 +126,7 @@ def test_pairs_that_cannot_work_are_refused(mode, scenario, message):
 
 
 def test_timelines_are_data_with_known_actions():
-    from delivery_semantics.nemesis import Nemesis
+    from delivery_semantics.faults.nemesis import Nemesis
 
     for s in catalog.SCENARIOS.values():
         for step in s.timeline:
@@ -187,7 +187,7 @@ def test_a_form_left_without_a_transaction_size_gets_the_default():
     assert Param(**spec).resolve(500) == 500
     with pytest.raises(Exception, match=r"minimum|less than"):
         Param(**spec).resolve(0)
-    from delivery_semantics import orchestration
+    from delivery_semantics.plumbing import orchestration
 
     assert "txn_size" not in orchestration.validate_conf(
         {"mode": "transactional", "messages": 90_000, "txn_size": None}
@@ -231,7 +231,7 @@ def test_the_kinds_catalog_names_every_kind_of_the_design_once_with_its_counts()
 
 def test_the_checkers_kind_functions_are_the_catalogs_kinds():
     from checker import anomalies
-    from delivery_semantics import report
+    from delivery_semantics.reporting import report
 
     assert set(anomalies.KINDS) == {n for n, k in catalog.KINDS.items() if k.summary}
     assert {c for c in report.MATRIX_COLUMNS if c in catalog.summary_columns()} == set(

@@ -13,10 +13,11 @@ import sys
 import pytest
 from conftest import REPO
 
-from delivery_semantics import catalog, load
-from delivery_semantics.client import producer_config
-from delivery_semantics.generator import slices
-from delivery_semantics.stores import sql
+from delivery_semantics import catalog
+from delivery_semantics.audit.stores import sql
+from delivery_semantics.workload import load
+from delivery_semantics.workload.client import producer_config
+from delivery_semantics.workload.generator import slices
 
 
 @pytest.mark.parametrize(
@@ -75,7 +76,11 @@ def _cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
     env.update(extra_env, PYTHONPATH=str(REPO / "plugins"))
     return subprocess.run(
-        [sys.executable, "-m", "delivery_semantics.cli", *args], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "delivery_semantics.plumbing.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
 
 
@@ -162,7 +167,7 @@ def _audit(tmp_path, edit, base=ORDERS) -> str:
     ],
 )
 def test_an_audit_file_is_refused_naming_the_file_and_the_field(tmp_path, edit, message):
-    from delivery_semantics import audits
+    from delivery_semantics.audit import audits
 
     path = _audit(tmp_path, edit)
     with pytest.raises(audits.AuditError, match=f"^{path}: {message}"):
@@ -190,7 +195,7 @@ def test_an_audit_file_is_refused_naming_the_file_and_the_field(tmp_path, edit, 
     ],
 )
 def test_a_continuous_audit_file_is_refused_naming_the_file_and_the_field(tmp_path, edit, message):
-    from delivery_semantics import audits
+    from delivery_semantics.audit import audits
 
     path = _audit(tmp_path, edit, STREAM)
     with pytest.raises(audits.AuditError, match=f"^{path}: {message}"):
@@ -200,7 +205,7 @@ def test_a_continuous_audit_file_is_refused_naming_the_file_and_the_field(tmp_pa
 def test_window_ends_and_ids_are_exact_and_in_utc():
     from datetime import UTC, datetime, timedelta
 
-    from delivery_semantics import audits
+    from delivery_semantics.audit import audits
 
     a = audits.load(STREAM)
     assert (a.windowed, a.grace, a.sink_strategy) == (True, timedelta(minutes=10), "process_then_commit")
@@ -223,7 +228,7 @@ def test_window_ends_and_ids_are_exact_and_in_utc():
 
 
 def test_identifiers_are_quoted_and_free_sql_only_where_allowed(tmp_path):
-    from delivery_semantics import audits
+    from delivery_semantics.audit import audits
 
     a = audits.load(ORDERS)
     assert sql.outbox_select(a) == (
@@ -265,7 +270,7 @@ def test_identifiers_are_quoted_and_free_sql_only_where_allowed(tmp_path):
     ],
 )
 def test_free_sql_is_exactly_one_select_before_anything_runs(tmp_path, query, message):
-    from delivery_semantics import audits
+    from delivery_semantics.audit import audits
 
     def free_sql(s):
         s["outbox"] = {"query": query, "allow_query": True, "columns": {"event_id": "id"}}
@@ -293,7 +298,7 @@ def test_free_sql_runs_as_the_one_statement_it_is():
 )
 def test_a_value_that_is_the_id_itself_is_read(spark, tmp_path, spec, value, expected):
     from checker.formats import field
-    from delivery_semantics import audits
+    from delivery_semantics.audit import audits
 
     def bare(s):
         s["record"] = {"event_id": spec, "key": {"record_key": True}}
@@ -304,7 +309,7 @@ def test_a_value_that_is_the_id_itself_is_read(spark, tmp_path, spec, value, exp
 
 
 def test_kafka_security_settings_become_the_java_clients_for_spark():
-    from delivery_semantics.endpoints import EndpointError, spark_kafka_options
+    from delivery_semantics.plumbing.endpoints import EndpointError, spark_kafka_options
 
     conf = {
         "bootstrap.servers": "b:9093",
@@ -332,7 +337,7 @@ def test_kafka_security_settings_become_the_java_clients_for_spark():
 
 
 def test_the_kafka_connection_carries_the_sasl_secret_in_its_password_field(monkeypatch):
-    from delivery_semantics.endpoints import kafka_config, mask_secrets
+    from delivery_semantics.plumbing.endpoints import kafka_config, mask_secrets
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_SECURED",
@@ -353,7 +358,7 @@ def test_the_kafka_connection_carries_the_sasl_secret_in_its_password_field(monk
 def test_the_connection_in_the_docs_gives_librdkafka_and_spark_their_settings(monkeypatch):
     import re
 
-    from delivery_semantics.endpoints import kafka_config, spark_kafka_options
+    from delivery_semantics.plumbing.endpoints import kafka_config, spark_kafka_options
 
     (example,) = re.findall(r"```json\n(.*?)```", (REPO / "docs" / "RECONCILE.md").read_text(), flags=re.S)
     monkeypatch.setenv("AIRFLOW_CONN_DOCS_EXAMPLE", example)
@@ -369,7 +374,7 @@ def test_the_connection_in_the_docs_gives_librdkafka_and_spark_their_settings(mo
 
 
 def test_a_notifier_whose_provider_is_missing_is_refused_before_anything_runs(tmp_path):
-    from delivery_semantics import audits
+    from delivery_semantics.audit import audits
 
     audits.check_notifier(audits.load(STREAM))  # smtp: a provider Airflow installs with it
     slack = audits.load(_audit(tmp_path, lambda s: s["alerts"].update(notifier={"slack": {"channel": "#x"}}), STREAM))

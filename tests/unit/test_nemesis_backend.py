@@ -4,7 +4,7 @@ production nemesis never imports the local stack."""
 import pytest
 from conftest import REPO
 
-from delivery_semantics import nemesis
+from delivery_semantics.faults import nemesis
 
 
 def test_the_docker_backend_by_name(monkeypatch):
@@ -26,7 +26,7 @@ def test_the_local_stacks_backend_by_module_and_class(monkeypatch):
         ("", "use docker, or module:Class"),
         ("local", "use docker, or module:Class"),
         ("no_such_module:Backend", "No module named 'no_such_module'"),
-        ("delivery_semantics.nemesis:Timeline", "is not a nemesis Backend"),
+        ("delivery_semantics.faults.nemesis:Timeline", "is not a nemesis Backend"),
     ],
 )
 def test_an_unusable_backend_is_refused_in_one_line(monkeypatch, name, message):

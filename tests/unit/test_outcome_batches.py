@@ -5,10 +5,10 @@ import gc
 
 import pytest
 
-from delivery_semantics.client import few_collections
-from delivery_semantics.generator import Generator, record_fields, with_payload
-from delivery_semantics.ledger import Outcome, Reports, _array
-from delivery_semantics.ledger import outcome_batches as batches_of
+from delivery_semantics.history.ledger import Outcome, Reports, _array
+from delivery_semantics.history.ledger import outcome_batches as batches_of
+from delivery_semantics.workload.client import few_collections
+from delivery_semantics.workload.generator import Generator, record_fields, with_payload
 
 
 def outcome_batches(outcomes: list[Outcome]):

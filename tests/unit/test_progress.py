@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from delivery_semantics import catalog
-from delivery_semantics.progress import Progress, clock, matrix_size
+from delivery_semantics.reporting.progress import Progress, clock, matrix_size
 
 
 def test_piped_progress_is_one_line_a_step_with_elapsed_and_eta():
@@ -35,7 +35,7 @@ def test_the_matrix_size_follows_the_form():
 
 
 def test_a_reconciliation_steps_once_a_run_or_window_on_stderr(capsys):
-    from delivery_semantics.cli import _progress
+    from delivery_semantics.plumbing.cli import _progress
 
     with _progress(2, "reconciled run") as on_result:
         on_result({"reconciliation_id": "r1", "isolation": "read_committed", "verdict": "kept", "broken_by": None})

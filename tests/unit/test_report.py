@@ -7,7 +7,7 @@ import base64
 import re
 from datetime import UTC, datetime, timedelta
 
-from delivery_semantics.report import OBSERVED_COLOURS, matrix_grid_html, observed, trend_series, trends_png
+from delivery_semantics.reporting.report import OBSERVED_COLOURS, matrix_grid_html, observed, trend_series, trends_png
 
 
 def row(mode, scenario, lost=0, dup=0, verdict="kept", meets=True, expectation="lost = 0"):
@@ -86,7 +86,7 @@ def test_trends_group_points_by_subject_and_series_in_time_order():
 
 
 def test_the_report_and_the_ui_page_render_one_template_and_escape_what_they_show():
-    from delivery_semantics.report import MATRIX_COLUMNS, grid_view, render
+    from delivery_semantics.reporting.report import MATRIX_COLUMNS, grid_view, render
 
     bad = {
         **row("idempotent", "none"),
@@ -115,7 +115,7 @@ def test_the_report_and_the_ui_page_render_one_template_and_escape_what_they_sho
 def test_the_audits_section_lists_each_audits_latest_check_and_the_events_behind_it():
     from datetime import UTC, datetime
 
-    from delivery_semantics.report import render
+    from delivery_semantics.reporting.report import render
 
     t = datetime(2026, 11, 23, 14, 0, tzinfo=UTC)
     stream = {

@@ -26,10 +26,12 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from delivery_semantics import catalog, load, readback, topics
-from delivery_semantics.endpoints import Database, child_process_env, kafka_config, ledger_database
-from delivery_semantics.generator import new_run_id
-from delivery_semantics.ledger import Ledger
+from delivery_semantics import catalog
+from delivery_semantics.history.ledger import Ledger
+from delivery_semantics.plumbing import topics
+from delivery_semantics.plumbing.endpoints import Database, child_process_env, kafka_config, ledger_database
+from delivery_semantics.workload import load, readback
+from delivery_semantics.workload.generator import new_run_id
 
 
 class WorkloadError(ValueError):
@@ -182,7 +184,7 @@ def _drive(
             cmd = [
                 sys.executable,
                 "-m",
-                "delivery_semantics.cli",
+                "delivery_semantics.plumbing.cli",
                 "consumer_session",
                 "--consumer-run-id",
                 cid,

@@ -13,9 +13,9 @@ import psycopg2
 import psycopg2.extras
 
 from delivery_semantics import catalog
-from delivery_semantics.endpoints import Database, ledger_database
+from delivery_semantics.plumbing.endpoints import Database, ledger_database
 
-SQL_DIR = Path(os.environ.get("SEMANTICS_SQL_DIR", Path(__file__).resolve().parents[2] / "sql"))
+SQL_DIR = Path(os.environ.get("SEMANTICS_SQL_DIR", Path(__file__).resolve().parents[3] / "sql"))
 _VERSIONED = re.compile(r"^V(\d{3})__([a-z0-9_]+)\.sql$")
 # Any constant: serialises concurrent migrators (parallel Airflow tasks) on one database.
 _LOCK_KEY = 0x5E3A771C

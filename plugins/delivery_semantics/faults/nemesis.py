@@ -21,8 +21,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from delivery_semantics import topics
-from delivery_semantics.endpoints import TOXIPROXY_CONN_ID, get_connection
+from delivery_semantics.plumbing import topics
+from delivery_semantics.plumbing.endpoints import TOXIPROXY_CONN_ID, get_connection
 
 
 class NemesisError(RuntimeError):

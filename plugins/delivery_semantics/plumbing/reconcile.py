@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from delivery_semantics import catalog
-from delivery_semantics.endpoints import SPARK_CONF, spark_application_env, spark_apps_dir, spark_jars
+from delivery_semantics.plumbing.endpoints import SPARK_CONF, spark_application_env, spark_apps_dir, spark_jars
 
 
 @dataclass
@@ -65,7 +65,7 @@ def run(
     if (run_id is None) == (audit is None):
         raise ValueError("give exactly one of run_id or audit")
     if audit is not None:
-        from delivery_semantics import audits
+        from delivery_semantics.audit import audits
 
         args = ["--audit", str(audit.path)]
         if window_ends:

@@ -19,8 +19,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from delivery_semantics import catalog
 from delivery_semantics.catalog import ModeError
-from delivery_semantics.generator import Generator, event_id
-from delivery_semantics.ledger import Outcome, Report, Reports
+from delivery_semantics.history.ledger import Outcome, Report, Reports
+from delivery_semantics.workload.generator import Generator, event_id
 
 # Errors after which the record certainly is not in the log. Anything else (timeouts, lost
 # connections, NOT_ENOUGH_REPLICAS_AFTER_APPEND, purged in flight) may have been written.

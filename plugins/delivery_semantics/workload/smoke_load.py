@@ -8,8 +8,9 @@ import re
 import psycopg2
 from confluent_kafka import Producer
 
-from delivery_semantics import schema, topics
-from delivery_semantics.endpoints import kafka_config, ledger_database
+from delivery_semantics.history import schema
+from delivery_semantics.plumbing import topics
+from delivery_semantics.plumbing.endpoints import kafka_config, ledger_database
 
 
 def topic_for_run(run_id: str) -> str:

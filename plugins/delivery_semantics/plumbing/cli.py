@@ -1,4 +1,4 @@
-"""The command line: `local/semantics COMMAND ...` runs `python -m delivery_semantics.cli COMMAND ...`.
+"""The command line: `local/semantics COMMAND ...` runs `python -m delivery_semantics.plumbing.cli COMMAND ...`.
 
     load run --mode idempotent --messages 100000 [--scenario lost_ack] ...
     load resume --run-id RUN [--producer P]
@@ -27,7 +27,7 @@ from delivery_semantics import catalog
 
 
 def _overrides(pairs: list[str]) -> dict:
-    from delivery_semantics.load import LoadError
+    from delivery_semantics.workload.load import LoadError
 
     out = {}
     for p in pairs:
@@ -90,7 +90,7 @@ def _load_parser(sub) -> None:
 
 
 def _load(args):
-    from delivery_semantics import load, scenarios
+    from delivery_semantics.workload import load, scenarios
 
     if args.action == "resume":
         return load.resume(
@@ -137,7 +137,7 @@ def _consumer_parser(sub) -> None:
 
 
 def _consumer(args):
-    from delivery_semantics import consumer_workload
+    from delivery_semantics.workload import consumer_workload
 
     if args.action == "resume":
         return consumer_workload.resume(args.consumer_run_id)
@@ -163,7 +163,7 @@ def _session_parser(sub) -> None:
 def _consumer_session(args) -> int:
     from confluent_kafka import KafkaException
 
-    from delivery_semantics import consumers
+    from delivery_semantics.workload import consumers
 
     try:
         result = consumers.run_session(args.consumer_run_id, args.session, args.crash_after, args.timeout)
@@ -189,7 +189,7 @@ def _reconcile_parser(sub) -> None:
 
 
 def _reconcile(args) -> int:
-    from delivery_semantics import reconcile
+    from delivery_semantics.plumbing import reconcile
 
     if args.mapping:
         if args.no_dedup_copy:
@@ -207,7 +207,7 @@ def _reconcile(args) -> int:
 def _progress(total: int, what: str):
     """Progress of a Spark reconciliation on stderr (stdout keeps the JSON summaries): a step per
     run or window as the application prints its first summary."""
-    from delivery_semantics.progress import Progress
+    from delivery_semantics.reporting.progress import Progress
 
     progress = Progress(total, what, sys.stderr)
     progress.note(f"spark-submit: {total} to reconcile")
@@ -254,7 +254,7 @@ def _audit_parser(sub) -> None:
 
 
 def _audit(args) -> int:
-    from delivery_semantics import audits
+    from delivery_semantics.audit import audits
 
     if args.action == "run":
         return _audit_run(args.audit, args.reconciliation_id, args.master, args.window_end)
@@ -279,8 +279,9 @@ def _audit(args) -> int:
 
 def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str, window_ends=None) -> int:
     """Refused with one line and exit 2 before Spark starts when the file or an endpoint is bad."""
-    from delivery_semantics import audits, reconcile
-    from delivery_semantics.endpoints import EndpointError
+    from delivery_semantics.audit import audits
+    from delivery_semantics.plumbing import reconcile
+    from delivery_semantics.plumbing.endpoints import EndpointError
 
     try:
         audit = audits.load(name_or_path)
@@ -315,7 +316,7 @@ def _report_parser(sub) -> None:
 
 
 def _report(args) -> int:
-    from delivery_semantics import report
+    from delivery_semantics.reporting import report
 
     run_ids = args.runs.split(",") if args.runs else None
     if args.matrix_run:
@@ -333,7 +334,7 @@ def _report(args) -> int:
 def _run_and_summarise(args, work) -> int:
     """The tail of `load` and `consumer_workload`: the summary line (or JSON), exit 0 when the run
     completed, 2 when the input was refused before anything was written."""
-    from delivery_semantics.endpoints import EndpointError
+    from delivery_semantics.plumbing.endpoints import EndpointError
 
     try:
         result = work(args)

@@ -1,6 +1,6 @@
 """The consumer-side clients (DESIGN.md §3, consumer side): one consumer process of a consumer run.
 
-    python -m delivery_semantics.cli consumer_session --consumer-run-id C --session N [--crash-after K]
+    python -m delivery_semantics.plumbing.cli consumer_session --consumer-run-id C --session N [--crash-after K]
 
 It reads the run's input topic in the run's consumer group (read_committed, manual commits,
 static membership so that a restarted process takes over at once) to the end of every
@@ -30,11 +30,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from delivery_semantics import catalog
 from delivery_semantics.catalog import Strategy
-from delivery_semantics.endpoints import Database, kafka_config, ledger_database
-from delivery_semantics.generator import H_EVENT_ID, record_fields, with_payload
-from delivery_semantics.ledger import Ledger
-from delivery_semantics.nemesis import crash_here
-from delivery_semantics.sink import Sink, SinkRecord
+from delivery_semantics.faults.nemesis import crash_here
+from delivery_semantics.history.ledger import Ledger
+from delivery_semantics.plumbing.endpoints import Database, kafka_config, ledger_database
+from delivery_semantics.workload.generator import H_EVENT_ID, record_fields, with_payload
+from delivery_semantics.workload.sink import Sink, SinkRecord
 
 H_COPIED_FROM = "copied_from"
 

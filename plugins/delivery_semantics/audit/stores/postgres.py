@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from delivery_semantics.audits import AuditError
-from delivery_semantics.stores.base import Store
-from delivery_semantics.stores.sql import PARTITION_KEY, outbox_select, sink_select, time_bounded
+from delivery_semantics.audit.audits import AuditError
+from delivery_semantics.audit.stores.base import Store
+from delivery_semantics.audit.stores.sql import PARTITION_KEY, outbox_select, sink_select, time_bounded
 
 
 class PostgresStore(Store):
@@ -24,7 +24,7 @@ class PostgresStore(Store):
         import psycopg2
         import psycopg2.errors
 
-        from delivery_semantics.endpoints import database
+        from delivery_semantics.plumbing.endpoints import database
 
         db = database(self.conn_id)
         select = self.select()
@@ -52,7 +52,7 @@ class PostgresStore(Store):
 
     @classmethod
     def spark_env(cls, conn_id: str, prefix: str) -> dict[str, str]:
-        from delivery_semantics.endpoints import database
+        from delivery_semantics.plumbing.endpoints import database
 
         return database(conn_id).spark_env(f"{prefix}_JDBC")
 

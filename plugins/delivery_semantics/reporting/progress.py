@@ -2,7 +2,7 @@
 scenario and stage, the time elapsed and an ETA. On a terminal it is a live bar (tqdm); piped
 into a file or another program, one line per run.
 
-    python -m delivery_semantics.progress matrix --conf '{"messages": 15000}' --log var/logs/demo.log
+    python -m delivery_semantics.reporting.progress matrix --conf '{"messages": 15000}' --log var/logs/demo.log
 
 runs `airflow dags test semantics_matrix` with that conf, its output to the log, and follows its
 runs in the ledger while it goes: each run's line comes when its load has ended (the matrix loads
@@ -20,8 +20,9 @@ import time
 from datetime import UTC, datetime
 from typing import TextIO
 
-from delivery_semantics import catalog, orchestration
-from delivery_semantics.report import query
+from delivery_semantics import catalog
+from delivery_semantics.plumbing import orchestration
+from delivery_semantics.reporting.report import query
 
 
 def clock(seconds: float) -> str:

@@ -16,7 +16,7 @@ import psycopg2
 import psycopg2.extras
 
 from delivery_semantics import catalog
-from delivery_semantics.endpoints import ledger_database
+from delivery_semantics.plumbing.endpoints import ledger_database
 
 MATRIX_COLUMNS = (
     "mode",
@@ -510,7 +510,7 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
 
 
 def reports_dir() -> Path:
-    base = os.environ.get("SEMANTICS_REPORTS_DIR") or Path(__file__).resolve().parents[2] / "var" / "reports"
+    base = os.environ.get("SEMANTICS_REPORTS_DIR") or Path(__file__).resolve().parents[3] / "var" / "reports"
     return Path(base)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from delivery_semantics.endpoints import EndpointError
+from delivery_semantics.plumbing.endpoints import EndpointError
 
 # A section of an audit file: the prefix of the environment a Spark application reads it with.
 SECTIONS = {"outbox": "SEMANTICS_SOURCE", "sink": "SEMANTICS_SINK"}

@@ -19,12 +19,13 @@ import subprocess
 import threading
 import time
 
-from delivery_semantics import catalog, load
+from delivery_semantics import catalog
 from delivery_semantics.catalog import Scenario, ScenarioError, Step
-from delivery_semantics.endpoints import Database, kafka_config, ledger_database
-from delivery_semantics.generator import new_run_id, slices
-from delivery_semantics.ledger import Ledger
-from delivery_semantics.nemesis import Nemesis, NemesisError, backend_from_env, wait_healthy
+from delivery_semantics.faults.nemesis import Nemesis, NemesisError, backend_from_env, wait_healthy
+from delivery_semantics.history.ledger import Ledger
+from delivery_semantics.plumbing.endpoints import Database, kafka_config, ledger_database
+from delivery_semantics.workload import load
+from delivery_semantics.workload.generator import new_run_id, slices
 
 
 def prepare(spec: load.LoadSpec, scenario: Scenario) -> load.LoadSpec:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import psycopg2.extras
 
-from delivery_semantics.endpoints import Database
-from delivery_semantics.ledger import connect
+from delivery_semantics.history.ledger import connect
+from delivery_semantics.plumbing.endpoints import Database
 
 _EVENT_COLUMNS = (
     "consumer_run_id, event_id, dedup_key, key, seq, publish_at, source_partition, source_offset, "

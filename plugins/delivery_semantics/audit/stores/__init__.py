@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import importlib
 
-from delivery_semantics.stores.base import SECTIONS, Store, StoreError
+from delivery_semantics.audit.stores.base import SECTIONS, Store, StoreError
 
 STORES = {  # an Airflow connection type: the store that reads it, as module:Class
-    "postgres": "delivery_semantics.stores.postgres:PostgresStore",
+    "postgres": "delivery_semantics.audit.stores.postgres:PostgresStore",
 }
 
 
@@ -30,7 +30,7 @@ def for_section(audit, section: str, conn_type: str | None = None) -> Store:
     if conn_type is None:
         conn_type = Store.env_store(section)
         if conn_type is None:
-            from delivery_semantics.endpoints import get_connection
+            from delivery_semantics.plumbing.endpoints import get_connection
 
             conn_type = get_connection(Store.conn_id_of(audit, section)).conn_type or ""
     return store_class(conn_type)(audit, section)
@@ -39,7 +39,7 @@ def for_section(audit, section: str, conn_type: str | None = None) -> Store:
 def spark_env(conn_id: str, section: str) -> dict[str, str]:
     """What a Spark application needs to read a section's store, by environment: the store's kind
     and its connection."""
-    from delivery_semantics.endpoints import get_connection
+    from delivery_semantics.plumbing.endpoints import get_connection
 
     conn = get_connection(conn_id)
     cls = store_class(conn.conn_type or "")

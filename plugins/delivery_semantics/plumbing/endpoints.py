@@ -223,7 +223,7 @@ def child_process_env(kafka_conf: dict, db: Database) -> dict[str, str]:
 
 def _pythonpath_with_package() -> str:
     """PYTHONPATH with this package's parent directory first (once)."""
-    plugins_dir = str(Path(__file__).resolve().parents[1])
+    plugins_dir = str(Path(__file__).resolve().parents[2])
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != plugins_dir]
     return os.pathsep.join([plugins_dir, *rest])
 
@@ -252,7 +252,7 @@ def spark_jars() -> str:
     jars = os.environ.get("SEMANTICS_SPARK_JARS")
     if jars:
         return jars
-    cached = Path(__file__).resolve().parents[2] / ".cache" / "spark" / "jars"
+    cached = Path(__file__).resolve().parents[3] / ".cache" / "spark" / "jars"
     found = sorted(str(p) for p in cached.glob("*.jar"))
     if not found:
         raise EndpointError("no Spark jars: set SEMANTICS_SPARK_JARS or run local/setup")
@@ -275,7 +275,7 @@ def spark_application_env(
         "SEMANTICS_KAFKA_SPARK_OPTIONS": json.dumps(spark_kafka_options(kafka)),
         "PYTHONPATH": _pythonpath_with_package(),
     }
-    from delivery_semantics import stores
+    from delivery_semantics.audit import stores
 
     for section, conn_id in (("outbox", source_conn_id), ("sink", sink_conn_id)):
         if conn_id:
@@ -296,4 +296,4 @@ def prepare_spark_submit(op) -> None:
 
 
 def spark_apps_dir() -> Path:
-    return Path(os.environ.get("SEMANTICS_SPARK_APPS", Path(__file__).resolve().parents[2] / "spark_apps"))
+    return Path(os.environ.get("SEMANTICS_SPARK_APPS", Path(__file__).resolve().parents[3] / "spark_apps"))

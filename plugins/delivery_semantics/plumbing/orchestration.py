@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from delivery_semantics import catalog, consumer_workload, load, scenarios
-from delivery_semantics.ledger import Ledger
+from delivery_semantics import catalog
+from delivery_semantics.history.ledger import Ledger
+from delivery_semantics.workload import consumer_workload, load, scenarios
 
 
 class ConfError(ValueError):

@@ -22,12 +22,20 @@ from datetime import UTC, datetime
 
 from confluent_kafka import KafkaException, Producer
 
-from delivery_semantics import catalog, readback, topics
-from delivery_semantics.client import ProducerClient, few_collections, producer_config
-from delivery_semantics.endpoints import Database, child_process_env, kafka_config, ledger_database, mask_secrets
-from delivery_semantics.generator import RECORD_LAYOUT, Generator, new_run_id, slices
-from delivery_semantics.ledger import Ledger, Outcome, Reports
-from delivery_semantics.nemesis import crash_here
+from delivery_semantics import catalog
+from delivery_semantics.faults.nemesis import crash_here
+from delivery_semantics.history.ledger import Ledger, Outcome, Reports
+from delivery_semantics.plumbing import topics
+from delivery_semantics.plumbing.endpoints import (
+    Database,
+    child_process_env,
+    kafka_config,
+    ledger_database,
+    mask_secrets,
+)
+from delivery_semantics.workload import readback
+from delivery_semantics.workload.client import ProducerClient, few_collections, producer_config
+from delivery_semantics.workload.generator import RECORD_LAYOUT, Generator, new_run_id, slices
 
 BROKER_MESSAGE_MAX_BYTES = 1048588
 # Key, the event's fields in the value and record framing, generously: what a record adds to its
@@ -297,7 +305,7 @@ def spawn_producers(
             [
                 sys.executable,
                 "-m",
-                "delivery_semantics.cli",
+                "delivery_semantics.plumbing.cli",
                 "load",
                 "resume",
                 "--run-id",

@@ -8,7 +8,7 @@ import json
 import re
 from datetime import UTC, datetime
 
-from delivery_semantics.audits import Audit, AuditError
+from delivery_semantics.audit.audits import Audit, AuditError
 
 
 def quote_ident(name: str) -> str:

@@ -112,7 +112,7 @@ class Audit:
 
 
 def audits_dir() -> Path:
-    return Path(os.environ.get("SEMANTICS_AUDITS_DIR", Path(__file__).resolve().parents[2] / "audits"))
+    return Path(os.environ.get("SEMANTICS_AUDITS_DIR", Path(__file__).resolve().parents[3] / "audits"))
 
 
 def _schema() -> dict:
@@ -178,7 +178,7 @@ def validate(spec, where: str) -> None:
             f"{where}: alerts.max_open_discrepancies: counts a continuous audit's windows: it needs window"
         )
     if "query" in spec.get("outbox", {}):
-        from delivery_semantics.stores.sql import free_select
+        from delivery_semantics.audit.stores.sql import free_select
 
         free_select(spec["outbox"]["query"], f"{where}: outbox.query")
     strategy = spec.get("sink", {}).get("strategy")
@@ -299,7 +299,8 @@ def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Au
     the credentials, the topic exists, the outbox (and sink) database answers and its table and
     columns are there; and a continuous audit's windows come in order. Raises AuditError with one
     line."""
-    from delivery_semantics import endpoints, stores, topics
+    from delivery_semantics.audit import stores
+    from delivery_semantics.plumbing import endpoints, topics
 
     if not isinstance(audit, Audit):
         audit = load(audit)
@@ -341,7 +342,7 @@ def check_notifier(audit: Audit) -> None:
 def check_window_order(audit: Audit, window_ends: list[datetime]) -> None:
     """Each window follows the latest one recorded, or is a recorded one run again: a window's rows
     depend on the windows before it."""
-    from delivery_semantics import report
+    from delivery_semantics.reporting import report
 
     recorded = {
         r["window_end"] for r in report.query("SELECT window_end FROM audit_windows WHERE audit = %s", (audit.name,))

@@ -1,0 +1,1 @@
+"""The workload, Jepsen's generator and client: what a run sends (generator), the producer client and load runner, the consumers and their sink, a load under a fault scenario's timeline, and the readers of a topic."""
