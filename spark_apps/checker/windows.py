@@ -1,6 +1,8 @@
 """A continuous audit's window, classified: one function per kind and stage, over DataFrames, as
-checker/anomalies.py does for a whole topic. Reading the window and the state the earlier
-windows left, and writing this window's rows, are in checker/incremental.py.
+checker/anomalies.py does for a whole topic. The outbox_topic kinds apply the rules a batch
+applies (checker/rules.py) to one frame of the window's events, with what the earlier windows
+left (`EARLIER`): a batch is the window with nothing before it and everything due. Reading the
+window and that state, and writing this window's rows, are in checker/incremental.py.
 
 A window ends at `end` and follows the window that ended at `start` (None for the first, which
 reads everything before its end). With `grace` g:
