@@ -382,3 +382,25 @@ def test_a_notifier_whose_provider_is_missing_is_refused_before_anything_runs(tm
         audits.AuditError, match=r"alerts\.notifier\.slack: apache-airflow-providers-slack is not installed"
     ):
         audits.check_notifier(slack)
+
+
+def test_a_store_is_chosen_by_the_connections_type_and_an_unknown_one_is_refused(monkeypatch):
+    from delivery_semantics.audit import audits, stores
+    from delivery_semantics.audit.stores.postgres import PostgresStore
+
+    a = audits.load(ORDERS)
+    monkeypatch.delenv("SEMANTICS_SOURCE_STORE", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_OUTBOX_DB", json.dumps({"conn_type": "postgres", "host": "h", "schema": "d"}))
+    assert isinstance(stores.for_section(a, "outbox"), PostgresStore)
+    env = stores.spark_env("outbox_db", "outbox")
+    assert (
+        env["SEMANTICS_SOURCE_STORE"] == "postgres" and env["SEMANTICS_SOURCE_JDBC_URL"] == "jdbc:postgresql://h:5432/d"
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_OUTBOX_DB", json.dumps({"conn_type": "http", "host": "h"}))
+    with pytest.raises(
+        stores.StoreError, match=r"^a connection of type 'http' holds no store the audits read; one of: postgres$"
+    ):
+        stores.for_section(a, "outbox")
+    # In a Spark application the submitter's environment names the store.
+    monkeypatch.setenv("SEMANTICS_SOURCE_STORE", "postgres")
+    assert isinstance(stores.for_section(a, "outbox"), PostgresStore)
