@@ -309,8 +309,6 @@ def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Au
         kafka_conf = endpoints.kafka_config(audit.kafka_conn_id)
         endpoints.spark_kafka_options(kafka_conf)
         read = [stores.for_section(audit, s) for s in (("outbox", "sink") if audit.sink else ("outbox",))]
-        for store in read:  # the connection holds what its store needs
-            store.spark_env(store.conn_id, store.env_prefix)
     except endpoints.EndpointError as e:  # a StoreError too
         raise AuditError(f"{audit.path}: connections: {e}") from None
     try:
@@ -318,7 +316,10 @@ def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Au
     except (ConnectionError, topics.TopicError) as e:
         raise AuditError(f"{audit.path}: connections.kafka ({audit.kafka_conn_id}): {e}") from None
     for store in read:
-        store.check()
+        try:
+            store.check()
+        except endpoints.EndpointError as e:  # the connection lacks what its store needs
+            raise AuditError(f"{audit.path}: connections: {e}") from None
     if window_ends:
         check_window_order(audit, window_ends)
     check_notifier(audit)
