@@ -363,7 +363,7 @@ class AuditWindow:
         counted = {
             "records_read": self.records,
             "outbox_due": self.due,
-            "delivered": self.due.join(seen, "event_id", "left_semi"),
+            "delivered": self.events.where(F.coalesce("due", F.lit(False)) & rules.read_ever(EARLIER)),
             "pending_outbox": self.outbox.where(~self._past_grace("created_at")).join(seen, "event_id", "left_anti"),
             "pending_records": self.pending(),
             **({"sink_rows": self.sink} if self.sink is not None else {}),
