@@ -37,8 +37,9 @@ from delivery_semantics.history.ledger import Reports
 from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import kafka_config
 from delivery_semantics.workload import load
-from delivery_semantics.workload.client import ProducerClient, few_collections, producer_config
+from delivery_semantics.workload.client import LibrdkafkaClient, few_collections
 from delivery_semantics.workload.generator import Generator, new_run_id
+from delivery_semantics.workload.settings import resolve
 
 # The load runner's defaults, which ledger_on's runs take: the other two measurements use the same.
 KEYS, SEED = load.LoadSpec.keys, load.LoadSpec.seed
@@ -54,11 +55,11 @@ def ledger_off(
     run_id = new_run_id()
     topic = f"bench.off.{mode.name}.{run_id}"
     topics.ensure_topic(conf, topic, partitions=3)
-    pconf = {**conf, **producer_config(mode, overrides)}
+    pconf = {**conf, **resolve(mode, catalog.LIBRDKAFKA, overrides).conf}
     if mode.transactional:
         pconf["transactional.id"] = f"bench-{run_id}"
     gen = Generator(run_id, KEYS, payload, SEED)
-    client = ProducerClient(pconf, topic, gen, transactional=mode.transactional)
+    client = LibrdkafkaClient(pconf, topic, gen, transactional=mode.transactional)
     latencies = []
     with few_collections():  # as the load runner's session
         t0 = time.monotonic()
@@ -127,7 +128,7 @@ def producer_performance(
 ) -> dict:
     topic = f"bench.pp.{mode.name}.{new_run_id()}"
     topics.ensure_topic(conf, topic, partitions=3)
-    p = producer_config(mode, overrides)
+    p = resolve(mode, catalog.LIBRDKAFKA, overrides).effective
     props = {
         "bootstrap.servers": conf["bootstrap.servers"],
         "acks": p["acks"],
@@ -221,7 +222,7 @@ def main() -> int:
     overrides = dict(kv.split("=", 1) for kv in args.set)
     try:
         for name in args.modes.split(","):
-            producer_config(catalog.get_mode(name), overrides)
+            resolve(catalog.get_mode(name), catalog.LIBRDKAFKA, overrides)
     except catalog.ModeError as e:
         print(f"producer: {e}", file=sys.stderr)
         return 2

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from devstack import kafka, mail, postgres, toxiproxy
-from devstack.base import HOST, LOGS, REPO, SPARK_JARS, VAR
+from devstack.base import HOST, KAFKA_LIB, LOGS, REPO, SPARK_JARS, VAR
 
 # The nemesis's backend here, by module and class: the production nemesis does not import the
 # local stack.
@@ -43,6 +43,8 @@ def environment() -> dict[str, str]:
         **{f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(c) for conn_id, c in connections.items()},
         "SEMANTICS_NEMESIS_BACKEND": NEMESIS_BACKEND,
         "SEMANTICS_SPARK_JARS": jars,
+        # The Java load client's kafka-clients: the brokers' own version (one version of Kafka).
+        "SEMANTICS_KAFKA_CLIENT_JARS": str(KAFKA_LIB),
         "SPARK_LOCAL_IP": HOST,
     }
 

@@ -235,57 +235,212 @@ class Promise:
     text: str
     guarantees: frozenset[str]
     lifted_by: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    name: str = ""
 
     def in_force(self, scenario: str) -> list[str]:
         return [g for g in GUARANTEES if g in self.guarantees and scenario not in self.lifted_by.get(g, ())]
 
 
-def _promise(text: str, *guarantees: str, **lifted_by: tuple[str, ...]) -> Promise:
+def _promise(text: str, *guarantees: str, name: str = "", **lifted_by: tuple[str, ...]) -> Promise:
     unknown = set(guarantees) - set(GUARANTEES)
     assert not unknown, unknown
-    return Promise(text, frozenset(guarantees), MappingProxyType({g: frozenset(s) for g, s in lifted_by.items()}))
+    return Promise(text, frozenset(guarantees), MappingProxyType({g: frozenset(s) for g, s in lifted_by.items()}), name)
 
 
-# --------------------------------------------------------------------------- delivery modes
-
-# Keys every preset sets: librdkafka's defaults are not the Java client's.
-_COMMON_PRODUCER = {
-    # librdkafka's default is 5 ms. An unpaced load's batches fill to batch.size (1 MB) only at
-    # about 100 ms: 5,863 records a batch against 3,617 at 20 ms, and the machine spends 5.3-6.4 s
-    # of CPU on 1M records against 6.7-7.8 s. +10-25% records/s by mode, where ProducerPerformance,
-    # whose unkeyed batches are full either way, gains nothing measurable. A paced load pays it as
-    # ack latency (p50 107 ms against 28 ms at 5,000 records/s): set linger.ms lower to measure
-    # latency (docs/BENCHMARKS.md).
-    "linger.ms": "100",
-    "batch.num.messages": "10000",
-    "compression.type": "none",
-    "request.timeout.ms": "10000",
-    "message.timeout.ms": "60000",
-    "retry.backoff.ms": "100",
-    "queue.buffering.max.messages": "200000",
+# The promises a producer can be declared to keep: the presets' and a mode file's `promise`.
+PROMISES: dict[str, Promise] = {
+    p.name: p
+    for p in (
+        _promise("never a duplicate; loss allowed", "no_duplicates", name="no_duplicates"),
+        _promise(
+            "no loss of acked events while the leader survives; duplicates allowed",
+            "no_acked_loss",
+            name="no_acked_loss_while_leader_lives",
+            no_acked_loss=("leader_kill", "isolated_leader", "partitioned_leader"),
+        ),
+        _promise(
+            "no loss of acked events with min.insync.replicas=2 and one broker down; duplicates allowed",
+            "no_acked_loss",
+            name="no_acked_loss",
+        ),
+        _promise(
+            "no duplicates from retries within one producer session (a restart gets a new PID); no acked loss",
+            "no_duplicates",
+            "no_acked_loss",
+            name="no_duplicates_within_session",
+            no_duplicates=("producer_crash",),
+        ),
+        _promise(
+            "exactly once for read_committed readers, across restarts that reuse the transactional.id; "
+            "aborted batches never visible; a committed transaction visible whole or not at all",
+            "no_duplicates",
+            "no_acked_loss",
+            "no_aborted_visible",
+            "atomic_transactions",
+            name="exactly_once",
+        ),
+    )
 }
+
+
+# --------------------------------------------------------------------------- producer clients
+
+# The producer clients a load drives: librdkafka (confluent-kafka, in the load process) and the Java
+# client (kafka-clients, in a JVM the load process drives: clients/java). Settings keep each
+# client's own key names.
+LIBRDKAFKA, JAVA = "librdkafka", "java"
+CLIENTS = (LIBRDKAFKA, JAVA)
+
+# Keys every preset sets besides its semantics, per client: neither client's defaults are the
+# other's.
+_PRESET_TUNING = {
+    LIBRDKAFKA: {
+        # librdkafka's default is 5 ms. An unpaced load's batches fill to batch.size (1 MB) only at
+        # about 100 ms: 5,863 records a batch against 3,617 at 20 ms, and the machine spends 5.3-6.4 s
+        # of CPU on 1M records against 6.7-7.8 s. +10-25% records/s by mode, where
+        # ProducerPerformance, whose unkeyed batches are full either way, gains nothing measurable. A
+        # paced load pays it as ack latency (p50 107 ms against 28 ms at 5,000 records/s): set
+        # linger.ms lower to measure latency (docs/BENCHMARKS.md).
+        "linger.ms": "100",
+        "batch.num.messages": "10000",
+        "compression.type": "none",
+        "request.timeout.ms": "10000",
+        "message.timeout.ms": "60000",
+        "retry.backoff.ms": "100",
+        "queue.buffering.max.messages": "200000",
+    },
+    JAVA: {
+        # The same timeouts as librdkafka's presets, so that faults time out alike; batches per
+        # partition of up to 256 KB (the Java client's 16 KB default holds about 60 of these records).
+        "linger.ms": "100",
+        "batch.size": "262144",
+        "compression.type": "none",
+        "request.timeout.ms": "10000",
+        "delivery.timeout.ms": "60000",
+        "retry.backoff.ms": "100",
+    },
+}
+# The effective value of each setting a finding reads, when a mode does not set it: the client's
+# own default. The Java client's check reports its effective values itself (it also turns
+# idempotence off when another setting conflicts and idempotence was not asked for).
+CLIENT_DEFAULTS = {
+    LIBRDKAFKA: {
+        "acks": "all",
+        "enable.idempotence": "false",
+        "retries": str(RETRIES_MAX),
+        "max.in.flight.requests.per.connection": "1000000",
+    },
+    JAVA: {
+        "acks": "all",
+        "enable.idempotence": "true",
+        "retries": str(RETRIES_MAX),
+        "max.in.flight.requests.per.connection": "5",
+    },
+}
+# Set by the platform or the connection, never by a mode: the run's topic and transactional.id,
+# the record layout the checker reads, and the connection's address and credentials.
+PLATFORM_OWNED = {
+    LIBRDKAFKA: ("bootstrap.servers", "transactional.id", "on_delivery", "dr_cb", "dr_msg_cb", "error_cb", "stats_cb"),
+    JAVA: ("bootstrap.servers", "transactional.id", "key.serializer", "value.serializer", "interceptor.classes"),
+}
+# Prefixes of the settings the Kafka connection owns (its security settings), in both clients.
+CONNECTION_OWNED_PREFIXES = ("security.protocol", "sasl.", "ssl.")
+
+
+def owner_of(client: str, key: str) -> str | None:
+    """Why a mode may not set `key`, or None when it may."""
+    if key in PLATFORM_OWNED[client]:
+        return "the platform sets it for every run (topic, transactions and record layout are the platform's)"
+    if key.startswith(CONNECTION_OWNED_PREFIXES):
+        return "the Kafka connection sets it (security settings come from the connection)"
+    return None
+
+
+def _truthy(value) -> bool:
+    return str(value).strip().lower() in ("true", "1")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A producer setting that contradicts a guarantee the mode declares: reported with every run,
+    and named by the verdict when that guarantee is broken."""
+
+    guarantee: str
+    setting: str  # "key=value" as the mode set it (or the client's default)
+    why: str
+
+    def text(self) -> str:
+        return f"{self.setting} contradicts {self.guarantee}: {self.why}"
+
+
+def contradictions(promise: Promise, effective: Mapping[str, str], transactional: bool) -> list[Finding]:
+    """The settings (effective values, CLIENT_DEFAULTS filled in) that take away a guarantee the
+    promise declares. A contradiction is a finding, not a refusal: the run shows whether it bites."""
+    acks = {"-1": "all"}.get(str(effective.get("acks")), str(effective.get("acks")))
+    idempotent = _truthy(effective.get("enable.idempotence")) or transactional
+    out = []
+    # A promise that lifts no_acked_loss under the leader's faults has declared what acks=1 does.
+    if "no_acked_loss" in promise.guarantees and acks == "1" and not promise.lifted_by.get("no_acked_loss"):
+        out.append(
+            Finding(
+                "no_acked_loss",
+                "acks=1",
+                "the leader acks a write before any follower has it; a leader that dies or is cut off "
+                "first takes the write with it",
+            )
+        )
+    if "no_duplicates" in promise.guarantees and not idempotent and acks != "0":
+        out.append(
+            Finding(
+                "no_duplicates",
+                "enable.idempotence=false",
+                f"a send retried after a lost ack (retries={effective.get('retries')}, or a resend after a "
+                "timeout) is written again",
+            )
+        )
+    return out
 
 
 @dataclass(frozen=True)
 class DeliveryMode:
+    """A producer under test. A preset (the five built-in modes) runs on either client: its
+    `semantics` keys have the same name and meaning in both, and each client adds its tuning. A
+    mode file (modes/<name>.yaml, mode_files.py) names its client and gives that client's settings,
+    over the client's own defaults."""
+
     name: str
     description: str
-    producer: Mapping[str, str]
+    semantics: Mapping[str, str]
     isolation: str
     promise: Promise
     transactional: bool = False
     # at_most_once never resends: an event without an outcome may have been sent.
     resends_unacked: bool = True
+    client: str | None = None  # a mode file's; None: a preset
+    source: str | None = None  # a mode file's path
+
+    @property
+    def clients(self) -> tuple[str, ...]:
+        return (self.client,) if self.client else CLIENTS
+
+    def producer_settings(self, client: str | None = None) -> dict[str, str]:
+        client = client or self.client or LIBRDKAFKA
+        if client not in self.clients:
+            raise ModeError(f"mode {self.name} is declared for the {self.client} client, not {client}")
+        return dict(self.semantics) if self.client else {**_PRESET_TUNING[client], **self.semantics}
+
+    @property
+    def producer(self) -> dict[str, str]:
+        """The librdkafka settings (a Java mode file's own)."""
+        return self.producer_settings(self.client or LIBRDKAFKA)
 
     @property
     def waits_for_acks(self) -> bool:
-        return self.producer["acks"] != "0"
+        return str(self.semantics.get("acks", "all")) != "0"
 
 
-def _mode(name, description, settings, isolation, promise, **flags) -> DeliveryMode:
-    return DeliveryMode(
-        name, description, MappingProxyType({**_COMMON_PRODUCER, **settings}), isolation, promise, **flags
-    )
+def _mode(name, description, semantics, isolation, promise, **flags) -> DeliveryMode:
+    return DeliveryMode(name, description, MappingProxyType(dict(semantics)), isolation, PROMISES[promise], **flags)
 
 
 MODES: dict[str, DeliveryMode] = {
@@ -296,7 +451,7 @@ MODES: dict[str, DeliveryMode] = {
             "fire and forget: acks=0, no retries; a delivery report only means handed to the socket",
             {"acks": "0", "retries": "0", "enable.idempotence": "false", "max.in.flight.requests.per.connection": "5"},
             READ_UNCOMMITTED,
-            _promise("never a duplicate; loss allowed", "no_duplicates"),
+            "no_duplicates",
             resends_unacked=False,
         ),
         _mode(
@@ -309,11 +464,7 @@ MODES: dict[str, DeliveryMode] = {
                 "max.in.flight.requests.per.connection": "5",
             },
             READ_UNCOMMITTED,
-            _promise(
-                "no loss of acked events while the leader survives; duplicates allowed",
-                "no_acked_loss",
-                no_acked_loss=("leader_kill", "isolated_leader", "partitioned_leader"),
-            ),
+            "no_acked_loss_while_leader_lives",
         ),
         _mode(
             "at_least_once_all",
@@ -325,10 +476,7 @@ MODES: dict[str, DeliveryMode] = {
                 "max.in.flight.requests.per.connection": "5",
             },
             READ_UNCOMMITTED,
-            _promise(
-                "no loss of acked events with min.insync.replicas=2 and one broker down; duplicates allowed",
-                "no_acked_loss",
-            ),
+            "no_acked_loss",
         ),
         _mode(
             "idempotent",
@@ -340,12 +488,7 @@ MODES: dict[str, DeliveryMode] = {
                 "max.in.flight.requests.per.connection": "5",
             },
             READ_UNCOMMITTED,
-            _promise(
-                "no duplicates from retries within one producer session (a restart gets a new PID); no acked loss",
-                "no_duplicates",
-                "no_acked_loss",
-                no_duplicates=("producer_crash",),
-            ),
+            "no_duplicates_within_session",
         ),
         _mode(
             "transactional",
@@ -358,14 +501,7 @@ MODES: dict[str, DeliveryMode] = {
                 "transaction.timeout.ms": "60000",
             },
             READ_COMMITTED,
-            _promise(
-                "exactly once for read_committed readers, across restarts that reuse the transactional.id; "
-                "aborted batches never visible; a committed transaction visible whole or not at all",
-                "no_duplicates",
-                "no_acked_loss",
-                "no_aborted_visible",
-                "atomic_transactions",
-            ),
+            "exactly_once",
             transactional=True,
         ),
     )
@@ -791,11 +927,38 @@ def matrix_form(messages: int = 15_000) -> dict[str, dict]:
 # --------------------------------------------------------------------------- look-ups
 
 
+def file_modes() -> dict[str, DeliveryMode]:
+    """The modes of the valid mode files (modes/*.yaml); an invalid file has its own DAG saying why."""
+    from delivery_semantics import mode_files
+
+    return {name: f.mode for name, f in mode_files.discover() if isinstance(f, mode_files.ModeFile)}
+
+
+def all_modes() -> dict[str, DeliveryMode]:
+    """The presets, then the mode files."""
+    return {**MODES, **file_modes()}
+
+
 def get_mode(name: str) -> DeliveryMode:
-    try:
+    """A preset, or a mode file by its name (loaded and validated now)."""
+    if isinstance(name, str) and name in MODES:
         return MODES[name]
-    except (KeyError, TypeError):
-        raise ModeError(f"unknown mode {name!r}: choose one of {', '.join(MODES)}") from None
+    from delivery_semantics import mode_files
+
+    if isinstance(name, str) and mode_files.exists(name):
+        return mode_files.load(name).mode
+    raise ModeError(f"unknown mode {name!r}: choose one of {', '.join(all_modes())}")
+
+
+def get_client(name: str | None, mode: DeliveryMode) -> str:
+    """The client a run of `mode` uses: a mode file's own, or the one asked (librdkafka unless asked)."""
+    if name is None:
+        return mode.client or LIBRDKAFKA
+    if name not in CLIENTS:
+        raise ModeError(f"unknown client {name!r}: choose one of {', '.join(CLIENTS)}")
+    if name not in mode.clients:
+        raise ModeError(f"mode {mode.name} is declared for the {mode.client} client; it cannot run on {name}")
+    return name
 
 
 def get_strategy(name: str) -> Strategy:
@@ -831,13 +994,20 @@ def valid_pairs() -> list[tuple[str, str]]:
 
 
 def judged(name: str) -> DeliveryMode | Strategy | None:
-    """The mode or consumer strategy of that name, or None."""
-    return MODES.get(name) or STRATEGIES.get(name)
+    """The mode (a preset or a mode file) or consumer strategy of that name, or None."""
+    subject = MODES.get(name) or STRATEGIES.get(name)
+    if subject is None and name:
+        try:
+            subject = get_mode(name)
+        except ModeError:
+            return None
+    return subject
 
 
 def judged_rows() -> list[tuple[str, str, str, str]]:
-    """(name, side, isolation, promise) of every mode and strategy: the `catalog_judged` table."""
-    return [(m.name, PRODUCER, m.isolation, m.promise.text) for m in MODES.values()] + [
+    """(name, side, isolation, promise) of every mode (mode files too) and strategy: the
+    `catalog_judged` table."""
+    return [(m.name, PRODUCER, m.isolation, m.promise.text) for m in all_modes().values()] + [
         (s.name, CONSUMER, s.isolation, s.promise.text) for s in STRATEGIES.values()
     ]
 
@@ -858,6 +1028,12 @@ def _observed(counts: Mapping, name: str) -> int:
     if name == "lost":
         return int(counts.get("lost_acked") or 0) + int(counts.get("lost_unacked") or 0)
     return int(counts.get(name) or 0)
+
+
+def broken_settings(findings: list[Mapping], broken: list[str]) -> list[str]:
+    """The settings (runs.findings) that contradict a guarantee the broken kinds broke."""
+    guarantees = {KINDS[k].breaks for k in broken}
+    return [f["setting"] for f in findings if f["guarantee"] in guarantees]
 
 
 def meets_expectation(name: str, scenario: str, counts: Mapping) -> bool | None:

@@ -105,7 +105,7 @@ def reconcile(
     # these rows already.
     dedup = None
     if copy_wanted:
-        mode = catalog.MODES.get(src.judged_as or "")
+        mode = catalog.judged(src.judged_as or "")
         _, counts, obs = classified[mode.isolation if mode else READ_COMMITTED]
         dedup = obs.first_copies().select(
             obs.event_id(), F.lit(src.reconciliation_id).alias("reconciliation_id"), *anomalies.FIRST_COPY

@@ -65,6 +65,7 @@ def summary(src: Source, isolation: str, counts: dict, end: dict) -> dict:
         "promise": subject.promise.text if subject else None,
         "verdict": verdict,
         "broken_by": ",".join(broken) or None,
+        "broken_settings": ", ".join(catalog.broken_settings(src.findings, broken)) or None,
         "expectation": catalog.expectation_text(name, src.scenario) if name else None,
         "meets_expectation": catalog.meets_expectation(name, src.scenario, counts) if name else None,
         "end_offsets": json.dumps({str(p): o for p, o in sorted(end.items())}),

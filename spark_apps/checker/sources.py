@@ -90,6 +90,8 @@ class Source:
     # A consumer run's poll log and the topic it polled: {consumer_run_id, topic, end_offsets}.
     polled: dict | None = None
     audit: str | None = None
+    # A platform run's settings that contradict its mode's promise (runs.findings).
+    findings: list = field(default_factory=list)
 
     @property
     def id_prefix(self) -> str | None:
@@ -145,6 +147,7 @@ def platform_source(run: dict, kafka: Kafka) -> Source:
         **_platform_fields(run.get("record_layout", generator.HEADERS_LAYOUT)),
         transactional=catalog.get_mode(run["mode"]).transactional,
         ledger={"kind": "platform", "run_id": run["run_id"], "messages": int(run["messages"])},
+        findings=json.loads(run.get("findings") or "[]"),
     )
 
 
@@ -155,7 +158,7 @@ def consumer_source(crun: dict, input_run: dict, kafka: Kafka) -> Source:
     src = platform_source(input_run, kafka)
     src.reconciliation_id, src.judged_as, src.scenario = crun["consumer_run_id"], crun["strategy"], crun["scenario"]
     src.topic = crun["output_topic"] if copier else crun["input_topic"]
-    src.judged_by_reader, src.transactional = False, copier
+    src.judged_by_reader, src.transactional, src.findings = False, copier, []
     src.polled = {
         "consumer_run_id": crun["consumer_run_id"],
         "topic": crun["input_topic"],
@@ -636,8 +639,9 @@ def typed(df: DataFrame, types: dict[str, str]) -> DataFrame:
 
 def platform_run_source(jdbc: Jdbc, run_id: str, kafka: Kafka) -> Source:
     """A producer run, or a consumer run checked against its input run's ledger."""
-    run_cols = ("run_id", "topic", "mode", "scenario", "messages", "record_layout")
-    rows = jdbc.scalar_rows(f"SELECT {', '.join(run_cols)} FROM runs WHERE run_id = ?", [run_id])
+    run_cols = ("run_id", "topic", "mode", "scenario", "messages", "record_layout", "findings")
+    select = "SELECT run_id, topic, mode, scenario, messages, record_layout, findings::text FROM runs"
+    rows = jdbc.scalar_rows(f"{select} WHERE run_id = ?", [run_id])
     if rows:
         return platform_source(dict(zip(run_cols, rows[0], strict=False)), kafka)
     crun_cols = (
@@ -658,5 +662,5 @@ def platform_run_source(jdbc: Jdbc, run_id: str, kafka: Kafka) -> Source:
     if not rows:
         raise InputError(f"no run {run_id!r} in the ledger (neither a producer nor a consumer run)")
     crun = dict(zip(crun_cols, rows[0], strict=False))
-    input_run = jdbc.scalar_rows(f"SELECT {', '.join(run_cols)} FROM runs WHERE run_id = ?", [crun["source_run_id"]])
+    input_run = jdbc.scalar_rows(f"{select} WHERE run_id = ?", [crun["source_run_id"]])
     return consumer_source(crun, dict(zip(run_cols, input_run[0], strict=False)), kafka)

@@ -16,8 +16,8 @@ from conftest import REPO
 from delivery_semantics import catalog
 from delivery_semantics.audit.stores import sql
 from delivery_semantics.workload import load
-from delivery_semantics.workload.client import producer_config
 from delivery_semantics.workload.generator import slices
+from delivery_semantics.workload.settings import resolve
 
 
 @pytest.mark.parametrize(
@@ -25,22 +25,38 @@ from delivery_semantics.workload.generator import slices
     [
         ("idempotent", {"acks": "1"}, "enable.idempotence=true needs acks=all"),
         ("idempotent", {"max.in.flight": "6"}, "max.in.flight.requests.per.connection <= 5"),
-        ("at_most_once", {"retries": "3"}, "at_most_once means acks=0 and retries=0"),
-        ("transactional", {"enable.idempotence": "false"}, "transactional mode needs enable.idempotence=true"),
-        ("at_least_once", {"bootstrap.servers": "x:1"}, "cannot be overridden"),
+        ("transactional", {"enable.idempotence": "false"}, "transactional producer needs enable.idempotence=true"),
+        ("at_least_once", {"bootstrap.servers": "x:1"}, "cannot be set by a mode or a run: the platform sets it"),
+        ("at_least_once", {"transactional.id": "mine"}, "cannot be set by a mode or a run: the platform sets it"),
+        ("at_least_once", {"sasl.password": "x"}, "cannot be set by a mode or a run: the Kafka connection sets it"),
+        (
+            "at_least_once",
+            {"no.such.key": "1"},
+            'librdkafka refused the producer settings: No such configuration property: "no.such.key"',
+        ),
+        ("at_least_once", {"linger.ms": {"a": 1}}, "a setting's value is a string"),
         ("at_least_once", {"linger.ms": "-1"}, "linger.ms must be >= 0"),
         ("at_least_once", {"acks": "2"}, "must be 0, 1 or all"),
     ],
 )
-def test_contradictory_producer_settings_are_refused(mode, overrides, message):
-    with pytest.raises(catalog.ModeError, match=message):
-        producer_config(mode, overrides)
+def test_bad_or_owned_producer_settings_are_refused(mode, overrides, message):
+    with pytest.raises(catalog.ModeError, match=re.escape(message)):
+        resolve(catalog.get_mode(mode), catalog.LIBRDKAFKA, overrides)
 
 
 def test_a_mode_preset_sets_every_key_it_depends_on():
-    conf = producer_config("at_least_once", {"request.required.acks": "-1", "compression.codec": "lz4"})
-    assert (conf["acks"], conf["compression.type"], conf["enable.idempotence"]) == ("all", "lz4", "false")
-    assert producer_config("transactional")["transaction.timeout.ms"] == "60000"
+    r = resolve(catalog.get_mode("at_least_once"), None, {"request.required.acks": "-1", "compression.codec": "lz4"})
+    assert (r.conf["acks"], r.conf["compression.type"], r.conf["enable.idempotence"]) == ("all", "lz4", "false")
+    assert r.overrides == {"acks": "-1", "compression.type": "lz4"}
+    assert resolve(catalog.get_mode("transactional")).conf["transaction.timeout.ms"] == "60000"
+
+
+def test_a_setting_that_contradicts_the_promise_is_a_finding_not_a_refusal():
+    """at_most_once promises no duplicates: with acks=1 its retries may write twice."""
+    r = resolve(catalog.get_mode("at_most_once"), None, {"acks": "1", "retries": "3"})
+    assert [(f.guarantee, f.setting) for f in r.findings] == [("no_duplicates", "enable.idempotence=false")]
+    # at_least_once declares what acks=1 does: its promise lifts no_acked_loss under the leader's faults.
+    assert resolve(catalog.get_mode("at_least_once")).findings == []
 
 
 @pytest.mark.parametrize(
@@ -53,6 +69,7 @@ def test_a_mode_preset_sets_every_key_it_depends_on():
         ({"mode": "idempotent", "messages": 10, "run_id": "x'; DROP TABLE runs; --"}, "run id"),
         ({"mode": "idempotent", "messages": 10, "payload_bytes": 2_000_000}, "does not fit message.max.bytes"),
         ({"mode": "idempotent", "messages": 10, "overrides": {"no.such.key": "1"}}, "librdkafka refused"),
+        ({"mode": "idempotent", "messages": 10, "client": "go"}, "unknown client 'go'"),
         ({"mode": "idempotent", "messages": 10, "producers": 0}, "producers must be a positive integer"),
         ({"mode": "idempotent", "messages": 3, "producers": 4}, "producers must be at most 3"),
         ({"mode": "idempotent", "messages": 1000, "producers": 33}, "producers must be at most 32"),

@@ -70,8 +70,8 @@ def _write_catalog(cur) -> None:
         "stages = EXCLUDED.stages, breaks = EXCLUDED.breaks, description = EXCLUDED.description",
         catalog.kind_rows(),
     )
+    # Only added or updated: a run of a mode file since removed keeps its row, and its results.
     rows = catalog.judged_rows()
-    cur.execute("DELETE FROM catalog_judged WHERE name <> ALL(%s)", ([r[0] for r in rows],))
     psycopg2.extras.execute_values(
         cur,
         "INSERT INTO catalog_judged (name, side, isolation, promise) VALUES %s ON CONFLICT (name) DO UPDATE "

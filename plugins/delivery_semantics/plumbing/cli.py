@@ -32,7 +32,7 @@ def _overrides(pairs: list[str]) -> dict:
     out = {}
     for p in pairs:
         if "=" not in p:
-            raise LoadError(f"override {p!r} is not key=value (librdkafka key names)")
+            raise LoadError(f"override {p!r} is not key=value (the client's own key names)")
         k, v = p.split("=", 1)
         out[k.strip()] = v.strip()
     return out
@@ -42,7 +42,11 @@ def _load_parser(sub) -> None:
     ap = sub.add_parser("load", help="producer load under a delivery mode and a fault scenario")
     cmds = ap.add_subparsers(dest="action", required=True)
     run = cmds.add_parser("run", help="start a new run")
-    run.add_argument("--mode", required=True, help=f"one of {', '.join(catalog.MODES)}")
+    run.add_argument("--mode", required=True, help=f"a preset ({', '.join(catalog.MODES)}) or a mode file's name")
+    run.add_argument(
+        "--client",
+        help=f"the producer client: {' or '.join(catalog.CLIENTS)} (default: a mode file's own, or librdkafka)",
+    )
     run.add_argument(
         "--scenario", default="none", help=f"fault during the load: {', '.join(catalog.PRODUCER_SCENARIOS)}"
     )
@@ -72,7 +76,7 @@ def _load_parser(sub) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="librdkafka producer setting over the mode's preset (repeatable)",
+        help="producer setting over the mode's, in the client's key names (repeatable)",
     )
     res = cmds.add_parser("resume", help="run a producer session for an existing run: finish a crashed one")
     res.add_argument("--run-id", required=True)
@@ -113,6 +117,7 @@ def _load(args):
         topic=args.topic,
         run_id=args.run_id,
         overrides=_overrides(args.overrides),
+        client=args.client,
     )
     if args.scenario == "none":
         return load.start(spec, progress=not args.no_progress)

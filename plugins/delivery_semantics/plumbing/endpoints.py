@@ -119,17 +119,24 @@ _JAVA_SAME_KEYS = {
 
 
 def spark_kafka_options(conf: dict[str, str]) -> dict[str, str]:
-    """librdkafka settings as options of Spark's Kafka source (the Java client, `kafka.` prefix).
-    The SASL credentials become `kafka.sasl.jaas.config`, built here at submit time: the result
-    holds a secret and travels by environment only. Tuning keys of librdkafka's own are left out;
-    a security setting the Java client cannot take is refused rather than dropped."""
+    """librdkafka settings as options of Spark's Kafka source: the Java client's, `kafka.` prefix."""
+    return {f"kafka.{k}": v for k, v in java_client_config(conf).items()}
+
+
+def java_client_config(conf: dict[str, str]) -> dict[str, str]:
+    """A connection's librdkafka settings as the Java client's (Spark's Kafka source, the Java load
+    client). The SASL credentials become `sasl.jaas.config`, built here when the client starts: the
+    result holds a secret and travels by environment or stdin only. Tuning keys of librdkafka's own
+    are left out; a security setting the Java client cannot take is refused rather than dropped."""
     conf = {("sasl.mechanism" if k == "sasl.mechanisms" else k): v for k, v in conf.items()}
-    out = {f"kafka.{k}": v for k, v in conf.items() if k in _JAVA_SAME_KEYS}
+    out = {k: v for k, v in conf.items() if k in _JAVA_SAME_KEYS}
     if "ssl.ca.location" in conf:
-        out["kafka.ssl.truststore.type"] = "PEM"
-        out["kafka.ssl.truststore.location"] = conf["ssl.ca.location"]
+        out["ssl.truststore.type"] = "PEM"
+        out["ssl.truststore.location"] = conf["ssl.ca.location"]
     if "ssl.certificate.location" in conf or "ssl.key.location" in conf:
-        raise EndpointError("TLS client certificates (ssl.certificate.location) are not supported for Spark yet")
+        raise EndpointError(
+            "TLS client certificates (ssl.certificate.location) are not supported for the Java client yet"
+        )
     protocol = conf.get("security.protocol", "PLAINTEXT").upper()
     if protocol.startswith("SASL"):
         mechanism = conf.get("sasl.mechanism", "GSSAPI").upper()
@@ -138,7 +145,7 @@ def spark_kafka_options(conf: dict[str, str]) -> dict[str, str]:
         if not conf.get("sasl.username") or not conf.get("sasl.password"):
             raise EndpointError("SASL needs a user (the connection's login) and a password (its password field)")
         user, password = (conf[k].replace("\\", "\\\\").replace('"', '\\"') for k in ("sasl.username", "sasl.password"))
-        out["kafka.sasl.jaas.config"] = f'{_JAAS_MODULES[mechanism]} required username="{user}" password="{password}";'
+        out["sasl.jaas.config"] = f'{_JAAS_MODULES[mechanism]} required username="{user}" password="{password}";'
     return out
 
 

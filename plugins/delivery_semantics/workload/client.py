@@ -1,5 +1,7 @@
-"""The producer client: sends events under a delivery mode and turns every delivery report into
-a ledger outcome, getting the subtleties of DESIGN.md §2 right:
+"""The producer clients: send events under a delivery mode and turn every delivery report into a
+ledger outcome, getting the subtleties of DESIGN.md §2 right. `ProducerClient` holds what both
+clients share; `LibrdkafkaClient` runs librdkafka here, `java_client.JavaClient` the Java client
+in a JVM.
 
 - acks=0: a report carries no offset and only means "handed to the socket" -> `sent`, never `acked`;
 - a timed-out request may still have been written -> `unknown`, not `failed`;
@@ -17,8 +19,6 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from delivery_semantics import catalog
-from delivery_semantics.catalog import ModeError
 from delivery_semantics.history.ledger import Outcome, Report, Reports
 from delivery_semantics.workload.generator import Generator, event_id
 
@@ -65,79 +65,6 @@ def transactional_ids(transactional_id: str) -> list[str]:
     return [transactional_id] + [f"{transactional_id}.{i}" for i in range(1, TRANSACTIONAL_IDS)]
 
 
-# librdkafka aliases, so an override under either name is checked against the same rules.
-_ALIASES = {
-    "request.required.acks": "acks",
-    "message.send.max.retries": "retries",
-    "max.in.flight": "max.in.flight.requests.per.connection",
-    "delivery.timeout.ms": "message.timeout.ms",
-    "queue.buffering.max.ms": "linger.ms",
-    "compression.codec": "compression.type",
-}
-# Set by the runner or the connection, never by a mode override.
-_RESERVED = {"bootstrap.servers", "transactional.id", "on_delivery", "error_cb", "stats_cb"}
-
-
-def _norm_acks(v: str) -> str:
-    return {"-1": "all", "all": "all"}.get(str(v).strip().lower(), str(v).strip())
-
-
-def _bool(key: str, v) -> bool:
-    s = str(v).strip().lower()
-    if s in ("true", "1"):
-        return True
-    if s in ("false", "0"):
-        return False
-    raise ModeError(f"{key}={v!r} is not a boolean (true/false)")
-
-
-def _int(key: str, v) -> int:
-    try:
-        return int(str(v).strip())
-    except ValueError:
-        raise ModeError(f"{key}={v!r} is not an integer") from None
-
-
-def producer_config(mode: catalog.DeliveryMode | str, overrides: dict | None = None) -> dict[str, str]:
-    """The mode's preset merged with overrides (librdkafka key names), normalised and checked for
-    contradictions before anything is sent."""
-    mode = catalog.get_mode(mode) if isinstance(mode, str) else mode
-    conf = dict(mode.producer)
-    for key, value in (overrides or {}).items():
-        key = _ALIASES.get(key, key)
-        if key in _RESERVED:
-            raise ModeError(f"{key} cannot be overridden: the runner sets it from the connection and run")
-        conf[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    conf["acks"] = _norm_acks(conf["acks"])
-    if conf["acks"] not in ("0", "1", "all"):
-        raise ModeError(f"acks={conf['acks']!r} must be 0, 1 or all")
-    idempotent = _bool("enable.idempotence", conf["enable.idempotence"])
-    retries = _int("retries", conf["retries"])
-    in_flight = _int("max.in.flight.requests.per.connection", conf["max.in.flight.requests.per.connection"])
-    for key in ("message.timeout.ms", "request.timeout.ms", "linger.ms"):
-        if _int(key, conf[key]) < 0:
-            raise ModeError(f"{key} must be >= 0")
-    if retries < 0 or in_flight < 1:
-        raise ModeError("retries must be >= 0 and max.in.flight.requests.per.connection >= 1")
-    if idempotent:
-        if conf["acks"] != "all":
-            raise ModeError(
-                f"enable.idempotence=true needs acks=all, got acks={conf['acks']}: "
-                "the broker can only de-duplicate what all in-sync replicas acknowledged"
-            )
-        if in_flight > 5:
-            raise ModeError(
-                f"enable.idempotence=true needs max.in.flight.requests.per.connection <= 5, got {in_flight}"
-            )
-        if retries == 0:
-            raise ModeError("enable.idempotence=true needs retries > 0: idempotence exists to make retries safe")
-    if mode.transactional and not idempotent:
-        raise ModeError("the transactional mode needs enable.idempotence=true (transactions are built on it)")
-    if mode.name == "at_most_once" and (retries > 0 or conf["acks"] != "0"):
-        raise ModeError("at_most_once means acks=0 and retries=0; a retrying or acking producer is at_least_once")
-    return conf
-
-
 class ProducerFenced(RuntimeError):
     """A newer producer with the same transactional.id took over; this session must stop."""
 
@@ -150,7 +77,7 @@ def classify_error(err: KafkaError) -> str:
 class Written:
     """A transaction whose records all have their reports, not yet committed or aborted."""
 
-    producer: Producer
+    producer: object  # the client's handle of the transactional.id it was written under
     records: list[tuple[int, int]]
     txn_no: int
     delivered: list[Report]
@@ -173,20 +100,113 @@ def few_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
-class ProducerClient:
-    """Sends a run's events, given as (n, publish_at_ms) records, and collects their delivery
-    reports as `Reports`. The records go to librdkafka a batch at a time (produce_batch), each as
-    the generator's value and key; a clean report is one tuple, no Event or Outcome object."""
+class AbortRequired(RuntimeError):
+    """The broker requires the open transaction to be aborted (an abortable error)."""
 
-    def __init__(self, conf: dict, topic: str, gen: Generator, *, transactional: bool):
+
+class ProducerClient:
+    """What both clients share: a run's events go out as (n, publish_at_ms) records, and their
+    reports come back as `Reports`; a transaction is written, then committed or aborted, and its
+    events' outcomes follow from that. A client subclass sends and commits; this class turns what
+    it learns into outcomes."""
+
+    def __init__(self, topic: str, gen: Generator, *, transactional: bool, acks0: bool):
         self.topic, self.gen, self.run_id, self.transactional = topic, gen, gen.run_id, transactional
-        self.acks0 = conf.get("acks") == "0"
+        self.acks0 = acks0
         self.produced = 0
         self.errors: list[str] = []
         self._done = Reports(self.run_id)
-        # Reports since the last drain, or of the open transaction.
+        # Reports since the last drain, or of the open transaction: (n, partition, offset, latency_us).
         self._delivered: list[Report] = []
         self._failed: list[Outcome] = []
+
+    def _take(self) -> tuple[list[Report], list[Outcome]]:
+        """The reports since the last take."""
+        out = self._delivered, self._failed
+        self._delivered, self._failed = [], []
+        return out
+
+    def _failure(self, n: int, status: str, latency_us: int | None, error: str) -> Outcome:
+        return Outcome(event_id(self.run_id, n), status, latency_us=latency_us, error=error, n=n)
+
+    def drain(self) -> Reports:
+        """The outcomes learned since the last drain."""
+        if not self.transactional:
+            delivered, failed = self._take()
+            self._done.extend("sent" if self.acks0 else "acked", None, delivered)
+            self._done.others.extend(failed)
+        out, self._done = self._done, Reports(self.run_id)
+        return out
+
+    def commit(self, written: Written, before_commit: Callable[[Reports], None]) -> bool:
+        """Commits a written transaction. Returns True when it committed; False when it was aborted
+        (a record failed, or the broker required it), in which case every event got an `aborted`
+        outcome. `before_commit` receives the `written` outcomes and must make them durable: if this
+        process dies during the commit, they are how a resume learns what to check. Safe to call in
+        another thread while the next transaction is written under the other id."""
+        if written.failed:
+            self.abort(written)
+            return False
+        reports = Reports(self.run_id)
+        reports.extend("written", written.txn_no, list(written.delivered))
+        before_commit(reports)
+        try:
+            self._commit_transaction(written.producer)
+        except AbortRequired:
+            self.abort(written)
+            return False
+        self._done.commit(written.txn_no, written.delivered)
+        return True
+
+    def abort(self, written: Written) -> None:
+        """Aborts a written transaction: every event gets an `aborted` outcome."""
+        self._abort_transaction(written.producer)
+        delivered = {r[0]: r for r in written.delivered}
+        failed = {o.n: o for o in written.failed}
+        for n, _ in written.records:
+            r, f = delivered.get(n), failed.get(n)
+            self._done.others.append(
+                Outcome(
+                    event_id(self.run_id, n),
+                    "aborted",
+                    r[1] if r else None,
+                    r[2] if r else None,
+                    r[3] if r else f.latency_us if f else None,
+                    written.txn_no,
+                    f.error if f else None,
+                    n,
+                )
+            )
+
+    def pause(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    # What a client does: send, flush, write a transaction, commit, abort, close.
+    def send(self, records: list[tuple[int, int]]) -> None:
+        raise NotImplementedError
+
+    def flush(self, timeout: float) -> int:
+        raise NotImplementedError
+
+    def write_transaction(self, records: list[tuple[int, int]], txn_no: int) -> Written:
+        raise NotImplementedError
+
+    def _commit_transaction(self, producer) -> None:
+        raise NotImplementedError
+
+    def _abort_transaction(self, producer) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class LibrdkafkaClient(ProducerClient):
+    """librdkafka in this process. The records go to librdkafka a batch at a time (produce_batch),
+    each as the generator's value and key; a clean report is one tuple, no Event or Outcome object."""
+
+    def __init__(self, conf: dict, topic: str, gen: Generator, *, transactional: bool):
+        super().__init__(topic, gen, transactional=transactional, acks0=conf.get("acks") == "0")
         # When transactional, the producer of the current or next transaction, one of `_turns`.
         self.producer = Producer({**conf, "error_cb": self._on_error})
         self._turns = [self.producer]
@@ -218,18 +238,7 @@ class ProducerClient:
         if err is None:
             self._delivered.append((n, msg.partition(), None if self.acks0 else msg.offset(), latency_us))
         else:
-            self._failed.append(
-                Outcome(event_id(self.run_id, n), classify_error(err), latency_us=latency_us, error=err.name(), n=n)
-            )
-
-    def drain(self) -> Reports:
-        """The outcomes learned since the last drain."""
-        if not self.transactional:
-            self._done.extend("sent" if self.acks0 else "acked", None, self._delivered)
-            self._done.others.extend(self._failed)
-            self._delivered, self._failed = [], []
-        out, self._done = self._done, Reports(self.run_id)
-        return out
+            self._failed.append(self._failure(n, classify_error(err), latency_us, err.name()))
 
     # ------------------------------------------------------------------ sending
 
@@ -279,51 +288,18 @@ class ProducerClient:
         self.producer.begin_transaction()
         self._produce(records)
         self.producer.flush(120)
-        written = Written(self.producer, records, txn_no, self._delivered, self._failed)
-        self._delivered, self._failed = [], []
-        return written
+        return Written(self.producer, records, txn_no, *self._take())
 
-    def commit(self, written: Written, before_commit: Callable[[Reports], None]) -> bool:
-        """Commits a written transaction. Returns True when it committed; False when it was aborted
-        (a record failed, or the broker required it), in which case every event got an `aborted`
-        outcome. `before_commit` receives the `written` outcomes and must make them durable: if this
-        process dies during the commit, they are how a resume learns what to check. Safe to call in
-        another thread while the next transaction is written under the other id."""
-        if written.failed:
-            self.abort(written)
-            return False
-        reports = Reports(self.run_id)
-        reports.extend("written", written.txn_no, list(written.delivered))
-        before_commit(reports)
+    def _commit_transaction(self, producer: Producer) -> None:
         try:
-            self._call_with_retry(written.producer.commit_transaction, 60)
+            self._call_with_retry(producer.commit_transaction, 60)
         except KafkaException as ex:
             if ex.args[0].txn_requires_abort():
-                self.abort(written)
-                return False
+                raise AbortRequired(ex.args[0].str()) from None
             raise
-        self._done.commit(written.txn_no, written.delivered)
-        return True
 
-    def abort(self, written: Written) -> None:
-        """Aborts a written transaction: every event gets an `aborted` outcome."""
-        self._call_with_retry(written.producer.abort_transaction, 60)
-        delivered = {r[0]: r for r in written.delivered}
-        failed = {o.n: o for o in written.failed}
-        for n, _ in written.records:
-            r, f = delivered.get(n), failed.get(n)
-            self._done.others.append(
-                Outcome(
-                    event_id(self.run_id, n),
-                    "aborted",
-                    r[1] if r else None,
-                    r[2] if r else None,
-                    r[3] if r else f.latency_us if f else None,
-                    written.txn_no,
-                    f.error if f else None,
-                    n,
-                )
-            )
+    def _abort_transaction(self, producer: Producer) -> None:
+        self._call_with_retry(producer.abort_transaction, 60)
 
     def _call_with_retry(self, fn, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -20,8 +20,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from confluent_kafka import KafkaException, Producer
-
 from delivery_semantics import catalog
 from delivery_semantics.faults.nemesis import crash_here
 from delivery_semantics.history.ledger import Ledger, Outcome, Reports
@@ -29,12 +27,13 @@ from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import (
     Database,
     child_process_env,
+    java_client_config,
     kafka_config,
     ledger_database,
     mask_secrets,
 )
-from delivery_semantics.workload import readback
-from delivery_semantics.workload.client import ProducerClient, few_collections, producer_config
+from delivery_semantics.workload import readback, settings
+from delivery_semantics.workload.client import LibrdkafkaClient, ProducerClient, few_collections
 from delivery_semantics.workload.generator import RECORD_LAYOUT, Generator, new_run_id, slices
 
 BROKER_MESSAGE_MAX_BYTES = 1048588
@@ -59,13 +58,14 @@ class LoadSpec:
     txn_size: int | None = None  # None: catalog.default_txn_size(messages)
     abort_ratio: float = 0.0
     seed: int = 0
-    overrides: dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)  # producer settings over the mode's, in the client's keys
     topic: str | None = None
     scenario: str = "none"
     run_id: str | None = None
     batch_size: int = 10_000
     airflow_run_id: str | None = None
     producers: int = catalog.DEFAULT_PRODUCERS
+    client: str | None = None  # librdkafka or java; None: a mode file's own, or librdkafka
 
 
 @dataclass
@@ -107,10 +107,12 @@ class RunSummary:
 # --------------------------------------------------------------------------- validation
 
 
-def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, dict]:
-    """Everything that can be checked without touching Kafka or the ledger."""
+def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, settings.Resolved]:
+    """Everything that can be checked without touching Kafka or the ledger: the producer settings
+    by the client itself."""
     try:
         mode = catalog.get_mode(spec.mode)
+        catalog.get_client(spec.client, mode)
     except catalog.ModeError as e:
         raise LoadError(str(e)) from None
     if spec.run_id is not None and not re.fullmatch(catalog.RUN_ID_PATTERN, str(spec.run_id)):
@@ -137,23 +139,27 @@ def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, dict]:
             topics.validate_topic_name(spec.topic)
         except topics.TopicError as e:
             raise LoadError(str(e)) from None
+    # The record size limit under the client's name for it, checked before the client runs.
+    size_key = (
+        "message.max.bytes"
+        if (spec.client or mode.client or catalog.LIBRDKAFKA) == catalog.LIBRDKAFKA
+        else ("max.request.size")
+    )
     try:
-        conf = producer_config(mode, spec.overrides)
-    except catalog.ModeError as e:
-        raise LoadError(str(e)) from None
-    limit = min(int(conf.get("message.max.bytes", 1000000)), BROKER_MESSAGE_MAX_BYTES)
+        asked = {**mode.producer_settings(spec.client), **(spec.overrides or {})}
+        limit = min(int(asked.get(size_key, 1000000)), BROKER_MESSAGE_MAX_BYTES)
+    except (catalog.ModeError, ValueError, TypeError):
+        limit = BROKER_MESSAGE_MAX_BYTES  # the client's check says what is wrong
     if spec.payload_bytes + RECORD_OVERHEAD_BYTES > limit:
         raise LoadError(
-            f"payload_bytes={spec.payload_bytes} does not fit message.max.bytes={limit} "
+            f"payload_bytes={spec.payload_bytes} does not fit {size_key}={limit} "
             f"(with up to {RECORD_OVERHEAD_BYTES} bytes of key, event fields and framing)"
         )
     try:
-        # librdkafka itself rejects unknown keys and bad values; no connection is opened for this.
-        probe = {**conf, "bootstrap.servers": "127.0.0.1:1", "log_level": 0, "error_cb": lambda _e: None}
-        Producer({**probe, "transactional.id": "validate"} if mode.transactional else probe)
-    except KafkaException as e:
-        raise LoadError(f"librdkafka refused the producer settings: {e.args[0].str()}") from None
-    return mode, conf
+        resolved = settings.resolve(mode, spec.client, spec.overrides)
+    except catalog.ModeError as e:
+        raise LoadError(str(e)) from None
+    return mode, resolved
 
 
 def open_endpoints(kafka_conf: dict, db: Database, error: type[Exception] | None = None) -> Ledger:
@@ -182,7 +188,7 @@ def create(
 ) -> str:
     """Validates the spec, then makes the run's topic and its row in the ledger; returns the run
     id. Every parameter a producer session needs is in that row, so `resume` can run it."""
-    mode, producer_conf = validate(spec)
+    mode, resolved = validate(spec)
     kafka_conf = kafka_conf or kafka_config()
     ledger = open_endpoints(kafka_conf, db or ledger_database())
     try:
@@ -207,7 +213,10 @@ def create(
                 "abort_ratio": spec.abort_ratio if mode.transactional else None,
                 "seed": spec.seed,
                 "transactional_id": transactional_id,
-                "producer_config": mask_secrets(producer_conf),
+                "producer_config": mask_secrets(resolved.conf),
+                "client": resolved.client,
+                "settings": mask_secrets(resolved.overrides),
+                "findings": resolved.finding_rows,
                 "airflow_run_id": spec.airflow_run_id,
             },
             [
@@ -385,7 +394,10 @@ def _drive(
     mine = ledger.producers(run_id)[producer]
     mode = catalog.get_mode(run["mode"])
     session = mine["sessions"] + 1
-    conf = {**kafka_conf, **{k: v for k, v in run["producer_config"].items() if v != "****"}}
+    conf = {
+        **(kafka_conf if run["client"] == catalog.LIBRDKAFKA else java_client_config(kafka_conf)),
+        **{k: v for k, v in run["producer_config"].items() if v != "****"},
+    }
     if mine["transactional_id"]:
         conf["transactional.id"] = mine["transactional_id"]
     started = time.monotonic()
@@ -403,7 +415,7 @@ def _drive(
         mine,
         mode,
         session,
-        ProducerClient(conf, run["topic"], gen, transactional=mode.transactional),
+        open_client(run["client"], conf, run["topic"], gen, mode.transactional),
         gen,
         bar,
         on_progress,
@@ -439,6 +451,15 @@ def _drive(
             ended_at=datetime.now(UTC),
         )
         total(ledger, run_id)
+
+
+def open_client(client: str, conf: dict, topic: str, gen: Generator, transactional: bool) -> ProducerClient:
+    """The producer client of a run's session, given its whole configuration."""
+    if client == catalog.JAVA:
+        from delivery_semantics.workload.java_client import JavaClient
+
+        return JavaClient(conf, topic, gen, transactional=transactional)
+    return LibrdkafkaClient(conf, topic, gen, transactional=transactional)
 
 
 def total(ledger: Ledger, run_id: str) -> None:
@@ -752,7 +773,9 @@ class _Session:
     def _finish_outcomes(self) -> None:
         """All reports in, all transactions ended, all outcomes in the ledger."""
         self._end_transactions()
-        remaining = self.client.flush(float(self.run["producer_config"].get("message.timeout.ms", 60000)) / 1000 + 30)
+        conf = self.run["producer_config"]
+        timeout_ms = conf.get("message.timeout.ms") or conf.get("delivery.timeout.ms") or 120000
+        remaining = self.client.flush(float(timeout_ms) / 1000 + 30)
         self._record(self.client.drain()).result()
         if remaining:
             raise RuntimeError(f"{remaining} messages still undelivered after flush")
@@ -768,3 +791,4 @@ class _Session:
             self.writer.shutdown(wait=True)
             self.ahead_writer.shutdown(wait=True)
             self.ahead.close()
+            self.client.close()

@@ -1,0 +1,159 @@
+"""A team's producer as a delivery mode, in a file: `modes/<name>.yaml`, validated against
+`mode.schema.json`. A file names its client (librdkafka or java), that client's settings under the
+client's own key names, and the catalog promise the team believes the producer keeps; optionally
+the Kafka connection, a schedule and the scenarios its DAG runs (`dags/semantics_modes.py`).
+
+What a schema can check is checked here, when the file is read (the DAG file reads the folder).
+The settings themselves are checked by the client before a run starts (`producer_settings.check`):
+librdkafka's own configuration check, or the Java client's ProducerConfig.
+
+This module imports yaml and jsonschema only when a file is read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from delivery_semantics import catalog
+
+SCHEMA_PATH = Path(__file__).with_name("mode.schema.json")
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+
+
+class ModeFileError(catalog.ModeError):
+    """A mode file that cannot be used: the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class ModeFile:
+    name: str
+    path: Path
+    spec: dict
+    mode: catalog.DeliveryMode
+
+    @property
+    def dag_id(self) -> str:
+        return f"semantics_mode_{self.name}"
+
+    @property
+    def connection(self) -> str | None:
+        return self.spec.get("connection")
+
+    @property
+    def schedule(self) -> str | None:
+        return self.spec.get("schedule")
+
+    @property
+    def scenarios(self) -> list[str]:
+        return list(self.spec.get("scenarios") or ["none"])
+
+    @property
+    def load(self) -> dict:
+        return dict(self.spec.get("load") or {})
+
+
+def modes_dir() -> Path:
+    return Path(os.environ.get("SEMANTICS_MODES_DIR", Path(__file__).resolve().parents[2] / "modes"))
+
+
+def _as_setting(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def validate(spec, where: str) -> None:
+    """Raises ModeFileError naming `where` (the file) and the first bad field."""
+    import jsonschema
+
+    from delivery_semantics.audit.audits import _field_path, _message
+
+    if not isinstance(spec, dict):
+        raise ModeFileError(f"{where}: a mode is a mapping of fields, not {type(spec).__name__}")
+    errors = sorted(
+        jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text())).iter_errors(spec),
+        key=lambda e: (len(list(e.absolute_path)), str(list(e.absolute_path))),
+    )
+    if errors:
+        e = jsonschema.exceptions.best_match(errors)
+        raise ModeFileError(f"{where}: {_field_path(e)}: {_message(e)}")
+    for key in spec["settings"]:
+        why = catalog.owner_of(spec["client"], key)
+        if why:
+            raise ModeFileError(f"{where}: settings.{key}: a mode cannot set it: {why}")
+    mode = _mode(spec, Path(where).stem, where)
+    for scenario in spec.get("scenarios") or ():
+        if scenario not in catalog.PRODUCER_SCENARIOS:
+            raise ModeFileError(
+                f"{where}: scenarios: {scenario!r} is not a producer scenario; use "
+                f"{', '.join(catalog.PRODUCER_SCENARIOS)}"
+            )
+        reason = catalog.SCENARIOS[scenario].incompatible(mode)
+        if reason:
+            raise ModeFileError(f"{where}: scenarios: {reason}")
+
+
+def _mode(spec: dict, name: str, where: str) -> catalog.DeliveryMode:
+    promise = catalog.PROMISES[spec["promise"]]
+    transactional = bool(spec.get("transactional", False))
+    if promise.name == "exactly_once" and not transactional:
+        raise ModeFileError(
+            f"{where}: promise: exactly_once is kept by transactions: add transactional: true "
+            "(the platform writes the events in transactions under its own transactional.id)"
+        )
+    settings = {str(k): _as_setting(v) for k, v in spec["settings"].items()}
+    return catalog.DeliveryMode(
+        name,
+        spec.get("description") or f"{spec['client']} producer of {where}",
+        MappingProxyType(settings),
+        catalog.READ_COMMITTED if transactional else catalog.READ_UNCOMMITTED,
+        promise,
+        transactional=transactional,
+        resends_unacked=str(settings.get("acks", "all")) != "0",
+        client=spec["client"],
+        source=where,
+    )
+
+
+def load(name_or_path: str | Path) -> ModeFile:
+    """A mode file by name (modes/<name>.yaml) or by path."""
+    import yaml
+
+    p = Path(name_or_path)
+    if p.suffix not in (".yaml", ".yml"):
+        if not _NAME.match(str(name_or_path)):
+            raise ModeFileError(f"{name_or_path!r} is neither a mode name ([A-Za-z0-9_-]) nor a .yaml file")
+        p = modes_dir() / f"{name_or_path}.yaml"
+    name = p.stem
+    if not _NAME.match(name):
+        raise ModeFileError(f"{p}: the file name makes the mode's name, and {name!r} is not [A-Za-z0-9_-]")
+    if name in catalog.MODES or name in catalog.STRATEGIES:
+        raise ModeFileError(f"{p}: {name!r} is a built-in mode or strategy of the catalog: name the file otherwise")
+    try:
+        spec = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise ModeFileError(f"{p}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise ModeFileError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    validate(spec, str(p))
+    return ModeFile(name, p, spec, _mode(spec, name, str(p)))
+
+
+def exists(name: str) -> bool:
+    return bool(_NAME.match(str(name))) and (modes_dir() / f"{name}.yaml").is_file()
+
+
+def discover(directory: Path | None = None) -> list[tuple[str, ModeFile | ModeFileError]]:
+    """Every modes/*.yaml, each loaded or its error: one bad file does not hide the others."""
+    found = []
+    for p in sorted((directory or modes_dir()).glob("*.yaml")):
+        try:
+            found.append((p.stem, load(p)))
+        except ModeFileError as e:
+            found.append((p.stem, e))
+    return found

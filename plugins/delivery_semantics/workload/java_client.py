@@ -1,0 +1,272 @@
+"""The Java client (kafka-clients) as a load's producer: `clients/java/SemanticsProducer.java` in a
+JVM of its own, driven over its stdin and stdout (the protocol is in that file). The load session
+is the same as librdkafka's: every event is in the ledger before it is asked for here, and each
+report becomes an outcome with its partition and offset.
+
+The runner is compiled on first use into SEMANTICS_JAVA_BUILD (var/java unless set), against the
+kafka-clients jars in SEMANTICS_KAFKA_CLIENT_JARS (a folder); both need a JDK only to compile.
+The JVM is a child of the load process: when that process dies, its stdin closes and the JVM halts
+at once, with nothing more sent or committed, as a crash of the producer's process would.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import os
+import queue
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from delivery_semantics.catalog import ModeError
+from delivery_semantics.history.ledger import Outcome
+from delivery_semantics.workload.client import (
+    AbortRequired,
+    ProducerClient,
+    ProducerFenced,
+    Written,
+    transactional_ids,
+)
+from delivery_semantics.workload.generator import Generator
+
+SOURCE = Path(__file__).resolve().parents[3] / "clients" / "java" / "SemanticsProducer.java"
+MAIN_CLASS = "SemanticsProducer"
+# The jars the runner needs: the client and its compression codecs. No logging binding: SLF4J
+# falls back to its no-op logger, and nothing can write to the protocol's stdout.
+_JARS = ("kafka-clients-", "lz4-java-", "snappy-java-", "zstd-jni-", "slf4j-api-")
+# Exceptions after which the record certainly is not in the log (client.py's list, in the Java
+# client's names). Anything else, a TimeoutException above all, may have been written.
+_NOT_WRITTEN = {
+    "RecordTooLargeException",
+    "RecordBatchTooLargeException",
+    "InvalidRecordException",
+    "CorruptRecordException",
+    "TopicAuthorizationException",
+    "ClusterAuthorizationException",
+    "TransactionalIdAuthorizationException",
+    "InvalidTopicException",
+    "NotEnoughReplicasException",
+    "InvalidRequiredAcksException",
+    "InvalidTxnStateException",
+    "ProducerFencedException",
+    "InvalidProducerEpochException",
+    "UnsupportedVersionException",
+    "SerializationException",
+    "IllegalStateException",
+}
+
+
+class JavaClientError(RuntimeError):
+    """The Java runner cannot be built or started; the message says why."""
+
+
+def classpath() -> str:
+    folder = os.environ.get("SEMANTICS_KAFKA_CLIENT_JARS")
+    if not folder:
+        raise JavaClientError("SEMANTICS_KAFKA_CLIENT_JARS is not set: the folder holding kafka-clients and its jars")
+    jars = [str(p) for p in sorted(Path(folder).glob("*.jar")) if p.name.startswith(_JARS)]
+    if not any(Path(j).name.startswith("kafka-clients-") for j in jars):
+        raise JavaClientError(f"no kafka-clients jar in {folder} (SEMANTICS_KAFKA_CLIENT_JARS)")
+    return os.pathsep.join(jars)
+
+
+def build() -> Path:
+    """The compiled runner's folder, compiled now when the source or the jars changed."""
+    jars = classpath()
+    stamp = hashlib.sha256(SOURCE.read_bytes() + jars.encode()).hexdigest()[:16]
+    root = Path(os.environ.get("SEMANTICS_JAVA_BUILD") or Path(__file__).resolve().parents[3] / "var" / "java")
+    out = root / stamp
+    if (out / f"{MAIN_CLASS}.class").is_file():
+        return out
+    tmp = Path(tempfile.mkdtemp(prefix=f"{stamp}.", dir=root if root.is_dir() else None))
+    try:
+        done = subprocess.run(
+            ["javac", "-nowarn", "-d", str(tmp), "-cp", jars, str(SOURCE)], capture_output=True, text=True, check=False
+        )
+    except FileNotFoundError:
+        raise JavaClientError("javac is not installed: the Java client's runner is compiled on first use") from None
+    if done.returncode != 0:
+        raise JavaClientError(f"javac failed: {(done.stderr or done.stdout).strip().splitlines()[0]}")
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process compiled it first
+        pass
+    return out
+
+
+def command(mode: str) -> list[str]:
+    return ["java", "-Xss512k", "-XX:+UseSerialGC", "-cp", f"{build()}{os.pathsep}{classpath()}", MAIN_CLASS, mode]
+
+
+def _conf_lines(conf: dict[str, str]) -> str:
+    for k, v in conf.items():
+        if "\n" in str(v) or "\t" in str(k):
+            raise ModeError(f"{k}: a setting's value is one line")
+    return "".join(f"conf\t{k}\t{v}\n" for k, v in conf.items()) + "end\n"
+
+
+def check(settings: dict[str, str], transactional: bool) -> dict[str, str]:
+    """The Java client's own check of the settings (ProducerConfig, unknown keys refused): its
+    effective values of the settings a finding reads, or ModeError with its message."""
+    probe = {**settings, "bootstrap.servers": "127.0.0.1:1"}
+    if transactional:
+        probe["transactional.id"] = "validate"
+    try:
+        done = subprocess.run(
+            command("check"), input=_conf_lines(probe), capture_output=True, text=True, timeout=60, check=False
+        )
+    except JavaClientError as e:
+        raise ModeError(str(e)) from None
+    except FileNotFoundError:
+        raise ModeError("java is not installed: the Java client needs a JVM") from None
+    lines = done.stdout.splitlines()
+    if not lines:
+        raise ModeError(f"the Java client's check failed: {done.stderr.strip()[-300:] or f'exit {done.returncode}'}")
+    if lines[0].startswith("refused "):
+        raise ModeError(f"the Java client refused the producer settings: {lines[0][len('refused ') :]}")
+    effective = {f[1]: f[2] for f in (line.split("\t") for line in lines[1:]) if f[0] == "setting" and len(f) == 3}
+    if effective.get("acks") == "-1":
+        effective["acks"] = "all"
+    return effective
+
+
+class JavaClient(ProducerClient):
+    """The Java runner as a producer client. Its reports are read on a thread of their own, in the
+    order the JVM wrote them: a turn's flush or commit reply comes after every report it waited
+    for. Transactions take turns under TRANSACTIONAL_IDS ids, as librdkafka's do (client.py)."""
+
+    def __init__(self, conf: dict, topic: str, gen: Generator, *, transactional: bool):
+        super().__init__(topic, gen, transactional=transactional, acks0=str(conf.get("acks")) == "0")
+        self._lock, self._write_lock = threading.Lock(), threading.Lock()
+        txn_ids = transactional_ids(conf["transactional.id"]) if transactional else []
+        self._replies = [queue.Queue() for _ in range(max(1, len(txn_ids)))]
+        self._turn = 0
+        self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed with the client)
+        run_conf = {k: v for k, v in conf.items() if k != "transactional.id"}
+        self.proc = subprocess.Popen(
+            command("run"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1 << 16,
+        )
+        pool = base64.b64encode(gen._pool).decode()
+        self._write(
+            _conf_lines(run_conf)
+            + f"gen\t{gen.run_id}\t{gen.keys}\t{gen.key_base}\t{gen.payload_bytes}\t{pool}\t{topic}\n"
+            + "".join(f"txn\t{t}\n" for t in txn_ids)
+            + "start\n"
+        )
+        first = self.proc.stdout.readline().rstrip("\n")
+        if first != "ready":
+            self.proc.kill()
+            detail = first.removeprefix("fatal ") or self._stderr_tail()
+            if "Fenced" in first:
+                raise ProducerFenced(detail)
+            raise RuntimeError(f"the Java client did not start: {detail}")
+        self._reader = threading.Thread(target=self._read, name="java-reports", daemon=True)
+        self._reader.start()
+
+    # ------------------------------------------------------------------ the JVM's output
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            f = line.rstrip("\n").split("\t")
+            tag = f[0]
+            if tag == "a":
+                n, partition, offset, latency_us = int(f[1]), int(f[2]), int(f[3]), int(f[4])
+                with self._lock:
+                    self._delivered.append((n, partition, None if self.acks0 else offset, latency_us))
+            elif tag == "e":
+                n, name = int(f[1]), f[2]
+                outcome = self._failure(n, "failed" if name in _NOT_WRITTEN else "unknown", int(f[3]), name)
+                with self._lock:
+                    self._failed.append(outcome)
+                    if len(self.errors) < 100:
+                        self.errors.append(f"{name}: {f[4] if len(f) > 4 else ''}")
+            elif tag == "done":
+                self._replies[int(f[1])].put((f[3], f[4] if len(f) > 4 else ""))
+            elif tag == "closed":
+                self._replies[0].put(("closed", ""))
+        for q in self._replies:  # the JVM is gone: nobody waits forever
+            q.put(("gone", self._stderr_tail()))
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        lines = [line for line in self._stderr.read().splitlines() if not line.startswith("SLF4J:")]
+        return (lines[-1] if lines else f"exit {self.proc.poll()}")[-500:]
+
+    def _take(self) -> tuple[list, list[Outcome]]:
+        with self._lock:
+            return super()._take()
+
+    # ------------------------------------------------------------------ commands
+
+    def _write(self, text: str) -> None:
+        with self._write_lock:
+            try:
+                self.proc.stdin.write(text)
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                raise RuntimeError(f"the Java client exited: {self._stderr_tail()}") from None
+
+    def _ask(self, cmd: str, turn: int) -> None:
+        """A command that has a reply: waits for it; a fenced producer or an abortable transaction
+        is raised as the librdkafka client raises it."""
+        self._write(f"{cmd}\t{turn}\n")
+        status, message = self._replies[turn].get()
+        if status == "ok":
+            return
+        if status == "fenced":
+            raise ProducerFenced(message)
+        if status == "abortable":
+            raise AbortRequired(message)
+        raise RuntimeError(f"the Java client's {cmd} failed: {message}")
+
+    def _produce(self, records: list[tuple[int, int]], turn: int) -> None:
+        lines = [
+            f"p\t{turn}\t{at}\t{' '.join(str(n) for n, _ in group)}\n"
+            for at, group in itertools.groupby(records, key=lambda r: r[1])
+        ]
+        self._write("".join(lines))
+        self.produced += len(records)
+
+    def send(self, records: list[tuple[int, int]]) -> None:
+        self._produce(records, 0)
+
+    def flush(self, timeout: float) -> int:
+        self._ask("f", 0)
+        return 0
+
+    def write_transaction(self, records: list[tuple[int, int]], txn_no: int) -> Written:
+        turn = self._turn
+        self._turn = (self._turn + 1) % len(self._replies)
+        self._take()
+        try:
+            self._ask("b", turn)
+        except AbortRequired as e:
+            raise RuntimeError(f"the Java client could not begin a transaction: {e}") from None
+        self._produce(records, turn)
+        self._ask("f", turn)
+        return Written(turn, records, txn_no, *self._take())
+
+    def _commit_transaction(self, turn: int) -> None:
+        self._ask("c", turn)
+
+    def _abort_transaction(self, turn: int) -> None:
+        self._ask("x", turn)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self._write("q\n")
+                self._replies[0].get(timeout=90)
+            except (RuntimeError, queue.Empty):
+                self.proc.kill()
+        self.proc.wait()
+        self._stderr.close()
