@@ -40,7 +40,8 @@ def semantics_matrix():
 
         from delivery_semantics.plumbing import orchestration
 
-        get_current_context()["pair_label"] = f"{conf.get('mode') or conf['strategy']} x {conf['scenario']}"
+        subject = f"{conf['mode']} ({conf['client']})" if "mode" in conf else conf["strategy"]
+        get_current_context()["pair_label"] = f"{subject} x {conf['scenario']}"
         return orchestration.run_pair(conf, orchestration.task_key(ti))["run_id"]
 
     @task(retries=0)

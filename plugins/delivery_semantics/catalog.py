@@ -841,10 +841,35 @@ def reconcile_args(run_ids: list[str], dedup_copy: bool = True, events_per_run: 
     return args
 
 
+def producer_form(mode: DeliveryMode | None = None) -> dict[str, dict]:
+    """The producer's fields of a form: its client (a preset runs on either; a mode file names its
+    own) and settings over the mode's, in that client's key names."""
+    clients = list(mode.clients) if mode else list(CLIENTS)
+    return {
+        "client": {
+            "default": None if mode is None or mode.client is None else mode.client,
+            "type": ["null", "string"],
+            "enum": [None, *clients],
+            "description": "producer client: librdkafka (confluent-kafka) or java (kafka-clients); "
+            "empty: a mode file's own, or librdkafka",
+        },
+        "producer_settings": {
+            "default": {},
+            "type": "object",
+            "additionalProperties": {"type": ["string", "integer", "number", "boolean"]},
+            "description": "producer settings over the mode's, in the client's own key names, e.g. "
+            '{"linger.ms": 20, "enable.idempotence": false}; checked by the client before the run, and '
+            "recorded with it (runs.settings)",
+        },
+    }
+
+
 def scheduled_load_form(mode: str) -> dict[str, dict]:
-    compatible = [s for s in PRODUCER_SCENARIOS if not SCENARIOS[s].incompatible(MODES[mode])]
+    m = get_mode(mode)
+    compatible = [s for s in PRODUCER_SCENARIOS if not SCENARIOS[s].incompatible(m)]
     return {
         "scenario": {"default": "none", "type": "string", "enum": compatible, "description": "fault during the load"},
+        **producer_form(m),
         **load_form(),
     }
 
@@ -854,9 +879,10 @@ def single_run_form() -> dict[str, dict]:
         "mode": {
             "default": "idempotent",
             "type": "string",
-            "enum": list(MODES),
-            "description": "delivery mode: a preset of librdkafka producer settings",
+            "enum": list(all_modes()),
+            "description": "delivery mode: a preset (either client) or a team's mode file (modes/<name>.yaml)",
         },
+        **producer_form(),
         "scenario": {
             "default": "none",
             "type": "string",
@@ -911,6 +937,13 @@ def matrix_form(messages: int = 15_000) -> dict[str, dict]:
             "type": "array",
             "items": {"type": "string", "enum": list(PRODUCER_SCENARIOS)},
             "description": "scenarios to include",
+        },
+        "clients": {
+            "default": list(CLIENTS),
+            "type": "array",
+            "items": {"type": "string", "enum": list(CLIENTS)},
+            "minItems": 1,
+            "description": "producer clients: each mode x scenario pair runs on each, shown side by side",
         },
         "consumer_strategies": {
             "default": list(STRATEGIES),

@@ -148,6 +148,12 @@ def exists(name: str) -> bool:
     return bool(_NAME.match(str(name))) and (modes_dir() / f"{name}.yaml").is_file()
 
 
+def connection_of(mode: str) -> str | None:
+    """The Kafka connection a mode file names, or None (a preset's runs, and a file's without one,
+    use kafka_default)."""
+    return load(mode).connection if mode not in catalog.MODES and exists(mode) else None
+
+
 def discover(directory: Path | None = None) -> list[tuple[str, ModeFile | ModeFileError]]:
     """Every modes/*.yaml, each loaded or its error: one bad file does not hide the others."""
     found = []

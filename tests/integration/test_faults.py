@@ -161,3 +161,43 @@ def test_incompatible_pairs_are_refused_before_anything_starts(mode, scenario, r
     with ledger.conn, ledger.conn.cursor() as cur:
         cur.execute("SELECT count(*) FROM runs")
         assert cur.fetchone()[0] == before
+
+
+# The Java client (kafka-clients in a JVM) under the same faults: the same load session, ledger and
+# checks, another producer. Its defaults differ from librdkafka's (idempotence on), the presets set
+# the semantics keys explicitly.
+def test_java_lost_ack_duplicates_without_idempotence(ledger, kafka_conf):
+    s, seen, tl = run_pair("at_least_once_all", "lost_ack", ledger, kafka_conf, client="java")
+    assert ledger.get_run(s.run_id)["producer_config"]["enable.idempotence"] == "false"
+    assert "drop_responses" in actions(tl)
+    assert seen.duplicates > 0, "the Java client retries a request whose ack was lost: written twice"
+    assert seen.lost_acked == 0 and seen.acked == MESSAGES
+
+
+def test_java_lost_ack_no_duplicates_with_idempotence(ledger, kafka_conf):
+    s, seen, tl = run_pair("idempotent", "lost_ack", ledger, kafka_conf, client="java")
+    assert ledger.get_run(s.run_id)["client"] == "java"
+    assert "drop_responses" in actions(tl)
+    assert (seen.duplicates, seen.lost_acked, seen.acked) == (0, 0, MESSAGES)
+
+
+def test_java_leader_kill_idempotent_is_exactly_once(ledger, kafka_conf):
+    _s, seen, tl = run_pair("idempotent", "leader_kill", ledger, kafka_conf, client="java")
+    assert actions(tl)[1:4] == ["pause", "kill", "restart"]
+    assert (seen.duplicates, seen.lost_acked, seen.acked) == (0, 0, MESSAGES)
+
+
+def test_java_producer_crash_in_an_open_transaction_is_exactly_once(ledger, kafka_conf):
+    """The load process kills itself between a transaction's flush and its commit: its JVM sees its
+    stdin close and halts, and the next session's JVM fences the transactional.id."""
+    s, seen, tl = run_pair("transactional", "producer_crash", ledger, kafka_conf, client="java", producers=1)
+    [crash] = [e for e in tl["events"] if e["action"] == "kill_producer"]
+    assert crash["point"] == "before_commit" and crash["written"] > 0
+    assert s.sessions == 2
+    assert (seen.duplicates, seen.lost_acked, seen.acked) == (0, 0, MESSAGES)
+
+
+def test_java_producer_crash_without_idempotence_loses_no_acked_event(ledger, kafka_conf):
+    s, seen, tl = run_pair("at_least_once_all", "producer_crash", ledger, kafka_conf, client="java", producers=1)
+    assert "kill_producer" in actions(tl) and s.sessions == 2
+    assert seen.lost_acked == 0 and seen.acked == MESSAGES

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, mode_files
 from delivery_semantics.history.ledger import Ledger
 from delivery_semantics.workload import consumer_workload, load, scenarios
 
@@ -42,12 +42,16 @@ def validate_conf(conf: dict[str, Any]) -> dict[str, Any]:
     except KeyError:
         raise ConfError("mode is required") from None
     try:
-        catalog.check_pair(mode, scenario)
+        m, _ = catalog.check_pair(mode, scenario)
+        client = catalog.get_client(conf.get("client") or None, m)
     except catalog.CatalogError as e:
         raise ConfError(str(e)) from None
     out = {
         "mode": mode,
         "scenario": scenario,
+        "client": client,
+        "overrides": dict(conf.get("producer_settings") or conf.get("overrides") or {}),
+        "connection": mode_files.connection_of(mode),
         **_checked_ints(conf, ("messages", "partitions", "keys", "payload_bytes", "txn_size", "seed", "producers")),
     }
     ratio = conf.get("abort_ratio", 0.0) or 0.0
@@ -108,12 +112,26 @@ def run_pair(params: dict[str, Any], task_key: str) -> dict:
     if "strategy" in params:
         return run_consumer(params, task_key)
     existing = _run_for_task(task_key)
+    kafka_conf = _kafka(params)
     if existing is not None:
-        summary = _summary(existing["run_id"]) if existing["status"] == "completed" else load.resume(existing["run_id"])
+        summary = (
+            _summary(existing["run_id"])
+            if existing["status"] == "completed"
+            else load.resume(existing["run_id"], kafka_conf=kafka_conf)
+        )
     else:
         spec = dataclasses.replace(_spec(params), airflow_run_id=task_key)
-        summary = scenarios.run(spec, params["scenario"])
+        summary = scenarios.run(spec, params["scenario"], kafka_conf=kafka_conf)
     return {**dataclasses.asdict(summary), "scenario": params["scenario"]}
+
+
+def _kafka(params: dict) -> dict | None:
+    """The Kafka connection a run names (a mode file's), or None: kafka_default."""
+    if not params.get("connection"):
+        return None
+    from delivery_semantics.plumbing.endpoints import kafka_config
+
+    return kafka_config(params["connection"])
 
 
 def start_run(params: dict[str, Any], task_key: str) -> list[dict]:
@@ -125,7 +143,7 @@ def start_run(params: dict[str, Any], task_key: str) -> list[dict]:
         run_id = existing["run_id"]
     else:
         spec = dataclasses.replace(_spec(params), airflow_run_id=task_key)
-        run_id = scenarios.begin(spec, params["scenario"])
+        run_id = scenarios.begin(spec, params["scenario"], kafka_conf=_kafka(params))
     lg = Ledger()
     try:
         return [{"ledger_run": run_id, "producer": p["producer"]} for p in lg.producers(run_id)]
@@ -135,7 +153,13 @@ def start_run(params: dict[str, Any], task_key: str) -> list[dict]:
 
 def produce(run_id: str, producer: int) -> dict:
     """One producer's slice: a retry resumes it from the ledger."""
-    return dataclasses.asdict(scenarios.produce(run_id, producer))
+    lg = Ledger()
+    try:
+        mode = lg.get_run(run_id)["mode"]
+    finally:
+        lg.close()
+    kafka_conf = _kafka({"connection": mode_files.connection_of(mode)})
+    return dataclasses.asdict(scenarios.produce(run_id, producer, kafka_conf=kafka_conf))
 
 
 def finish_run(run_id: str) -> dict:
@@ -211,12 +235,18 @@ def matrix_pairs(modes_filter: list[str] | None = None, scenarios_filter: list[s
 
 
 def matrix_confs(params: dict[str, Any]) -> list[dict]:
-    """The matrix DAG's runs: every chosen mode x scenario pair, then every chosen consumer
-    strategy under consumer_crash."""
+    """The matrix DAG's runs: every chosen mode x scenario pair on every chosen client, then every
+    chosen consumer strategy under consumer_crash."""
     common = {"messages": params["messages"], "seed": params["seed"]}
     producers = {"producers": params["producers"]} if params.get("producers") else {}
+    clients = params.get("clients") or [catalog.LIBRDKAFKA]
+    for client in clients:
+        if client not in catalog.CLIENTS:
+            raise ConfError(f"unknown client {client!r}: choose from {', '.join(catalog.CLIENTS)}")
     confs = [
-        {"mode": m, "scenario": s, **common, **producers} for m, s in matrix_pairs(params["modes"], params["scenarios"])
+        {"mode": m, "scenario": s, "client": c, **common, **producers}
+        for m, s in matrix_pairs(params["modes"], params["scenarios"])
+        for c in clients
     ]
     confs += [
         {"strategy": st, "scenario": "consumer_crash", **common} for st in params.get("consumer_strategies") or []

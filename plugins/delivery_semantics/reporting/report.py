@@ -20,12 +20,15 @@ from delivery_semantics.plumbing.endpoints import ledger_database
 
 MATRIX_COLUMNS = (
     "mode",
+    "client",
     "scenario",
     "run_id",
     "messages",
     *catalog.summary_columns(in_matrix=True),
     "verdict",
     "broken_by",
+    "broken_settings",
+    "settings",
     "expectation",
     "meets_expectation",
     "records_per_sec",
@@ -46,12 +49,26 @@ ROW_ORDER = [*catalog.MODES, *catalog.STRATEGIES]
 SCENARIO_ORDER = list(catalog.SCENARIOS)
 
 
+def row_label(r: dict) -> str:
+    """A matrix row: the mode or strategy, and the client when it is not librdkafka, so that one
+    mode's clients sit side by side."""
+    client = r.get("client") or catalog.LIBRDKAFKA
+    return r["mode"] if client == catalog.LIBRDKAFKA else f"{r['mode']} ({client})"
+
+
 def _ordered(rows: list[dict]) -> list[dict]:
     rank = {m: i for i, m in enumerate(ROW_ORDER)}
+    crank = {c: i for i, c in enumerate(catalog.CLIENTS)}
     srank = {s: i for i, s in enumerate(SCENARIO_ORDER)}
     return sorted(
         rows,
-        key=lambda r: (rank.get(r["mode"], len(rank)), srank.get(r["scenario"], len(srank)), r["mode"], r["scenario"]),
+        key=lambda r: (
+            rank.get(r["mode"], len(rank)),
+            r["mode"],
+            crank.get(r.get("client"), 0),
+            srank.get(r["scenario"], len(srank)),
+            r["scenario"],
+        ),
     )
 
 
@@ -81,7 +98,7 @@ def matrix_text(rows: list[dict]) -> str:
     ]
     body = [
         [
-            r["mode"],
+            row_label(r),
             r["scenario"],
             str(r["lost_acked"]),
             str(r["lost_unacked"]),
@@ -91,7 +108,7 @@ def matrix_text(rows: list[dict]) -> str:
             "-" if r["inconsistent_offsets"] is None else str(r["inconsistent_offsets"]),
             "-" if r["poll_skips"] is None else f"{r['poll_skips']}/{r['nonmonotonic_polls']}",
             "-" if r["stale_overwrites"] is None else str(r["stale_overwrites"]),
-            r["verdict"] + (f" ({r['broken_by']})" if r["broken_by"] else ""),
+            verdict_text(r),
             r["expectation"] or "-",
             {True: "yes", False: "NO", None: "-"}[r["meets_expectation"]],
         ]
@@ -100,6 +117,12 @@ def matrix_text(rows: list[dict]) -> str:
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=False)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip()
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def verdict_text(r: dict) -> str:
+    """The verdict, the kinds that broke it, and the settings that contradict what they broke."""
+    text = r["verdict"] + (f" ({r['broken_by']})" if r["broken_by"] else "")
+    return text + (f" by {r['broken_settings']}" if r.get("broken_settings") else "")
 
 
 # What a run showed, as the source articles' comparison tables put it: nothing, duplicates, loss,
@@ -121,10 +144,9 @@ def grid_view(rows: list[dict], run_link: str | None = None) -> dict:
     its run showed, with its counts and its verdict's mark, and the expectation (DESIGN.md §3) as
     its tooltip; a run that did not show what was expected is outlined. `run_link` (a format with
     {run_id}) links each cell to its run's page."""
-    modes = [m for m in ROW_ORDER if any(r["mode"] == m for r in rows)]
-    modes += sorted({r["mode"] for r in rows} - set(modes))
+    modes = list(dict.fromkeys(row_label(r) for r in _ordered(rows)))
     scenarios = [s for s in SCENARIO_ORDER if any(r["scenario"] == s for r in rows)]
-    by_pair = {(r["mode"], r["scenario"]): r for r in rows}
+    by_pair = {(row_label(r), r["scenario"]): r for r in rows}
 
     def cell(r: dict | None) -> dict | None:
         if r is None:
@@ -134,7 +156,7 @@ def grid_view(rows: list[dict], run_link: str | None = None) -> dict:
         return {
             "observed": seen,
             "colour": OBSERVED_COLOURS[seen],
-            "tip": tip + (f" ({r['broken_by']})" if r["broken_by"] else ""),
+            "tip": tip + verdict_text(r).removeprefix(r["verdict"]),
             "lost": (r["lost_acked"] or 0) + (r["lost_unacked"] or 0),
             "dup": r["duplicate_events"],
             "mark": VERDICT_MARKS.get(r["verdict"], r["verdict"] or "-"),
@@ -203,7 +225,7 @@ def run_timeline(run_id: str) -> dict:
     run = query("SELECT run_id, mode, scenario, timeline FROM runs WHERE run_id = %s", (run_id,))
     if not run:
         return {}
-    mode = catalog.MODES.get(run[0]["mode"])
+    mode = catalog.judged(run[0]["mode"])
     events = """SELECT publish_at, n_hi - n_lo AS events FROM ledger_event_ranges WHERE run_id = %(r)s
                 UNION ALL SELECT publish_at, 1 FROM ledger_event_rows WHERE run_id = %(r)s"""
     [span] = query(
@@ -549,6 +571,33 @@ def audit_verdict(reconciliation_id: str) -> dict:
             f"the events: {audit_page(row['audit'])} on the Airflow UI"
         )
     return row
+
+
+def mode_verdict(run_ids: list[str]) -> list[dict]:
+    """A mode's runs (its DAG's, one per scenario), each printed with its settings and findings;
+    raises BrokenPromise naming every broken run and the settings that contradict what broke."""
+    rows = _ordered(
+        query(f"SELECT {', '.join(MATRIX_COLUMNS)}, findings FROM v_run_results WHERE run_id = ANY(%s)", (run_ids,))
+    )
+    missing = set(run_ids) - {r["run_id"] for r in rows}
+    if missing:
+        raise RuntimeError(f"no results for {', '.join(sorted(missing))}: did the reconcile task run?")
+    broken = []
+    for r in rows:
+        counts = f"lost acked {r['lost_acked']}, lost unacked {r['lost_unacked']}, duplicates {r['duplicate_events']}"
+        print(
+            f"{row_label(r)} x {r['scenario']} ({r['run_id']}): {verdict_text(r)}; {counts}; settings {r['settings']}"
+        )
+        for f in r["findings"] or []:
+            print(f"  finding: {f['setting']} contradicts {f['guarantee']}: {f['why']}")
+        if r["verdict"] == "broken":
+            broken.append(f"{r['scenario']}: {verdict_text(r)}")
+    if broken:
+        raise BrokenPromise(f"{rows[0]['mode']}: the promise is broken under " + "; ".join(broken))
+    return [
+        {k: v for k, v in r.items() if k in ("run_id", "scenario", "verdict", "broken_by", "broken_settings")}
+        for r in rows
+    ]
 
 
 WINDOW_COUNTS = (
