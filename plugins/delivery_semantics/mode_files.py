@@ -20,6 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from delivery_semantics import catalog
+from delivery_semantics.files import field_path, first_error
 
 SCHEMA_PATH = Path(__file__).with_name("mode.schema.json")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
@@ -61,25 +62,25 @@ def modes_dir() -> Path:
     return Path(os.environ.get("SEMANTICS_MODES_DIR", Path(__file__).resolve().parents[2] / "modes"))
 
 
+def _message(error) -> str:
+    if error.validator == "additionalProperties":
+        schema = error.schema if isinstance(error.schema, dict) else {}
+        extra = sorted(set(error.instance) - set(schema.get("properties", {})))
+        return f"unknown field {', '.join(map(repr, extra))}; allowed: {', '.join(schema.get('properties', {}))}"
+    return error.message
+
+
 def _as_setting(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def validate(spec, where: str) -> None:
     """Raises ModeFileError naming `where` (the file) and the first bad field."""
-    import jsonschema
-
-    from delivery_semantics.audit.audits import _field_path, _message
-
     if not isinstance(spec, dict):
         raise ModeFileError(f"{where}: a mode is a mapping of fields, not {type(spec).__name__}")
-    errors = sorted(
-        jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text())).iter_errors(spec),
-        key=lambda e: (len(list(e.absolute_path)), str(list(e.absolute_path))),
-    )
-    if errors:
-        e = jsonschema.exceptions.best_match(errors)
-        raise ModeFileError(f"{where}: {_field_path(e)}: {_message(e)}")
+    e = first_error(json.loads(SCHEMA_PATH.read_text()), spec)
+    if e is not None:
+        raise ModeFileError(f"{where}: {field_path(e)}: {_message(e)}")
     for key in spec["settings"]:
         why = catalog.owner_of(spec["client"], key)
         if why:

@@ -13,6 +13,8 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO / "spark_apps")]
 # A run is validated with the nemesis's backend it would heal with. The unit tier has no stack to
 # heal: the docker backend's constructor touches nothing.
 os.environ.setdefault("SEMANTICS_NEMESIS_BACKEND", "docker")
+# The Java client's settings are checked by its ProducerConfig in a JVM: the jars `local/setup` fetched.
+os.environ.setdefault("SEMANTICS_KAFKA_CLIENT_JARS", str(REPO / ".cache" / "kafka" / "lib"))
 
 
 @pytest.fixture(scope="session")

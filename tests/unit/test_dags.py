@@ -38,8 +38,12 @@ def airflow_env(tmp_path_factory):
     for name in ("orders.yaml", "orders_stream.yaml"):
         (audits_dir / name).write_text((REPO / "audits" / name).read_text())
     (audits_dir / "broken.yaml").write_text("topic: t\nmode: at_least_once\n")
+    modes_dir = tmp_path_factory.mktemp("modes")
+    (modes_dir / "orders_java.yaml").write_text((REPO / "modes" / "orders_java.yaml").read_text())
+    (modes_dir / "typo.yaml").write_text("client: java\nsettings: {}\npromise: no_acked_loss\nscenario: [lost_ack]\n")
     return {
         "SEMANTICS_AUDITS_DIR": str(audits_dir),
+        "SEMANTICS_MODES_DIR": str(modes_dir),
         **os.environ,
         **CONNECTIONS,
         "AIRFLOW_HOME": str(home),
@@ -65,6 +69,7 @@ print(json.dumps({{"errors": {{k: str(v)[:500] for k, v in bag.import_errors.ite
     d.dag_id: {{"tags": sorted(d.tags), "schedule": str(d.schedule), "retries": (d.default_args or {{}}).get("retries", 0), "doc": d.doc_md or "",
                "params": {{k: d.params.get_param(k).schema for k in d.params}},
                "descriptions": [d.params.get_param(k).description for k in d.params],
+               "defaults": {{k: d.params.get_param(k).value for k in d.params}},
                "tasks": {{t.task_id: {{"pool": t.pool, "pool_slots": t.pool_slots, "mapped": bool(getattr(t, "_is_mapped", False)),
                                       "downstream": sorted(t.downstream_task_ids)}} for t in d.tasks}}}}
     for d in bag.dags.values()}}}}))
@@ -85,6 +90,8 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
         "audit_orders",
         "audit_orders_stream",
         "audit_broken",
+        "semantics_mode_orders_java",
+        "semantics_mode_typo",
     }
     for dag_id, d in dags.items():
         assert d["tags"] and d["retries"] >= 1 and len(d["doc"]) > 40, dag_id
@@ -94,8 +101,17 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
     assert "broken.yaml: (top level): 'connections' is a required property" in dags["audit_broken"]["doc"]
     for dag_id, d in dags.items():
         assert all(d["descriptions"]), dag_id
+    # A mode file is a DAG of its own, offered beside the presets; a bad one shows its error.
+    mode_dag = dags["semantics_mode_orders_java"]
+    assert mode_dag["schedule"] == "@daily" and "java" in mode_dag["tags"]
+    assert mode_dag["defaults"]["messages"] == 10000 and "producer_settings" in mode_dag["params"]
+    assert mode_dag["tasks"]["run_scenario"]["mapped"] and "check" in mode_dag["tasks"]["reconcile"]["downstream"]
+    assert "invalid" in dags["semantics_mode_typo"]["tags"]
+    assert "typo.yaml: (top level): unknown field 'scenario'" in dags["semantics_mode_typo"]["doc"]
     single = dags["semantics_single_run"]["params"]
-    assert single["mode"]["enum"] == list(catalog.MODES)
+    assert single["mode"]["enum"] == [*catalog.MODES, "orders_java"]
+    assert single["client"]["enum"] == [None, *catalog.CLIENTS] and single["producer_settings"]["type"] == "object"
+    assert dags["semantics_matrix"]["defaults"]["clients"] == list(catalog.CLIENTS)
     assert single["messages"]["minimum"] == 1 and single["messages"]["maximum"] == catalog.LIMITS["messages"][1]
     assert dags["semantics_consumer_run"]["params"]["strategy"]["enum"] == list(catalog.STRATEGIES)
     assert dags["semantics_matrix"]["params"]["consumer_strategies"]["items"]["enum"] == list(catalog.STRATEGIES)
@@ -133,12 +149,15 @@ print(json.dumps(sorted(sys.modules)))
 def test_parsing_a_dag_file_loads_only_the_catalog_of_the_platform(dag_file, airflow_env):
     loaded = set(json.loads(_in_fresh_python(_IMPORT_ONE.format(path=str(dag_file)), airflow_env)))
     platform = {m for m in loaded if m == "delivery_semantics" or m.startswith("delivery_semantics.")}
-    # The audit subpackage's __init__ holds a docstring only.
+    # The audit subpackage's __init__ holds a docstring only. The mode files are read by the DAG
+    # files that offer modes.
     allowed = {
         "delivery_semantics",
         "delivery_semantics.catalog",
         "delivery_semantics.audit",
         "delivery_semantics.audit.audits",
+        "delivery_semantics.mode_files",
+        "delivery_semantics.files",
     }
     assert platform <= allowed
     assert ("delivery_semantics.audit.audits" in platform) == (dag_file.name == "semantics_audits.py")

@@ -112,6 +112,30 @@ def _cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
         (["load", "run", "--mode", "at_most_once", "--scenario", "lost_ack", "--messages", "5"], "never waits for one"),
         (["load", "run", "--mode", "idempotent", "--messages", "5", "--set", "acks"], "is not key=value"),
         (["load", "run", "--mode", "idempotent", "--messages", "5", "--producers", "-1"], "producers must be"),
+        (
+            ["load", "run", "--mode", "idempotent", "--messages", "5", "--client", "java", "--set", "no.such=1"],
+            "load: the Java client refused the producer settings: unknown setting no.such",
+        ),
+        (
+            ["load", "run", "--mode", "idempotent", "--messages", "5", "--client", "java", "--set", "acks=7"],
+            "load: the Java client refused the producer settings: Invalid value 7 for configuration acks",
+        ),
+        (
+            ["load", "run", "--mode", "idempotent", "--messages", "5", "--client", "java", "--set", "key.serializer=x"],
+            "load: key.serializer cannot be set by a mode or a run: the platform sets it",
+        ),
+        (
+            ["load", "run", "--mode", "idempotent", "--messages", "5", "--set", "transactional.id=x"],
+            "load: transactional.id cannot be set by a mode or a run: the platform sets it",
+        ),
+        (
+            ["load", "run", "--mode", "idempotent", "--messages", "5", "--set", "linger.ms=soon"],
+            "load: linger.ms='soon' is not an integer",
+        ),
+        (
+            ["load", "run", "--mode", "idempotent", "--messages", "5", "--client", "go"],
+            "load: unknown client 'go': choose one of librdkafka, java",
+        ),
         (["consumer_workload", "run", "--strategy", "yolo", "--source-run", "r1"], "unknown consumer strategy 'yolo'"),
         (
             ["consumer_workload", "run", "--strategy", "process_then_commit", "--source-run", "r1", "--crashes", "0"],

@@ -29,9 +29,11 @@ def test_clock_reads_minutes_and_hours():
 
 
 def test_the_matrix_size_follows_the_form():
-    everything = len(catalog.valid_pairs()) + len(catalog.STRATEGIES)
-    assert matrix_size({"messages": 100}) == everything == 34
-    assert matrix_size({"modes": ["idempotent"], "scenarios": ["none", "lost_ack"], "consumer_strategies": []}) == 2
+    everything = len(catalog.valid_pairs()) * len(catalog.CLIENTS) + len(catalog.STRATEGIES)
+    assert matrix_size({"messages": 100}) == everything == 64
+    one = {"modes": ["idempotent"], "scenarios": ["none", "lost_ack"], "consumer_strategies": []}
+    assert matrix_size(one) == 4, "each pair on each client"
+    assert matrix_size({**one, "clients": ["java"]}) == 2
 
 
 def test_a_reconciliation_steps_once_a_run_or_window_on_stderr(capsys):

@@ -10,9 +10,12 @@ from datetime import UTC, datetime, timedelta
 from delivery_semantics.reporting.report import OBSERVED_COLOURS, matrix_grid_html, observed, trend_series, trends_png
 
 
-def row(mode, scenario, lost=0, dup=0, verdict="kept", meets=True, expectation="lost = 0"):
+def row(mode, scenario, lost=0, dup=0, verdict="kept", meets=True, expectation="lost = 0", client="librdkafka"):
     return {
         "mode": mode,
+        "client": client,
+        "settings": {},
+        "broken_settings": None,
         "scenario": scenario,
         "run_id": f"r-{mode}-{scenario}",
         "lost_acked": 0,
@@ -23,6 +26,48 @@ def row(mode, scenario, lost=0, dup=0, verdict="kept", meets=True, expectation="
         "expectation": expectation,
         "meets_expectation": meets,
     }
+
+
+def test_one_modes_clients_sit_side_by_side_and_a_verdict_names_its_settings():
+    from delivery_semantics.reporting.report import grid_view, matrix_text
+
+    rows = [
+        row("idempotent", "lost_ack", client="java"),
+        row("at_least_once", "none"),
+        row("idempotent", "lost_ack"),
+        {
+            **row("team", "isolated_leader", verdict="broken", client="java"),
+            "broken_by": "lost_acked",
+            "broken_settings": "acks=1",
+        },
+    ]
+    assert [label for label, _ in grid_view(rows)["rows"]] == [
+        "at_least_once",
+        "idempotent",
+        "idempotent (java)",
+        "team (java)",
+    ]
+    text = matrix_text(
+        [
+            {
+                **dict.fromkeys(
+                    (
+                        "lost_acked",
+                        "aborted_visible",
+                        "torn_events",
+                        "inconsistent_offsets",
+                        "poll_skips",
+                        "nonmonotonic_polls",
+                        "stale_overwrites",
+                    ),
+                    0,
+                ),
+                **r,
+            }
+            for r in rows
+        ]
+    )
+    assert "broken (lost_acked) by acks=1" in text
 
 
 def test_each_run_is_clean_duplicated_lost_or_both():

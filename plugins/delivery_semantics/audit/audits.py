@@ -19,6 +19,7 @@ from pathlib import Path
 
 from delivery_semantics import catalog
 from delivery_semantics.catalog import CatalogError
+from delivery_semantics.files import field_path, first_error
 
 SCHEMA_PATH = Path(__file__).with_name("audit.schema.json")
 AUDIT_SCENARIO = "audit"
@@ -119,13 +120,6 @@ def _schema() -> dict:
     return json.loads(SCHEMA_PATH.read_text())
 
 
-def _field_path(error) -> str:
-    parts = []
-    for p in error.absolute_path:
-        parts.append(f"[{p}]" if isinstance(p, int) else ("." if parts else "") + str(p))
-    return "".join(parts) or "(top level)"
-
-
 def _message(error) -> str:
     """jsonschema's error, said for a person editing the file."""
     schema = error.schema if isinstance(error.schema, dict) else {}
@@ -155,17 +149,11 @@ def _message(error) -> str:
 
 def validate(spec, where: str) -> None:
     """Raises AuditError naming `where` (the file) and the first bad field."""
-    import jsonschema
-
     if not isinstance(spec, dict):
         raise AuditError(f"{where}: an audit is a mapping of fields, not {type(spec).__name__}")
-    errors = sorted(
-        jsonschema.Draft202012Validator(_schema()).iter_errors(spec),
-        key=lambda e: (len(list(e.absolute_path)), str(list(e.absolute_path))),
-    )
-    if errors:
-        e = jsonschema.exceptions.best_match(errors)
-        raise AuditError(f"{where}: {_field_path(e)}: {_message(e)}")
+    e = first_error(_schema(), spec)
+    if e is not None:
+        raise AuditError(f"{where}: {field_path(e)}: {_message(e)}")
     mode = catalog.MODES.get(spec["mode"])
     if mode is None:
         raise AuditError(

@@ -257,7 +257,7 @@ class Ledger:
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
                 f"INSERT INTO runs ({', '.join(cols)}, producers) VALUES ({', '.join(['%s'] * len(cols))}, %s)",
-                [json.dumps(v) if isinstance(v, dict) else v for v in row.values()] + [len(producers)],
+                [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()] + [len(producers)],
             )
             psycopg2.extras.execute_values(
                 cur,

@@ -69,7 +69,8 @@ class Progress:
 # A matrix run's rows: its producer runs and its consumer runs (not their input runs, which are
 # keyed `input-of:...`), made after the watch began.
 _MATRIX_RUNS = """
-    SELECT run_id, mode AS label, scenario, status FROM runs
+    SELECT run_id, mode || CASE WHEN client = 'librdkafka' THEN '' ELSE ' (' || client || ')' END AS label,
+           scenario, status FROM runs
     WHERE airflow_run_id LIKE 'semantics_matrix/%%' AND created_at >= %(since)s
     UNION ALL
     SELECT consumer_run_id, strategy, scenario, status FROM consumer_runs

@@ -1,0 +1,60 @@
+"""A team's producer as a mode file, run by its own DAG with `airflow dags test`: the settings
+checked by the client, the runs recorded with them, the verdict naming the setting that breaks the
+declared promise."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from conftest import REPO, run
+
+from delivery_semantics.reporting.report import query
+
+# acks=1 declared as no acked loss: the contradiction is a finding, not a refusal, and the isolated
+# leader's fault makes it bite.
+ACKS_ONE = """
+description: a team's Java producer that believes acks=1 loses nothing it acked
+client: java
+settings:
+  acks: 1
+  enable.idempotence: false
+  retries: 2147483647
+  linger.ms: 5
+promise: no_acked_loss
+schedule: "@daily"
+scenarios: [isolated_leader]
+load:
+  messages: 15000
+  producers: 1
+"""
+
+
+def test_mode_file_dag_runs_its_scenario_and_its_verdict_names_the_setting(tmp_path):
+    (tmp_path / "team_acks_one.yaml").write_text(ACKS_ONE)
+    env = {**os.environ, "SEMANTICS_MODES_DIR": str(tmp_path)}
+    conf = {"producer_settings": {"linger.ms": 10}}
+    res = run(
+        ["airflow", "dags", "test", "semantics_mode_team_acks_one", "-c", json.dumps(conf)], timeout=1200, env=env
+    )
+    out = res.stdout + res.stderr
+    (REPO / "artifacts" / "dags-test-mode-file.log").write_text(out)
+    # The check task fails: the promise is broken, and says by which setting.
+    assert res.returncode != 0 and "task_id=check" in out, out[-3000:]
+    assert "the promise is broken under isolated_leader" in out and "by acks=1" in out, out[-3000:]
+    [r] = query(
+        """SELECT v.* FROM v_run_results v JOIN runs USING (run_id)
+           WHERE runs.airflow_run_id LIKE 'semantics_mode_team_acks_one/%%' ORDER BY v.created_at DESC LIMIT 1"""
+    )
+    assert (r["mode"], r["client"], r["scenario"], r["isolation"]) == (
+        "team_acks_one",
+        "java",
+        "isolated_leader",
+        "read_uncommitted",
+    )
+    assert r["settings"] == {"linger.ms": "10"}, "the form's override is recorded with the run"
+    assert (r["producer_config"]["acks"], r["producer_config"]["linger.ms"]) == ("1", "10")
+    assert [f["setting"] for f in r["findings"]] == ["acks=1"]
+    assert r["lost_acked"] > 0, "writes acked by the isolated leader alone die with it"
+    assert (r["verdict"], r["broken_by"], r["broken_settings"]) == ("broken", "lost_acked", "acks=1")
+    assert r["inconsistent_offsets"] > 0
