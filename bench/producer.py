@@ -10,10 +10,14 @@
               they last what txn_size records took it in the idempotent mode of the same round
 
     bench/run producer [--messages N] [--modes m1,m2] [--producers 1,2] [--repeats R] [--keep-topics]
-                       [--set linger.ms=5 ...]
+                       [--client librdkafka|java] [--set linger.ms=5 ...]
 
---set overrides a mode's producer settings (librdkafka names) in all three, ProducerPerformance too,
-so a setting is measured against itself: an A/B of a preset is two runs, with and without it.
+--client java measures the Java client's load runner (kafka-clients in a JVM, driven by the same
+session): ProducerPerformance then runs with exactly the runner's Java settings.
+
+--set overrides a mode's producer settings (the client's key names) in all three, ProducerPerformance
+too (for librdkafka: the keys it shares), so a setting is measured against itself: an A/B of a
+preset is two runs, with and without it.
 
 Prints a markdown table of records/s, p99 ack latency and the ratios, for docs/BENCHMARKS.md.
 """
@@ -35,9 +39,9 @@ import devstack
 from delivery_semantics import catalog
 from delivery_semantics.history.ledger import Reports
 from delivery_semantics.plumbing import topics
-from delivery_semantics.plumbing.endpoints import kafka_config
+from delivery_semantics.plumbing.endpoints import java_client_config, kafka_config
 from delivery_semantics.workload import load
-from delivery_semantics.workload.client import LibrdkafkaClient, few_collections
+from delivery_semantics.workload.client import few_collections
 from delivery_semantics.workload.generator import Generator, new_run_id
 from delivery_semantics.workload.settings import resolve
 
@@ -50,16 +54,23 @@ def _latencies(reports: Reports) -> list[int]:
 
 
 def ledger_off(
-    mode: catalog.DeliveryMode, messages: int, payload: int, txn_size: int, conf: dict, overrides: dict | None = None
+    mode: catalog.DeliveryMode,
+    messages: int,
+    payload: int,
+    txn_size: int,
+    conf: dict,
+    overrides: dict | None = None,
+    client_name: str = catalog.LIBRDKAFKA,
 ) -> dict:
     run_id = new_run_id()
     topic = f"bench.off.{mode.name}.{run_id}"
     topics.ensure_topic(conf, topic, partitions=3)
-    pconf = {**conf, **resolve(mode, catalog.LIBRDKAFKA, overrides).conf}
+    connection = conf if client_name == catalog.LIBRDKAFKA else java_client_config(conf)
+    pconf = {**connection, **resolve(mode, client_name, overrides).conf}
     if mode.transactional:
         pconf["transactional.id"] = f"bench-{run_id}"
     gen = Generator(run_id, KEYS, payload, SEED)
-    client = LibrdkafkaClient(pconf, topic, gen, transactional=mode.transactional)
+    client = load.open_client(client_name, pconf, topic, gen, mode.transactional)
     latencies = []
     with few_collections():  # as the load runner's session
         t0 = time.monotonic()
@@ -84,6 +95,7 @@ def ledger_off(
         client.flush(120)
         latencies.extend(_latencies(client.drain()))
     elapsed = time.monotonic() - t0
+    client.close()
     topics.delete_topic(conf, topic)
     latencies.sort()
     p99 = latencies[int(len(latencies) * 0.99) - 1] / 1000 if latencies else None
@@ -99,6 +111,7 @@ def ledger_on(
     conf: dict,
     keep_topic: bool,
     overrides: dict | None = None,
+    client_name: str = catalog.LIBRDKAFKA,
 ) -> dict:
     """Unless keep_topic, the run's topic is deleted once measured: a 1M run holds 0.8 GB with RF 3,
     and the rounds add up. The run stays in the ledger."""
@@ -110,6 +123,7 @@ def ledger_on(
             txn_size=txn_size,
             producers=producers,
             overrides=dict(overrides or {}),
+            client=client_name,
         )
     )
     assert s.acked + s.sent_unacked == messages, s.line()
@@ -125,10 +139,11 @@ def producer_performance(
     conf: dict,
     transaction_ms: int | None = None,
     overrides: dict | None = None,
+    client_name: str = catalog.LIBRDKAFKA,
 ) -> dict:
     topic = f"bench.pp.{mode.name}.{new_run_id()}"
     topics.ensure_topic(conf, topic, partitions=3)
-    p = resolve(mode, catalog.LIBRDKAFKA, overrides).effective
+    p = resolve(mode, catalog.LIBRDKAFKA, overrides if client_name == catalog.LIBRDKAFKA else None).effective
     props = {
         "bootstrap.servers": conf["bootstrap.servers"],
         "acks": p["acks"],
@@ -140,6 +155,8 @@ def producer_performance(
         # librdkafka's default batch.size; the Java client's 16 KiB would hold ~60 of these records
         "batch.size": "1000000",
     }
+    if client_name == catalog.JAVA:  # exactly the Java load runner's settings
+        props = {"bootstrap.servers": conf["bootstrap.servers"], **resolve(mode, catalog.JAVA, overrides).conf}
     cmd = devstack.kafka_tool_command(
         "org.apache.kafka.tools.ProducerPerformance",
         "--topic",
@@ -202,6 +219,9 @@ def main() -> int:
     ap.add_argument("--producers", default="1", help="comma-separated producer counts for the ledger-on runs")
     ap.add_argument("--keep-topics", action="store_true", help="keep the ledger-on runs' topics, to reconcile them")
     ap.add_argument(
+        "--client", default=catalog.LIBRDKAFKA, help=f"the load runner's client: {', '.join(catalog.CLIENTS)}"
+    )
+    ap.add_argument(
         "--set",
         action="append",
         default=[],
@@ -220,9 +240,10 @@ def main() -> int:
         print("producer: --set takes KEY=VALUE", file=sys.stderr)
         return 2
     overrides = dict(kv.split("=", 1) for kv in args.set)
+    client = args.client
     try:
         for name in args.modes.split(","):
-            resolve(catalog.get_mode(name), catalog.LIBRDKAFKA, overrides)
+            resolve(catalog.get_mode(name), client, overrides)
     except catalog.ModeError as e:
         print(f"producer: {e}", file=sys.stderr)
         return 2
@@ -238,15 +259,17 @@ def main() -> int:
                 if idempotent_rps is None:
                     idempotent = catalog.get_mode("idempotent")
                     idempotent_rps = producer_performance(
-                        idempotent, args.messages, pp_bytes, conf, overrides=overrides
+                        idempotent, args.messages, pp_bytes, conf, overrides=overrides, client_name=client
                     )["rps"]
                 txn_ms = transaction_ms(args.txn_size, idempotent_rps)
-            pp = producer_performance(mode, args.messages, pp_bytes, conf, txn_ms, overrides)
+            pp = producer_performance(mode, args.messages, pp_bytes, conf, txn_ms, overrides, client)
             if name == "idempotent":
                 idempotent_rps = pp["rps"]
-            off = ledger_off(mode, args.messages, args.payload_bytes, args.txn_size, conf, overrides)
+            off = ledger_off(mode, args.messages, args.payload_bytes, args.txn_size, conf, overrides, client)
             on = [
-                ledger_on(mode, args.messages, args.payload_bytes, args.txn_size, n, conf, args.keep_topics, overrides)
+                ledger_on(
+                    mode, args.messages, args.payload_bytes, args.txn_size, n, conf, args.keep_topics, overrides, client
+                )
                 for n in counts
             ]
             samples.setdefault(name, []).append((pp, off, *on))
@@ -269,7 +292,7 @@ def main() -> int:
     print(
         f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, {args.messages:,} records of "
         f"{pp_bytes} B ({args.payload_bytes} B of payload), 3 partitions RF 3, transactions of {args.txn_size}, "
-        f"median of {args.repeats}" + "".join(f", {k}={v}" for k, v in overrides.items())
+        f"median of {args.repeats}, the {client} client" + "".join(f", {k}={v}" for k, v in overrides.items())
     )
     print(header)
     print("|" + "---|" * (5 + 2 * len(counts)))

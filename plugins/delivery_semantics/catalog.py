@@ -929,8 +929,8 @@ def matrix_form(messages: int = 15_000) -> dict[str, dict]:
         "modes": {
             "default": list(MODES),
             "type": "array",
-            "items": {"type": "string", "enum": list(MODES)},
-            "description": "modes to include",
+            "items": {"type": "string", "enum": list(all_modes())},
+            "description": "modes to include: the presets, and any mode file (modes/<name>.yaml) on its own client",
         },
         "scenarios": {
             "default": list(PRODUCER_SCENARIOS),

@@ -137,3 +137,27 @@ def test_java_defaults_are_the_java_clients_own():
 def test_validate_refuses_before_anything_runs():
     with pytest.raises(load.LoadError, match="unknown client 'go'"):
         load.validate(load.LoadSpec(mode="idempotent", messages=10, client="go"))
+
+
+def test_the_matrix_runs_a_mode_file_on_its_own_client_beside_the_presets_on_each(tmp_path, monkeypatch):
+    from delivery_semantics.plumbing import orchestration
+
+    monkeypatch.setenv("SEMANTICS_MODES_DIR", str(tmp_path))
+    write(tmp_path, "orders", GOOD)
+    confs = orchestration.matrix_confs(
+        {
+            "messages": 100,
+            "seed": 0,
+            "modes": ["idempotent", "orders"],
+            "scenarios": ["lost_ack"],
+            "clients": ["librdkafka", "java"],
+            "consumer_strategies": [],
+        }
+    )
+    assert [(c["mode"], c["client"]) for c in confs] == [
+        ("idempotent", "librdkafka"),
+        ("idempotent", "java"),
+        ("orders", "java"),
+    ]
+    assert "orders" in catalog.matrix_form()["modes"]["items"]["enum"]
+    assert catalog.matrix_form()["modes"]["default"] == list(catalog.MODES)

@@ -227,26 +227,33 @@ def _summary(run_id: str) -> load.RunSummary:
 
 
 def matrix_pairs(modes_filter: list[str] | None = None, scenarios_filter: list[str] | None = None) -> list[list[str]]:
+    """Every valid mode x scenario pair of the presets, or of the modes named (mode files too)."""
+    modes = [catalog.get_mode(m) for m in modes_filter] if modes_filter else list(catalog.MODES.values())
     return [
-        [m, s]
-        for m, s in catalog.valid_pairs()
-        if (not modes_filter or m in modes_filter) and (not scenarios_filter or s in scenarios_filter)
+        [m.name, s]
+        for s in catalog.PRODUCER_SCENARIOS
+        for m in modes
+        if not catalog.SCENARIOS[s].incompatible(m) and (not scenarios_filter or s in scenarios_filter)
     ]
 
 
 def matrix_confs(params: dict[str, Any]) -> list[dict]:
-    """The matrix DAG's runs: every chosen mode x scenario pair on every chosen client, then every
-    chosen consumer strategy under consumer_crash."""
+    """The matrix DAG's runs: every chosen mode x scenario pair on every chosen client (a mode file
+    on its own), then every chosen consumer strategy under consumer_crash."""
     common = {"messages": params["messages"], "seed": params["seed"]}
     producers = {"producers": params["producers"]} if params.get("producers") else {}
     clients = params.get("clients") or [catalog.LIBRDKAFKA]
     for client in clients:
         if client not in catalog.CLIENTS:
             raise ConfError(f"unknown client {client!r}: choose from {', '.join(catalog.CLIENTS)}")
+    try:
+        pairs = matrix_pairs(params["modes"], params["scenarios"])
+    except catalog.CatalogError as e:
+        raise ConfError(str(e)) from None
     confs = [
         {"mode": m, "scenario": s, "client": c, **common, **producers}
-        for m, s in matrix_pairs(params["modes"], params["scenarios"])
-        for c in clients
+        for m, s in pairs
+        for c in (clients if m in catalog.MODES else catalog.get_mode(m).clients)
     ]
     confs += [
         {"strategy": st, "scenario": "consumer_crash", **common} for st in params.get("consumer_strategies") or []

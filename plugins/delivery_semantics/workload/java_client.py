@@ -4,7 +4,8 @@ is the same as librdkafka's: every event is in the ledger before it is asked for
 report becomes an outcome with its partition and offset.
 
 The runner is compiled on first use into SEMANTICS_JAVA_BUILD (var/java unless set), against the
-kafka-clients jars in SEMANTICS_KAFKA_CLIENT_JARS (a folder); both need a JDK only to compile.
+kafka-clients jars in SEMANTICS_KAFKA_CLIENT_JARS (a folder), which needs a JDK; an image with a
+JRE only compiles it when it is built and names the folder in SEMANTICS_JAVA_CLASSES.
 The JVM is a child of the load process: when that process dies, its stdin closes and the JVM halts
 at once, with nothing more sent or committed, as a crash of the producer's process would.
 """
@@ -75,6 +76,8 @@ def classpath() -> str:
 
 def build() -> Path:
     """The compiled runner's folder, compiled now when the source or the jars changed."""
+    if os.environ.get("SEMANTICS_JAVA_CLASSES"):
+        return Path(os.environ["SEMANTICS_JAVA_CLASSES"])
     jars = classpath()
     stamp = hashlib.sha256(SOURCE.read_bytes() + jars.encode()).hexdigest()[:16]
     root = Path(os.environ.get("SEMANTICS_JAVA_BUILD") or Path(__file__).resolve().parents[3] / "var" / "java")
