@@ -18,7 +18,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics.audit import audits
-from semantics_common import PlatformSparkSubmitOperator
+from semantics_common import PlatformSparkSubmitOperator, file_dags
 
 DEFAULTS = {"retries": 1, "retry_delay": pendulum.duration(minutes=1)}
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -82,34 +82,16 @@ def audit_dag(audit: audits.Audit):
     return audit_run()
 
 
-def broken_audit_dag(name: str, error: Exception):
-    @dag(
-        dag_id=f"audit_{name}",
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        tags=["semantics", "audit", "invalid"],
-        description=f"invalid audit file: {error}"[:200],
-        doc_md=f"{__doc__}\n\n**This audit file does not validate:** {error}",
-        default_args=DEFAULTS,
-    )
-    def invalid_audit():
-        @task(retries=0)
-        def validate() -> None:
-            from delivery_semantics.audit import audits as a
-
-            a.load(a.audits_dir() / f"{name}.yaml")  # raises the file's error
-
-        validate()
-
-    return invalid_audit()
-
-
-for _name, _audit in audits.discover():
-    if isinstance(_audit, audits.Audit):
-        try:
-            audit_dag(_audit)
-        except Exception as _e:  # a schedule Airflow cannot read, say: the file's DAG shows it
-            broken_audit_dag(_name, audits.AuditError(f"{_audit.path}: schedule: {_e}"))
-    else:
-        broken_audit_dag(_name, _audit)
+file_dags(
+    audits.discover(),
+    audit_dag,
+    audits.AuditError,
+    {
+        "kind": "audit",
+        "prefix": "audit_",
+        "module": "delivery_semantics.audit.audits",
+        "folder": "audits_dir",
+        "doc": __doc__,
+        "default_args": DEFAULTS,
+    },
+)

@@ -4,8 +4,9 @@ else of the platform: the endpoints, the jars and the secrets are resolved when 
 
 from __future__ import annotations
 
+import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, Param, task
+from airflow.sdk import Asset, Param, dag, task
 
 from delivery_semantics import catalog
 
@@ -48,6 +49,48 @@ def mapped_load(conf):
     finished = finish_run(slices)
     produced >> finished
     return finished
+
+
+def file_dags(found: list, file_dag, error_type: type[Exception], invalid: dict) -> None:
+    """One DAG per file of a folder (audit files, mode files): `file_dag(f)` for a file that
+    loaded, and for one that did not (or whose DAG Airflow refuses, a bad schedule say) a DAG whose
+    one task fails with the file's error, so that a bad file neither hides the others nor goes
+    unnoticed. `invalid`: the kind of file, its DAG id prefix, the module whose `load(path)` raises
+    the error again, the doc and the default args."""
+    for name, f in found:
+        if not isinstance(f, Exception):
+            try:
+                file_dag(f)
+                continue
+            except Exception as e:
+                f = error_type(f"{f.path}: schedule: {e}")
+        _invalid_file_dag(name, f, **invalid)
+
+
+def _invalid_file_dag(
+    name: str, error: Exception, *, kind: str, prefix: str, module: str, folder: str, doc: str, default_args: dict
+):
+    @dag(
+        dag_id=f"{prefix}{name}",
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        tags=["semantics", kind, "invalid"],
+        description=f"invalid {kind} file: {error}"[:200],
+        doc_md=f"{doc}\n\n**This {kind} file does not validate:** {error}",
+        default_args=default_args,
+    )
+    def invalid_file():
+        @task(retries=0)
+        def validate() -> None:
+            import importlib
+
+            loader = importlib.import_module(module)
+            loader.load(getattr(loader, folder)() / f"{name}.yaml")  # raises the file's error
+
+        validate()
+
+    return invalid_file()
 
 
 def params(form: dict[str, dict]) -> dict[str, Param]:

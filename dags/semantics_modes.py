@@ -14,7 +14,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics import catalog, mode_files
-from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubmitOperator, params
+from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubmitOperator, file_dags, params
 
 DEFAULTS = {"retries": 1, "retry_delay": pendulum.duration(seconds=30)}
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -87,34 +87,16 @@ def mode_dag(f: mode_files.ModeFile):
     return mode_run()
 
 
-def broken_mode_dag(name: str, error: Exception):
-    @dag(
-        dag_id=f"semantics_mode_{name}",
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        tags=["semantics", "mode", "invalid"],
-        description=f"invalid mode file: {error}"[:200],
-        doc_md=f"{__doc__}\n\n**This mode file does not validate:** {error}",
-        default_args=DEFAULTS,
-    )
-    def invalid_mode():
-        @task(retries=0)
-        def validate() -> None:
-            from delivery_semantics import mode_files as m
-
-            m.load(m.modes_dir() / f"{name}.yaml")  # raises the file's error
-
-        validate()
-
-    return invalid_mode()
-
-
-for _name, _file in mode_files.discover():
-    if isinstance(_file, mode_files.ModeFile):
-        try:
-            mode_dag(_file)
-        except Exception as _e:  # a schedule Airflow cannot read, say: the file's DAG shows it
-            broken_mode_dag(_name, mode_files.ModeFileError(f"{_file.path}: schedule: {_e}"))
-    else:
-        broken_mode_dag(_name, _file)
+file_dags(
+    mode_files.discover(),
+    mode_dag,
+    mode_files.ModeFileError,
+    {
+        "kind": "mode",
+        "prefix": "semantics_mode_",
+        "module": "delivery_semantics.mode_files",
+        "folder": "modes_dir",
+        "doc": __doc__,
+        "default_args": DEFAULTS,
+    },
+)

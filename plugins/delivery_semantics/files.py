@@ -1,8 +1,24 @@
-"""What the platform's file formats share (audit files, mode files): the first error of a spec
-against its JSON schema, and where it is, said for a person editing the file. Imports jsonschema
-only when a file is checked."""
+"""What the platform's file formats share (audit files, mode files): reading one, and the first
+error of its spec against its JSON schema, and where it is, said for a person editing the file.
+Imports yaml and jsonschema only when a file is read."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+
+def read_yaml(path: Path, error: type[Exception]):
+    """The file's spec; `error` naming the file and what is wrong with it otherwise."""
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise error(f"{path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise error(f"{path}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
 
 
 def first_error(schema: dict, spec):

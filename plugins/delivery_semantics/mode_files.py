@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from delivery_semantics import catalog
-from delivery_semantics.files import field_path, first_error
+from delivery_semantics.files import field_path, first_error, read_yaml
 
 SCHEMA_PATH = Path(__file__).with_name("mode.schema.json")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
@@ -121,8 +121,6 @@ def _mode(spec: dict, name: str, where: str) -> catalog.DeliveryMode:
 
 def load(name_or_path: str | Path) -> ModeFile:
     """A mode file by name (modes/<name>.yaml) or by path."""
-    import yaml
-
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml"):
         if not _NAME.match(str(name_or_path)):
@@ -133,14 +131,7 @@ def load(name_or_path: str | Path) -> ModeFile:
         raise ModeFileError(f"{p}: the file name makes the mode's name, and {name!r} is not [A-Za-z0-9_-]")
     if name in catalog.MODES or name in catalog.STRATEGIES:
         raise ModeFileError(f"{p}: {name!r} is a built-in mode or strategy of the catalog: name the file otherwise")
-    try:
-        spec = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise ModeFileError(f"{p}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise ModeFileError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    spec = read_yaml(p, ModeFileError)
     validate(spec, str(p))
     return ModeFile(name, p, spec, _mode(spec, name, str(p)))
 

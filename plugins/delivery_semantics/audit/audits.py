@@ -19,7 +19,7 @@ from pathlib import Path
 
 from delivery_semantics import catalog
 from delivery_semantics.catalog import CatalogError
-from delivery_semantics.files import field_path, first_error
+from delivery_semantics.files import field_path, first_error, read_yaml
 
 SCHEMA_PATH = Path(__file__).with_name("audit.schema.json")
 AUDIT_SCENARIO = "audit"
@@ -183,8 +183,6 @@ def parse_duration(text: str) -> timedelta:
 
 def load(name_or_path: str | Path) -> Audit:
     """An audit by name (audits/<name>.yaml) or by path; YAML or JSON."""
-    import yaml
-
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml", ".json"):
         if not _NAME.match(str(name_or_path)):
@@ -193,14 +191,7 @@ def load(name_or_path: str | Path) -> Audit:
     name = p.stem
     if not _NAME.match(name):
         raise AuditError(f"{p}: the file name makes the audit's name, and {name!r} is not [A-Za-z0-9_-]")
-    try:
-        spec = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise AuditError(f"{p}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise AuditError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    spec = read_yaml(p, AuditError)
     validate(spec, str(p))
     return Audit(name, p, spec)
 
