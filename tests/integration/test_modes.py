@@ -58,3 +58,33 @@ def test_mode_file_dag_runs_its_scenario_and_its_verdict_names_the_setting(tmp_p
     assert r["lost_acked"] > 0, "writes acked by the isolated leader alone die with it"
     assert (r["verdict"], r["broken_by"], r["broken_settings"]) == ("broken", "lost_acked", "acks=1")
     assert r["inconsistent_offsets"] > 0
+
+
+def test_bad_settings_and_clients_are_refused_with_one_line_and_nothing_written(tmp_path, kafka_conf):
+    from confluent_kafka.admin import AdminClient
+
+    (tmp_path / "team_typo.yaml").write_text("client: java\nsettings: {linger.msec: 5}\npromise: no_acked_loss\n")
+    env = {**os.environ, "SEMANTICS_MODES_DIR": str(tmp_path)}
+    [before] = query("SELECT count(*) AS n FROM runs")
+    topics_before = set(AdminClient(kafka_conf).list_topics(timeout=10).topics)
+    cases = [
+        (["--mode", "idempotent", "--client", "java", "--set", "no.such.setting=1"], "unknown setting no.such.setting"),
+        (["--mode", "idempotent", "--client", "java", "--set", "acks=7"], "Invalid value 7 for configuration acks"),
+        (["--mode", "idempotent", "--client", "java", "--set", "value.serializer=x"], "value.serializer cannot be set"),
+        (["--mode", "idempotent", "--set", "transactional.id=x"], "transactional.id cannot be set"),
+        (["--mode", "idempotent", "--client", "kotlin"], "unknown client 'kotlin'"),
+        (["--mode", "team_typo"], "the Java client refused the producer settings: unknown setting linger.msec"),
+        (
+            ["--mode", "team_typo", "--client", "librdkafka"],
+            "declared for the java client; it cannot run on librdkafka",
+        ),
+    ]
+    for args, message in cases:
+        res = run(
+            ["python", "-m", "delivery_semantics.plumbing.cli", "load", "run", "--messages", "10", *args], env=env
+        )
+        assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    [after] = query("SELECT count(*) AS n FROM runs")
+    assert after == before, "nothing recorded"
+    assert set(AdminClient(kafka_conf).list_topics(timeout=10).topics) == topics_before, "no topic made"
