@@ -58,7 +58,7 @@ def test_airflow_follows_the_official_pattern(compose):
 def test_same_code_is_mounted_and_spark_default_points_at_the_master(compose):
     sched = compose["services"]["airflow-scheduler"]
     mounts = {v.split(":")[0] for v in sched["volumes"]}
-    assert {"./dags", "./plugins", "./spark_apps", "./sql", "./audits"} <= mounts
+    assert {"./dags", "./plugins", "./spark_apps", "./sql", "./audits", "./modes"} <= mounts
     env = sched["environment"]
     spark = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
     assert (spark["conn_type"], spark["host"], spark["port"]) == ("spark", "spark://spark-master", 7077)

@@ -101,8 +101,23 @@ def build() -> Path:
     return out
 
 
-def command(mode: str) -> list[str]:
-    return ["java", "-Xss512k", "-XX:+UseSerialGC", "-cp", f"{build()}{os.pathsep}{classpath()}", MAIN_CLASS, mode]
+def command(mode: str, conf: dict | None = None) -> list[str]:
+    # A heap for twice the client's buffer.memory (32 MB unless set) and some: the JVM shares the machine.
+    try:
+        buffer_mb = int((conf or {}).get("buffer.memory", 33554432)) >> 20
+    except ValueError:
+        buffer_mb = 32
+    heap = f"-Xmx{max(256, 2 * buffer_mb + 128)}m"
+    return [
+        "java",
+        heap,
+        "-Xss512k",
+        "-XX:+UseSerialGC",
+        "-cp",
+        f"{build()}{os.pathsep}{classpath()}",
+        MAIN_CLASS,
+        mode,
+    ]
 
 
 def _conf_lines(conf: dict[str, str]) -> str:
@@ -151,7 +166,7 @@ class JavaClient(ProducerClient):
         self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed with the client)
         run_conf = {k: v for k, v in conf.items() if k != "transactional.id"}
         self.proc = subprocess.Popen(
-            command("run"),
+            command("run", conf),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
