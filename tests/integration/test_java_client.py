@@ -1,0 +1,105 @@
+"""Known answers for the Java client: every outcome it can report is planted, and the ledger's
+outcomes are compared with the topic event id by event id, position by position. A report the
+runner turns into the wrong outcome, or a position it records wrong, fails here."""
+
+from __future__ import annotations
+
+from delivery_semantics import catalog
+from delivery_semantics.history.ledger import Ledger
+from delivery_semantics.plumbing.endpoints import java_client_config
+from delivery_semantics.workload import load, readback
+from delivery_semantics.workload.generator import Generator, event_id, new_run_id
+from delivery_semantics.workload.java_client import JavaClient
+from delivery_semantics.workload.settings import resolve
+
+
+def _client(kafka_conf: dict, topic: str, gen: Generator, mode: str = "idempotent") -> JavaClient:
+    conf = {**java_client_config(kafka_conf), **resolve(catalog.get_mode(mode), catalog.JAVA).conf}
+    return JavaClient(conf, topic, gen, transactional=False)
+
+
+def test_acks_carry_the_exact_positions_and_a_refused_topic_fails_every_record(kafka_conf, fresh_topic):
+    topic = fresh_topic("java-known")
+    gen = Generator(new_run_id(), keys=4, payload_bytes=30, seed=1)
+    client = _client(kafka_conf, topic, gen)
+    try:
+        client.send([(n, 1_700_000_000_000 + n) for n in range(200)])
+        assert client.flush(60) == 0
+        reports = client.drain()
+    finally:
+        client.close()
+    acked = {event_id(gen.run_id, o.n): (o.partition, o.offset) for o in reports.outcomes() if o.status == "acked"}
+    assert len(acked) == 200 and not [o for o in reports.outcomes() if o.status != "acked"]
+    records = readback.read_topic(kafka_conf, topic)
+    assert {r.event_id: (r.partition, r.offset) for r in records} == acked, "each ack's position holds its event"
+    assert {r.event_id: r.key for r in records} == {event_id(gen.run_id, n): f"k{n % 4}" for n in range(200)}, (
+        "the record layout is the generator's"
+    )
+    assert {r.event_id: r.seq for r in records} == {event_id(gen.run_id, n): n // 4 for n in range(200)}
+
+    # A topic name the brokers refuse: the client fails each record, and none may have been written.
+    bad = JavaClient(
+        {**java_client_config(kafka_conf), **resolve(catalog.get_mode("at_least_once_all"), catalog.JAVA).conf},
+        "not a topic!",
+        gen,
+        transactional=False,
+    )
+    try:
+        bad.send([(n, 0) for n in range(10)])
+        bad.flush(60)
+        failed = bad.drain().outcomes()
+    finally:
+        bad.close()
+    assert sorted((o.n, o.status, o.error) for o in failed) == [
+        (n, "failed", "InvalidTopicException") for n in range(10)
+    ]
+
+
+def test_a_java_transactional_run_records_every_abort_and_every_commit_at_its_position(kafka_conf):
+    """Two producers, a third of the transactions aborted and resent: the ledger's aborted outcomes
+    are exactly the positions only a read_uncommitted reader sees, its acks exactly the committed
+    positions, each event once."""
+    s = load.start(
+        load.LoadSpec(
+            mode="transactional", messages=6000, txn_size=200, abort_ratio=0.3, producers=2, seed=5, client="java"
+        )
+    )
+    assert s.status == "completed" and s.acked == 6000 and s.aborted_attempts > 0, s.line()
+    lg = Ledger()
+    try:
+        with lg.conn, lg.conn.cursor() as cur:
+            cur.execute(
+                'SELECT event_id, status, "partition", "offset" FROM ledger_outcomes WHERE run_id = %s',
+                (s.run_id,),
+            )
+            outcomes = cur.fetchall()
+        topic = lg.get_run(s.run_id)["topic"]
+    finally:
+        lg.close()
+    acked = {(p, o): eid for eid, st, p, o in outcomes if st == "acked"}
+    aborted = {(p, o): eid for eid, st, p, o in outcomes if st == "aborted" and o is not None}
+    committed = {(r.partition, r.offset): r.event_id for r in readback.read_topic(kafka_conf, topic, "read_committed")}
+    everything = {(r.partition, r.offset): r.event_id for r in readback.read_topic(kafka_conf, topic)}
+    assert committed == acked and len(set(acked.values())) == 6000
+    assert {pos: eid for pos, eid in everything.items() if pos not in committed} == aborted
+    assert len(aborted) == s.aborted_attempts
+
+
+def test_a_java_fire_and_forget_run_records_sent_without_positions(kafka_conf):
+    s = load.start(load.LoadSpec(mode="at_most_once", messages=3000, producers=1, client="java"))
+    assert (s.status, s.sent_unacked, s.acked) == ("completed", 3000, 0), s.line()
+    lg = Ledger()
+    try:
+        with lg.conn, lg.conn.cursor() as cur:
+            cur.execute(
+                'SELECT count(*), count("offset"), count(DISTINCT event_id) FROM ledger_outcomes '
+                "WHERE run_id = %s AND status = 'sent'",
+                (s.run_id,),
+            )
+            sent, with_offset, distinct = cur.fetchone()
+        topic = lg.get_run(s.run_id)["topic"]
+    finally:
+        lg.close()
+    assert (sent, with_offset, distinct) == (3000, 0, 3000), "acks=0: no position is known"
+    ids = [r.event_id for r in readback.read_topic(kafka_conf, topic)]
+    assert sorted(ids) == sorted(event_id(s.run_id, n) for n in range(3000)), "each event once, none other"
