@@ -41,6 +41,8 @@ BROKER_MESSAGE_MAX_BYTES = 1048588
 # payload.
 RECORD_OVERHEAD_BYTES = 512
 RESEND_ROUNDS = 3
+# Each client's setting for the largest record it sends.
+RECORD_SIZE_LIMIT = {catalog.LIBRDKAFKA: "message.max.bytes", catalog.JAVA: "max.request.size"}
 
 
 class LoadError(ValueError):
@@ -139,26 +141,17 @@ def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, settings.Resolved]:
             topics.validate_topic_name(spec.topic)
         except topics.TopicError as e:
             raise LoadError(str(e)) from None
-    # The record size limit under the client's name for it, checked before the client runs.
-    size_key = (
-        "message.max.bytes"
-        if (spec.client or mode.client or catalog.LIBRDKAFKA) == catalog.LIBRDKAFKA
-        else ("max.request.size")
-    )
     try:
-        asked = {**mode.producer_settings(spec.client), **(spec.overrides or {})}
-        limit = min(int(asked.get(size_key, 1000000)), BROKER_MESSAGE_MAX_BYTES)
-    except (catalog.ModeError, ValueError, TypeError):
-        limit = BROKER_MESSAGE_MAX_BYTES  # the client's check says what is wrong
+        resolved = settings.resolve(mode, spec.client, spec.overrides)
+    except catalog.ModeError as e:
+        raise LoadError(str(e)) from None
+    size_key = RECORD_SIZE_LIMIT[resolved.client]
+    limit = min(int(resolved.conf.get(size_key, 1000000)), BROKER_MESSAGE_MAX_BYTES)
     if spec.payload_bytes + RECORD_OVERHEAD_BYTES > limit:
         raise LoadError(
             f"payload_bytes={spec.payload_bytes} does not fit {size_key}={limit} "
             f"(with up to {RECORD_OVERHEAD_BYTES} bytes of key, event fields and framing)"
         )
-    try:
-        resolved = settings.resolve(mode, spec.client, spec.overrides)
-    except catalog.ModeError as e:
-        raise LoadError(str(e)) from None
     return mode, resolved
 
 
