@@ -312,11 +312,11 @@ def test_a_crash_point_is_refused_where_it_cannot_apply_before_any_side_effect(l
         ),
         (
             dict(mode="transactional", messages=10, overrides={"enable.idempotence": "false"}),
-            "transactional mode needs enable.idempotence=true",
+            "a transactional producer needs enable.idempotence=true",
         ),
         (dict(mode="at_least_once", messages=10, abort_ratio=0.2), "abort_ratio needs the transactional mode"),
         (dict(mode="at_least_once", messages=10, overrides={"no.such.key": "1"}), "librdkafka refused"),
-        (dict(mode="at_least_once", messages=10, overrides={"bootstrap.servers": "x:1"}), "cannot be overridden"),
+        (dict(mode="at_least_once", messages=10, overrides={"bootstrap.servers": "x:1"}), "cannot be set by a mode"),
     ],
 )
 def test_bad_input_is_refused_before_any_side_effect(spec, message):
