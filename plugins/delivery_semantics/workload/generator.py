@@ -109,6 +109,11 @@ class Generator:
         self._n_at = len(self._run_id_bytes) + 1
         self._key_bytes = [f"k{key_base + i}".encode() for i in range(keys)]
 
+    @property
+    def payload_pool(self) -> bytes:
+        """What payload(n) slices: the Java client's runner gets it once and slices it the same way."""
+        return self._pool
+
     def payload(self, n: int) -> bytes:
         start = (n * 7919) % (self._span + 1)
         return self._pool[start : start + self.payload_bytes]
@@ -119,7 +124,8 @@ class Generator:
 
     def wire(self, n: int, publish_at_ms: int) -> dict[str, bytes]:
         """Event n as the record produce_batch takes, without building an Event: the producer's
-        per-record path. `event(n).value()` gives the same value."""
+        per-record path. `event(n).value()` gives the same value, and the Java client's runner
+        (clients/java/SemanticsProducer.java, `send`) the same key and value: change them together."""
         return {
             "value": b"%s-%d %d %d %s" % (self._run_id_bytes, n, n // self.keys, publish_at_ms, self.payload(n)),
             "key": self._key_bytes[n % self.keys],

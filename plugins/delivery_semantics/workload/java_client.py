@@ -173,7 +173,7 @@ class JavaClient(ProducerClient):
             text=True,
             bufsize=1 << 16,
         )
-        pool = base64.b64encode(gen._pool).decode()
+        pool = base64.b64encode(gen.payload_pool).decode()
         self._write(
             _conf_lines(run_conf)
             + f"gen\t{gen.run_id}\t{gen.keys}\t{gen.key_base}\t{gen.payload_bytes}\t{pool}\t{topic}\n"
