@@ -13,6 +13,34 @@ from delivery_semantics.workload.java_client import JavaClient
 from delivery_semantics.workload.settings import resolve
 
 
+def _values(kafka_conf: dict, topic: str) -> set[bytes]:
+    import uuid
+
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            **kafka_conf,
+            "group.id": f"values-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.subscribe([topic])
+    values, ended = set(), set()
+    try:
+        while len(ended) < 3:
+            m = consumer.poll(10)
+            assert m is not None, "the topic's end was not reached"
+            if m.error():
+                ended.add(m.partition())
+            else:
+                values.add(m.value())
+    finally:
+        consumer.close()
+    return values
+
+
 def _client(kafka_conf: dict, topic: str, gen: Generator, mode: str = "idempotent") -> JavaClient:
     conf = {**java_client_config(kafka_conf), **resolve(catalog.get_mode(mode), catalog.JAVA).conf}
     return JavaClient(conf, topic, gen, transactional=False)
@@ -36,6 +64,9 @@ def test_acks_carry_the_exact_positions_and_a_refused_topic_fails_every_record(k
         "the record layout is the generator's"
     )
     assert {r.event_id: r.seq for r in records} == {event_id(gen.run_id, n): n // 4 for n in range(200)}
+    assert _values(kafka_conf, topic) == {gen.wire(n, 1_700_000_000_000 + n)["value"] for n in range(200)}, (
+        "byte for byte the records librdkafka's client would have sent"
+    )
 
     # A topic name the brokers refuse: the client fails each record, and none may have been written.
     bad = JavaClient(
