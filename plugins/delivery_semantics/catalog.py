@@ -369,9 +369,6 @@ class Finding:
     setting: str  # "key=value" as the mode set it (or the client's default)
     why: str
 
-    def text(self) -> str:
-        return f"{self.setting} contradicts {self.guarantee}: {self.why}"
-
 
 def contradictions(promise: Promise, effective: Mapping[str, str], transactional: bool) -> list[Finding]:
     """The settings (effective values, CLIENT_DEFAULTS filled in) that take away a guarantee the
@@ -428,11 +425,6 @@ class DeliveryMode:
         if client not in self.clients:
             raise ModeError(f"mode {self.name} is declared for the {self.client} client, not {client}")
         return dict(self.semantics) if self.client else {**_PRESET_TUNING[client], **self.semantics}
-
-    @property
-    def producer(self) -> dict[str, str]:
-        """The librdkafka settings (a Java mode file's own)."""
-        return self.producer_settings(self.client or LIBRDKAFKA)
 
     @property
     def waits_for_acks(self) -> bool:
