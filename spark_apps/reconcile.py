@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                     f.cancel()
                 raise
         return 0
-    except (InputError, stores.StoreError) as e:
+    except (InputError, stores.StoreError, audits.AuditError) as e:
         print(f"reconcile: {e}", file=sys.stderr)
         return 2
     finally:

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from checker import anomalies, cache, formats
 from delivery_semantics import catalog
-from delivery_semantics.audit import audits
+from delivery_semantics.audit import audits, schemas
 from delivery_semantics.audit.stores import Store
 from delivery_semantics.catalog import ISOLATIONS, READ_COMMITTED
 from delivery_semantics.workload import generator
@@ -92,6 +92,8 @@ class Source:
     audit: str | None = None
     # A platform run's settings that contradict its mode's promise (runs.findings).
     findings: list = field(default_factory=list)
+    # How an audited topic's values and keys are written, with their writer schemas.
+    record_format: formats.RecordFormat = field(default_factory=formats.RecordFormat)
 
     @property
     def id_prefix(self) -> str | None:
@@ -188,6 +190,7 @@ def audit_source(audit: audits.Audit, reconciliation_id: str, kafka: Kafka) -> S
         {"kind": "outbox", **audit.outbox},
         transactional=audit.transactional,
         audit=audit.name,
+        record_format=formats.RecordFormat.of(rec, schemas.load(audit)),
     )
 
 
@@ -403,7 +406,7 @@ def read_topic(spark: SparkSession, src: Source, isolation: str, start: dict, en
     cores, offsets = spark.sparkContext.defaultParallelism, sum(end[p] - start[p] for p in end)
     if cores > 1 and offsets // (len(end) * cores) >= MIN_SPLIT_RECORDS:
         reader = reader.option("minPartitions", str(len(end) * cores))
-    df = reader.load()
+    df = src.record_format.decode(reader.load(), [src.event_id, src.key, src.seq, src.publish_at])
     records = df.select(
         formats.field(src.event_id, "string").alias("event_id"),
         formats.field(src.key, "string").alias("key"),

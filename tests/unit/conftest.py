@@ -13,6 +13,8 @@ sys.path[:0] = [str(REPO / "plugins"), str(REPO / "spark_apps")]
 # A run is validated with the nemesis's backend it would heal with. The unit tier has no stack to
 # heal: the docker backend's constructor touches nothing.
 os.environ.setdefault("SEMANTICS_NEMESIS_BACKEND", "docker")
+# Python UDFs (the Protobuf decoder) run in this interpreter, which has pandas and protobuf.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # The Java client's settings are checked by its ProducerConfig in a JVM: the jars `local/setup` fetched.
 os.environ.setdefault("SEMANTICS_KAFKA_CLIENT_JARS", str(REPO / ".cache" / "kafka" / "lib"))
 
@@ -21,8 +23,11 @@ os.environ.setdefault("SEMANTICS_KAFKA_CLIENT_JARS", str(REPO / ".cache" / "kafk
 def spark():
     from pyspark.sql import SparkSession
 
+    from delivery_semantics.plumbing.endpoints import spark_jars
+
     session = (
         SparkSession.builder.master("local[1]")
+        .config("spark.jars", spark_jars())  # Avro's from_avro among them
         .appName("unit")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")

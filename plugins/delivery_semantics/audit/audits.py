@@ -136,8 +136,8 @@ def _message(error) -> str:
         return f"give exactly one of {' or '.join(alt['required'][0] for alt in alternatives)}"
     if v == "oneOf":
         return (
-            f"{json.dumps(error.instance)} is not a field: use one of {{header: NAME}}, {{json: $.path}}, "
-            "{record_key: true}, {value: true}, {timestamp: true}"
+            f"{json.dumps(error.instance)} is not a field: use one of {{header: NAME}}, {{field: a.b}}, "
+            "{json: $.path}, {key_field: a.b}, {record_key: true}, {value: true}, {timestamp: true}"
         )
     if v == "dependentRequired" and "allow_query" in error.message:
         return "query is free SQL: it needs allow_query: true (and runs in a read-only transaction)"
@@ -169,11 +169,35 @@ def validate(spec, where: str) -> None:
         from delivery_semantics.audit.stores.sql import free_select
 
         free_select(spec["outbox"]["query"], f"{where}: outbox.query")
+    check_record(spec["record"], where)
     strategy = spec.get("sink", {}).get("strategy")
     if strategy is not None and strategy not in SINK_STRATEGIES:
         raise AuditError(
             f"{where}: sink.strategy: {strategy!r} is not a sink strategy; use one of {', '.join(SINK_STRATEGIES)}"
         )
+
+
+# Which field specs read a value or a key of each format: a decoded value has fields, text does not.
+_VALUE_FIELDS = {"json": ("json", "field", "value"), "avro": ("field",), "protobuf": ("field",), "string": ("value",)}
+_KEY_FIELDS = {"string": ("record_key",), "avro": ("key_field",)}
+_VALUE_SPECS, _KEY_SPECS = ("json", "field", "value"), ("record_key", "key_field")
+
+
+def check_record(record: dict, where: str) -> None:
+    """Each field spec reads what the record's formats hold: `field` a decoded value's field (or a
+    JSON one), `key_field` an Avro key's, `value` a text value, `json` a JSON value."""
+    value, key = record.get("format", "json"), record.get("key_format", "string")
+    for name in ("event_id", "key", "seq", "publish_at"):
+        kind = next(iter(record.get(name) or {None: None}))
+        if kind in _VALUE_SPECS and kind not in _VALUE_FIELDS[value]:
+            allowed = " or ".join(f"{{{k}: ...}}" for k in _VALUE_FIELDS[value])
+            raise AuditError(f"{where}: record.{name}: {{{kind}: ...}} does not read a {value} value; use {allowed}")
+        if kind in _KEY_SPECS and kind not in _KEY_FIELDS[key]:
+            allowed = " or ".join(f"{{{k}: ...}}" for k in _KEY_FIELDS[key])
+            raise AuditError(f"{where}: record.{name}: {{{kind}: ...}} does not read a {key} key; use {allowed}")
+    for side, fmt, schemas in (("value", value, "schemas"), ("key", key, "key_schemas")):
+        if schemas in record and fmt not in ("avro", "protobuf"):
+            raise AuditError(f"{where}: record.{schemas}: a {fmt} {side} has no schemas")
 
 
 def parse_duration(text: str) -> timedelta:
@@ -283,6 +307,9 @@ def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Au
 
     if not isinstance(audit, Audit):
         audit = load(audit)
+    from delivery_semantics.audit import schemas
+
+    schemas.load(audit)  # the writer schemas' files are there and parse
 
     try:
         kafka_conf = endpoints.kafka_config(audit.kafka_conn_id)

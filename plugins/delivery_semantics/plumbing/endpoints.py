@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -281,6 +282,8 @@ def spark_application_env(
         "SEMANTICS_KAFKA_CONFIG": json.dumps(kafka),
         "SEMANTICS_KAFKA_SPARK_OPTIONS": json.dumps(spark_kafka_options(kafka)),
         "PYTHONPATH": _pythonpath_with_package(),
+        # Python UDFs (the Protobuf decoder) need pandas, pyarrow and protobuf: this interpreter's.
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
     }
     from delivery_semantics.audit import stores
 

@@ -1,0 +1,206 @@
+"""An audit's writer schemas: the files its `record.schemas` (the value's) and `record.key_schemas`
+(the key's) name by schema id, as a registry numbers them. A record in Confluent's wire format
+(a zero byte, the 4-byte schema id, the payload) is decoded with the schema of its own id, so a
+topic written under several versions of a schema decodes each record as it was written, and a
+record whose id is not here is malformed.
+
+Read by the preflight (a bad file is one line and exit 2) and by the Spark application, which
+decodes with them. No Spark here: the DAG file's process imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from delivery_semantics.audit.audits import Audit, AuditError
+
+TIMESTAMP_TYPES = ("timestamp-millis", "timestamp-micros", "local-timestamp-millis", "local-timestamp-micros")
+PROTOBUF_TIMESTAMP = "google.protobuf.Timestamp"
+SIDES = {"value": ("format", "schemas"), "key": ("key_format", "key_schemas")}
+
+
+@dataclass(frozen=True)
+class WriterSchema:
+    id: int
+    kind: str  # avro | protobuf
+    text: str  # Avro's JSON, or the .proto file
+    file: str  # the file it came from, relative to the audit's folder
+    descriptor: bytes | None = field(default=None, repr=False)  # protobuf: a FileDescriptorSet, imports included
+
+    def leaf(self, path: str) -> str | None:
+        """What `path` (a.b, or $ for the whole) reaches in this schema: "timestamp", "value", or
+        None when the schema has no such field. Raises AuditError for a path Spark cannot follow."""
+        return _avro_leaf(json.loads(self.text), path, self) if self.kind == "avro" else _protobuf_leaf(self, path)
+
+
+def paths(record: dict, side: str) -> list[str]:
+    """The field paths the record section reads from the value (`field`) or the key (`key_field`)."""
+    spec_key = "field" if side == "value" else "key_field"
+    return [spec[spec_key] for spec in record.values() if isinstance(spec, dict) and spec_key in spec]
+
+
+def load(audit: Audit) -> dict[str, dict[int, WriterSchema]]:
+    """The writer schemas of the value and of the key, by id, each checked: it parses, and every
+    field path the audit reads is in at least one of them."""
+    rec = audit.record
+    out: dict[str, dict[int, WriterSchema]] = {"value": {}, "key": {}}
+    for side, (format_key, schemas_key) in SIDES.items():
+        kind = rec.get(format_key)
+        if kind not in ("avro", "protobuf"):
+            continue
+        files = rec.get(schemas_key)
+        if not files:
+            raise AuditError(
+                audit.where(f"record.{schemas_key}")
+                + f": a {kind} {side} needs its writer schemas by id (a file each, as the registry numbers them)"
+            )
+        for sid, name in files.items():
+            out[side][int(sid)] = _read(audit, kind, int(sid), name, f"record.{schemas_key}.{sid}")
+        for path in paths(rec, side):
+            if not any(s.leaf(path) for s in out[side].values()):
+                raise AuditError(
+                    audit.where(f"record.{'field' if side == 'value' else 'key_field'}")
+                    + f": {path!r} is in none of the {side}'s schemas ({', '.join(s.file for s in out[side].values())})"
+                )
+    return out
+
+
+def _read(audit: Audit, kind: str, sid: int, name: str, where: str) -> WriterSchema:
+    folder = audit.path.resolve().parent
+    path = (folder / name).resolve()
+    if not path.is_file():
+        raise AuditError(f"{audit.where(where)}: {name}: no such file (looked in {folder})")
+    text = path.read_text()
+    if kind == "avro":
+        import fastavro
+
+        try:
+            fastavro.parse_schema(json.loads(text))
+        except (ValueError, fastavro.schema.SchemaParseException, TypeError, KeyError) as e:
+            raise AuditError(f"{audit.where(where)}: {name}: not an Avro schema: {str(e).splitlines()[0]}") from None
+        return WriterSchema(sid, kind, text, name)
+    return WriterSchema(sid, kind, text, path.name, _compile_proto(path, audit.where(where)))
+
+
+def _compile_proto(path: Path, where: str) -> bytes:
+    """protoc (grpcio-tools') on the file, with its folder and the well-known types on the import
+    path: the descriptor set Python's protobuf runtime builds message classes from."""
+    import importlib.resources
+
+    well_known = importlib.resources.files("grpc_tools") / "_proto"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "set.pb"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grpc_tools.protoc",
+                f"-I{path.parent}",
+                f"-I{well_known}",
+                "--include_imports",
+                f"--descriptor_set_out={out}",
+                path.name,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=path.parent,
+        )
+        if proc.returncode != 0:
+            first = (proc.stderr.strip() or proc.stdout.strip() or "protoc failed").splitlines()[0]
+            raise AuditError(f"{where}: {path.name}: not a .proto schema: {first}")
+        return out.read_bytes()
+
+
+# --------------------------------------------------------------------------- Avro
+
+
+def _avro_leaf(schema, path: str, ws: WriterSchema) -> str | None:
+    named: dict[str, dict] = {}
+    node = _avro_resolve(schema, named)
+    if path != "$":
+        for part in path.split("."):
+            node = _avro_resolve(node, named)
+            if not isinstance(node, dict) or node.get("type") != "record":
+                return None
+            fields = {f["name"]: f["type"] for f in node["fields"]}
+            if part not in fields:
+                return None
+            _register(fields[part], named)
+            node = fields[part]
+    node = _avro_resolve(node, named)
+    logical = node.get("logicalType") if isinstance(node, dict) else None
+    return "timestamp" if logical in TIMESTAMP_TYPES else "value"
+
+
+def _register(schema, named: dict) -> None:
+    """Records, enums and fixed types named where they are first defined, for later references."""
+    if isinstance(schema, dict) and "name" in schema and schema.get("type") in ("record", "enum", "fixed"):
+        named[schema["name"]] = schema
+        named[f"{schema.get('namespace', '')}.{schema['name']}".lstrip(".")] = schema
+        for f in schema.get("fields", []):
+            _register(f["type"], named)
+    elif isinstance(schema, list):
+        for s in schema:
+            _register(s, named)
+
+
+def _avro_resolve(schema, named: dict):
+    """A schema with a nullable union unwrapped (Spark reads ["null", T] as a nullable T) and a
+    named reference looked up."""
+    _register(schema, named)
+    if isinstance(schema, list):
+        branches = [s for s in schema if s != "null"]
+        if len(branches) != 1:
+            raise AuditError(
+                f"a union of {len(branches)} types ({json.dumps(schema)[:80]}) on a field path: "
+                "Spark reads it as member0, member1, ...; name a field outside it"
+            )
+        return _avro_resolve(branches[0], named)
+    if isinstance(schema, str) and schema in named:
+        return named[schema]
+    if isinstance(schema, dict) and isinstance(schema.get("type"), (dict, list)):
+        return _avro_resolve(schema["type"], named)
+    return schema
+
+
+# --------------------------------------------------------------------------- Protobuf
+
+
+def message_classes(ws: WriterSchema) -> list:
+    """The top-level message classes of the schema's own file, in declaration order: the order
+    the wire format's message indexes count in."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    files = descriptor_pb2.FileDescriptorSet.FromString(ws.descriptor)
+    pool = descriptor_pool.DescriptorPool()
+    for f in files.file:
+        pool.Add(f)
+    own = pool.FindFileByName(ws.file)
+    return [message_factory.GetMessageClass(d) for d in own.message_types_by_name.values()]
+
+
+def _protobuf_leaf(ws: WriterSchema, path: str) -> str | None:
+    found = None
+    for cls in message_classes(ws):
+        desc = cls.DESCRIPTOR
+        leaf = _descriptor_leaf(desc, path)
+        found = found or leaf
+    return found
+
+
+def _descriptor_leaf(desc, path: str) -> str | None:
+    if path == "$":
+        return "value"
+    for i, part in enumerate(path.split(".")):
+        if desc is None or part not in desc.fields_by_name:
+            return None
+        f = desc.fields_by_name[part]
+        desc = f.message_type
+        if i == len(path.split(".")) - 1:
+            return "timestamp" if desc is not None and desc.full_name == PROTOBUF_TIMESTAMP else "value"
+    return None
