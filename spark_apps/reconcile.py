@@ -83,15 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.audit and not (args.reconciliation_id or args.window_end):
         ap.error("--audit needs --reconciliation-id, or --window-end for a continuous audit")
     name = f"audit-{args.reconciliation_id or args.window_end[0]}" if args.audit else f"reconcile-{args.run_id[0]}"
-    spark = SparkSession.builder.appName(name).getOrCreate()
+    builder = SparkSession.builder.appName(name)
+    if args.audit:
+        try:
+            audit = audits.load(args.audit)
+        except audits.AuditError as e:
+            print(f"reconcile: {e}", file=sys.stderr)
+            return 2
+        # What the audit's stores need of the session before it starts (Delta's extension).
+        for key, value in stores.session_conf(audit).items():
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
         jdbc, kafka = Jdbc(spark), Kafka.from_env()
         if args.audit:
-            try:
-                audit = audits.load(args.audit)
-            except audits.AuditError as e:
-                raise InputError(str(e)) from None
             outbox = stores.for_section(audit, "outbox")
             if args.window_end:
                 return _windows(spark, jdbc, kafka, audit, args.window_end, outbox)

@@ -1,11 +1,12 @@
 """The local stack without Docker, for development, tests and CI: 3 KRaft brokers, Toxiproxy,
-PostgreSQL, Airflow's database and, on demand, the Airflow UI processes and a mail catcher. Not
-part of what a deployment mounts (docker-compose.yaml runs its own services).
+PostgreSQL, MariaDB (a team's MySQL outbox), Airflow's database and, on demand, the Airflow UI
+processes and a mail catcher. Not part of what a deployment mounts (docker-compose.yaml runs
+its own services).
 
 Usage: local/stack {start,stop,status,reset,env,ui}
 
-One module per service, as kafkatest's services/ are: postgres, kafka, toxiproxy, credentials
-(passwords, TLS), mail, airflow_processes; `base` is what they share, `environment` the
+One module per service, as kafkatest's services/ are: postgres, mariadb, kafka, toxiproxy,
+credentials (passwords, TLS), mail, airflow_processes; `base` is what they share, `environment` the
 connections they publish, `commands` the order they start in, and `nemesis_backend` the
 nemesis's backend over their processes.
 

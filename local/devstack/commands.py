@@ -44,6 +44,7 @@ from devstack.kafka import (
     start_broker,
     wait_for_cluster,
 )
+from devstack.mariadb import MARIADB_PORT, bootstrap_mariadb, mariadb_bin, mariadb_pid, start_mariadb, stop_mariadb
 from devstack.postgres import PG_PORT, bootstrap_postgres, pg_bin, postgres_pid, start_postgres, stop_postgres
 from devstack.toxiproxy import TOXIPROXY_PORT, start_toxiproxy, stop_toxiproxy, toxiproxy_pid
 
@@ -57,6 +58,7 @@ def check_prerequisites() -> None:
     if not TOXIPROXY_BIN.exists():
         raise StackError(f"toxiproxy: no binary at {TOXIPROXY_BIN}; run local/setup first (it needs Go)")
     pg_bin("postgres")
+    mariadb_bin("mariadbd")
 
 
 def start() -> None:
@@ -65,6 +67,8 @@ def start() -> None:
         d.mkdir(parents=True, exist_ok=True)
     report("postgres", start_postgres())
     report("postgres", bootstrap_postgres())
+    report("mariadb", start_mariadb())
+    report("mariadb", bootstrap_mariadb())
     report("tls", make_tls())
     report("toxiproxy", start_toxiproxy())
     for b in BROKERS:
@@ -100,6 +104,8 @@ def stop() -> None:
     report("toxiproxy", "stopped")
     stop_postgres()
     report("postgres", "stopped")
+    stop_mariadb()
+    report("mariadb", "stopped")
 
 
 def reset() -> None:
@@ -113,6 +119,8 @@ def status_rows() -> list[tuple[str, str, str, str]]:
     rows = []
     pid = postgres_pid()
     rows.append(("postgres", "up" if pid and port_open(PG_PORT) else "down", str(PG_PORT), str(pid or "-")))
+    pid = mariadb_pid()
+    rows.append(("mariadb", "up" if pid and port_open(MARIADB_PORT) else "down", str(MARIADB_PORT), str(pid or "-")))
     pid = toxiproxy_pid()
     rows.append(
         ("toxiproxy", "up" if pid and port_open(TOXIPROXY_PORT) else "down", str(TOXIPROXY_PORT), str(pid or "-"))
@@ -143,7 +151,7 @@ def status() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="stack", description="the local stack: 3 KRaft brokers, Toxiproxy, PostgreSQL, Airflow"
+        prog="stack", description="the local stack: 3 KRaft brokers, Toxiproxy, PostgreSQL, MariaDB, Airflow"
     )
     parser.add_argument("command", choices=["start", "stop", "status", "reset", "env", "ui"])
     args = parser.parse_args(argv)

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from devstack import kafka, mail, postgres, toxiproxy
+from devstack import kafka, mail, mariadb, postgres, toxiproxy
 from devstack.base import HOST, KAFKA_LIB, LOGS, REPO, SPARK_JARS, VAR
 
 # The nemesis's backend here, by module and class: the production nemesis does not import the
@@ -20,6 +20,7 @@ def environment() -> dict[str, str]:
     jars = ",".join(str(p) for p in sorted(SPARK_JARS.glob("*.jar")))
     connections = {
         **postgres.connections(),
+        **mariadb.connections(),
         **kafka.connections(),
         **toxiproxy.connections(),
         **mail.connections(),

@@ -245,7 +245,7 @@ def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, tot
             },
         )
         row.update(
-            sink_table=audit.sink["table"],
+            sink_table=audit.sink_label,
             sink_strategy=strategy.name,
             sink_promise=strategy.promise.text,
             sink_verdict=sink_verdict,

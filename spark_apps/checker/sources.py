@@ -202,23 +202,27 @@ class Jdbc:
     (SEMANTICS_JDBC), or an audit's outbox (SEMANTICS_SOURCE_JDBC), which is only ever read, in
     read-only sessions."""
 
-    def __init__(self, spark: SparkSession, prefix: str = "SEMANTICS_JDBC", read_only: bool = False):
+    def __init__(
+        self,
+        spark: SparkSession,
+        prefix: str = "SEMANTICS_JDBC",
+        read_only: bool = False,
+        driver: str = "org.postgresql.Driver",
+        read_only_statement: str = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+    ):
         try:
             self.url = os.environ[f"{prefix}_URL"]
             self.user = os.environ[f"{prefix}_USER"]
             self.password = os.environ[f"{prefix}_PASSWORD"]
         except KeyError as e:
             raise InputError(f"{e.args[0]} is not set") from None
-        self.spark, self.read_only = spark, read_only
-        # reWriteBatchedInserts: the driver sends a batch as multi-row INSERTs, not one per row.
-        self.props = {
-            "user": self.user,
-            "password": self.password,
-            "driver": "org.postgresql.Driver",
-            "reWriteBatchedInserts": "true",
-        }
+        self.spark, self.read_only, self.driver = spark, read_only, driver
+        self.props = {"user": self.user, "password": self.password, "driver": driver}
+        if driver == "org.postgresql.Driver":
+            # The driver sends a batch as multi-row INSERTs, not one per row.
+            self.props["reWriteBatchedInserts"] = "true"
         if read_only:
-            self.props["sessionInitStatement"] = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+            self.props["sessionInitStatement"] = read_only_statement
 
     def read(self, query: str, **partitioning) -> DataFrame:
         reader = (
@@ -265,11 +269,11 @@ class Jdbc:
         jvm = self.spark._jvm
         # --jars puts the driver in Spark's class loader, which java.sql.DriverManager cannot see;
         # Spark's registry wraps it so that DriverManager can.
-        jvm.org.apache.spark.sql.execution.datasources.jdbc.DriverRegistry.register("org.postgresql.Driver")
+        jvm.org.apache.spark.sql.execution.datasources.jdbc.DriverRegistry.register(self.driver)
         props = jvm.java.util.Properties()
         props.setProperty("user", self.user)
         props.setProperty("password", self.password)
-        if self.read_only:
+        if self.read_only and self.driver == "org.postgresql.Driver":
             # pgjdbc makes a session read-only only inside transactions unless told so: "always"
             # holds for autocommit statements too.
             props.setProperty("readOnlyMode", "always")

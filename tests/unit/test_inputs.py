@@ -224,7 +224,7 @@ def test_an_audit_file_is_refused_naming_the_file_and_the_field(tmp_path, edit, 
             lambda s: [s.pop(k) for k in ("window", "sink")],
             "alerts.max_open_discrepancies: counts a continuous audit's windows: it needs window",
         ),
-        (lambda s: s["connections"].pop("sink"), "connections: 'sink' is a required property"),
+        (lambda s: s["connections"].pop("sink"), "connections.sink: a jdbc sink needs its database's connection"),
         (lambda s: s["outbox"]["columns"].pop("publish_at"), "outbox.columns: 'publish_at' is a required property"),
         (
             lambda s: s["sink"].update(strategy="transactional_copy"),
@@ -263,8 +263,13 @@ def test_window_ends_and_ids_are_exact_and_in_utc():
         "SELECT * FROM (SELECT 1 AS t) AS bounded WHERE t < TIMESTAMPTZ '2026-11-23T14:00:00+00:00'"
     )
     assert sql.sink_select(a) == (
-        'SELECT "event_id" AS event_id, "order_id" AS key, "version" AS version, "applied_at" AS applied_at '
+        'SELECT "event_id" AS "event_id", "order_id" AS "key", "version" AS "version", "applied_at" AS "applied_at" '
         'FROM "public"."order_applies"'
+    )
+    # MySQL's dialect: backticks (`key` is a reserved word there), a time in a UTC session.
+    assert sql.sink_select(a, sql.quote_mysql).startswith("SELECT `event_id` AS `event_id`, `order_id` AS `key`")
+    assert sql.time_bounded("SELECT 1 AS t", "t", None, end, sql.timestamp_utc) == (
+        "SELECT * FROM (SELECT 1 AS t) AS bounded WHERE t < TIMESTAMP '2026-11-23 14:00:00.000000'"
     )
 
 
@@ -273,11 +278,13 @@ def test_identifiers_are_quoted_and_free_sql_only_where_allowed(tmp_path):
 
     a = audits.load(ORDERS)
     assert sql.outbox_select(a) == (
-        'SELECT "id" AS event_id, "aggregate_id" AS key, "version" AS seq, "created_at" AS publish_at, '
-        '"state" AS status, "seq_no" AS partition_key FROM "public"."outbox"'
+        'SELECT "id" AS "event_id", "aggregate_id" AS "key", "version" AS "seq", "created_at" AS "publish_at", '
+        '"state" AS "status", "seq_no" AS partition_key FROM "public"."outbox"'
     )
     with pytest.raises(audits.AuditError):
         sql.quote_ident('x"; DROP TABLE t; --')
+    with pytest.raises(audits.AuditError):
+        sql.quote_mysql("order_events` WHERE 1=0; DROP TABLE order_events; -- ")
 
     def free_sql(s):
         s["outbox"] = {
@@ -289,7 +296,7 @@ def test_identifiers_are_quoted_and_free_sql_only_where_allowed(tmp_path):
     q = audits.load(_audit(tmp_path, free_sql))
     assert (
         sql.outbox_select(q)
-        == "SELECT \"id\" AS event_id FROM (\nSELECT id FROM outbox WHERE state <> 'TEST'\n) AS outbox_query"
+        == 'SELECT "id" AS "event_id" FROM (\nSELECT id FROM outbox WHERE state <> \'TEST\'\n) AS outbox_query'
     )
     assert audits.reconciliation_id(a, "scheduled__2026-11-23T10:00:00+00:00") == (
         "audit:orders:scheduled__2026-11-23T10:00:00+00:00"
@@ -437,9 +444,17 @@ def test_a_store_is_chosen_by_the_connections_type_and_an_unknown_one_is_refused
     assert (
         env["SEMANTICS_SOURCE_STORE"] == "postgres" and env["SEMANTICS_SOURCE_JDBC_URL"] == "jdbc:postgresql://h:5432/d"
     )
+    monkeypatch.setenv("AIRFLOW_CONN_OUTBOX_DB", json.dumps({"conn_type": "mysql", "host": "h", "schema": "d"}))
+    from delivery_semantics.audit.stores.mysql import MysqlStore
+
+    assert isinstance(stores.for_section(a, "outbox"), MysqlStore)
+    assert stores.spark_env("outbox_db", "outbox")["SEMANTICS_SOURCE_JDBC_URL"].startswith(
+        "jdbc:mysql://h:3306/d?permitMysqlScheme&connectionTimeZone=UTC"
+    )
     monkeypatch.setenv("AIRFLOW_CONN_OUTBOX_DB", json.dumps({"conn_type": "http", "host": "h"}))
     with pytest.raises(
-        stores.StoreError, match=r"^a connection of type 'http' holds no store the audits read; one of: postgres$"
+        stores.StoreError,
+        match=r"^a connection of type 'http' holds no store the audits read; one of: mysql, postgres$",
     ):
         stores.for_section(a, "outbox")
     # In a Spark application the submitter's environment names the store.

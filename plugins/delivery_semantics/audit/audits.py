@@ -97,6 +97,13 @@ class Audit:
         return self.spec.get("sink")
 
     @property
+    def sink_label(self) -> str | None:
+        """The sink as the results name it: its table, or a lakehouse table's format and path."""
+        if self.sink is None:
+            return None
+        return self.sink["table"] if "table" in self.sink else f"{self.sink['format']}:{self.sink['path']}"
+
+    @property
     def sink_conn_id(self) -> str | None:
         return self.spec["connections"].get("sink")
 
@@ -170,6 +177,7 @@ def validate(spec, where: str) -> None:
 
         free_select(spec["outbox"]["query"], f"{where}: outbox.query")
     check_record(spec["record"], where)
+    check_sink(spec, where)
     strategy = spec.get("sink", {}).get("strategy")
     if strategy is not None and strategy not in SINK_STRATEGIES:
         raise AuditError(
@@ -198,6 +206,30 @@ def check_record(record: dict, where: str) -> None:
     for side, fmt, schemas in (("value", value, "schemas"), ("key", key, "key_schemas")):
         if schemas in record and fmt not in ("avro", "protobuf"):
             raise AuditError(f"{where}: record.{schemas}: a {fmt} {side} has no schemas")
+
+
+def check_sink(spec: dict, where: str) -> None:
+    """A database sink names its table and its connection; a lakehouse sink its path, and no
+    connection (it has none)."""
+    sink = spec.get("sink")
+    if sink is None:
+        if "sink" in spec["connections"]:
+            raise AuditError(f"{where}: connections.sink: names the sink's database, and the audit has no sink")
+        return
+    fmt = sink.get("format", "jdbc")
+    if fmt == "jdbc":
+        if "table" not in sink:
+            raise AuditError(f"{where}: sink.table: a jdbc sink needs its table")
+        if "sink" not in spec["connections"]:
+            raise AuditError(f"{where}: connections.sink: a jdbc sink needs its database's connection")
+        if "path" in sink:
+            raise AuditError(f"{where}: sink.path: a jdbc sink is a table; path is for delta or parquet")
+        return
+    if "path" not in sink:
+        raise AuditError(f"{where}: sink.path: a {fmt} sink is the table at a path: give it")
+    if "table" in sink or "sink" in spec["connections"]:
+        field = "sink.table" if "table" in sink else "connections.sink"
+        raise AuditError(f"{where}: {field}: a {fmt} sink is read from its path, with no database")
 
 
 def parse_duration(text: str) -> timedelta:

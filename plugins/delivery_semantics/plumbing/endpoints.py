@@ -168,6 +168,7 @@ class Database:
     user: str
     password: str = field(repr=False)
     database: str
+    kind: str = "postgres"  # or mysql (MySQL or MariaDB, read with MariaDB's JDBC driver)
 
     @property
     def sqlalchemy_url(self) -> str:
@@ -179,7 +180,24 @@ class Database:
 
     @property
     def jdbc_url(self) -> str:
+        if self.kind == "mysql":
+            # MySQL's scheme, so that Spark speaks MySQL's dialect (backticks, not double quotes,
+            # around the columns it selects); the session in UTC, the checker's clock.
+            return (
+                f"jdbc:mysql://{self.host}:{self.port}/{self.database}"
+                "?permitMysqlScheme&connectionTimeZone=UTC&forceConnectionTimeZoneToSession=true"
+            )
         return f"jdbc:postgresql://{self.host}:{self.port}/{self.database}"
+
+    def pymysql_kwargs(self) -> dict:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            "database": self.database,
+            "connect_timeout": 5,
+        }
 
     def psycopg2_kwargs(self) -> dict:
         return {
@@ -196,12 +214,17 @@ class Database:
         return {f"{prefix}_URL": self.jdbc_url, f"{prefix}_USER": self.user, f"{prefix}_PASSWORD": self.password}
 
 
+DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306}
+
+
 def database(conn_id: str) -> Database:
-    """A PostgreSQL database from its connection: the ledger's, or a team's own (an outbox)."""
+    """A database from its connection: the ledger's (PostgreSQL), or a team's own (an outbox or a
+    sink, in PostgreSQL or MySQL/MariaDB)."""
     c = get_connection(conn_id)
     if not c.host or not c.schema:
         raise EndpointError(f"connection {conn_id!r} needs a host and a schema (the database name)")
-    return Database(c.host, c.port or 5432, c.login, c.password, c.schema)
+    kind = c.conn_type if c.conn_type in DEFAULT_PORTS else "postgres"
+    return Database(c.host, c.port or DEFAULT_PORTS[kind], c.login, c.password, c.schema, kind)
 
 
 def ledger_database(conn_id: str = LEDGER_CONN_ID) -> Database:

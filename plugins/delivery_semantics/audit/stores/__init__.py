@@ -1,4 +1,5 @@
-"""Where an audit's outbox and sink rows live. Each kind of store (PostgreSQL today) is one module
+"""Where an audit's outbox and sink rows live. Each kind of store (PostgreSQL, MySQL/MariaDB, and
+lakehouse tables, which are chosen by the sink's format rather than a connection) is one module
 with a `Store` subclass (stores/base.py), chosen by the type of the section's connection. A new
 store is its module and one line in STORES: nothing else names a store.
 """
@@ -11,6 +12,7 @@ from delivery_semantics.audit.stores.base import SECTIONS, Store, StoreError
 
 STORES = {  # an Airflow connection type: the store that reads it, as module:Class
     "postgres": "delivery_semantics.audit.stores.postgres:PostgresStore",
+    "mysql": "delivery_semantics.audit.stores.mysql:MysqlStore",
 }
 
 
@@ -24,9 +26,14 @@ def store_class(conn_type: str) -> type[Store]:
 
 
 def for_section(audit, section: str, conn_type: str | None = None) -> Store:
-    """The store of an audit's `section` (outbox or sink). `conn_type` is the connection's type: the
+    """The store of an audit's `section` (outbox or sink). A lakehouse table (`format: delta`,
+    or `parquet`) is its path; a JDBC one is its connection's, whose type is the
     caller's when it knows it, else looked up, or, in a Spark application, read from the
     environment the submitter set (Store.spark_env)."""
+    if audit.spec[section].get("format", "jdbc") != "jdbc":
+        from delivery_semantics.audit.stores.lakehouse import LakehouseStore
+
+        return LakehouseStore(audit, section)
     if conn_type is None:
         conn_type = Store.env_store(section)
         if conn_type is None:
@@ -34,6 +41,15 @@ def for_section(audit, section: str, conn_type: str | None = None) -> Store:
 
             conn_type = get_connection(Store.conn_id_of(audit, section)).conn_type or ""
     return store_class(conn_type)(audit, section)
+
+
+def session_conf(audit) -> dict[str, str]:
+    """The Spark settings an audit's stores need before its session starts."""
+    conf: dict[str, str] = {}
+    for section in SECTIONS:
+        if audit.spec.get(section) and audit.spec[section].get("format", "jdbc") != "jdbc":
+            conf.update(for_section(audit, section).session_conf)
+    return conf
 
 
 def spark_env(conn_id: str, section: str) -> dict[str, str]:
@@ -46,4 +62,4 @@ def spark_env(conn_id: str, section: str) -> dict[str, str]:
     return {f"{SECTIONS[section]}_STORE": conn.conn_type, **cls.spark_env(conn_id, SECTIONS[section])}
 
 
-__all__ = ["SECTIONS", "STORES", "Store", "StoreError", "for_section", "spark_env", "store_class"]
+__all__ = ["SECTIONS", "STORES", "Store", "StoreError", "for_section", "session_conf", "spark_env", "store_class"]

@@ -3,18 +3,12 @@ sessions (pgjdbc's readOnlyMode=always), split on a partitioning column when the
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from delivery_semantics.audit.audits import AuditError
-from delivery_semantics.audit.stores.base import Store
-from delivery_semantics.audit.stores.sql import PARTITION_KEY, outbox_select, sink_select, time_bounded
+from delivery_semantics.audit.stores.jdbc import JdbcStore
 
 
-class PostgresStore(Store):
+class PostgresStore(JdbcStore):
     name = "postgres"
-
-    def select(self) -> str:
-        return outbox_select(self.audit) if self.section == "outbox" else sink_select(self.audit)
 
     # ------------------------------------------------------------------ before anything runs
 
@@ -49,32 +43,3 @@ class PostgresStore(Store):
             raise AuditError(f"{self.audit.path}: {field}: {msg} (in database {db.database})") from None
         finally:
             conn.close()
-
-    @classmethod
-    def spark_env(cls, conn_id: str, prefix: str) -> dict[str, str]:
-        from delivery_semantics.plumbing.endpoints import database
-
-        return database(conn_id).spark_env(f"{prefix}_JDBC")
-
-    # ------------------------------------------------------------------ in the Spark application
-
-    def read(self, spark, time_column: str | None = None, since: datetime | None = None, until: datetime | None = None):
-        from checker.sources import Jdbc  # the Spark application's JDBC reader
-
-        jdbc = Jdbc(spark, f"{self.env_prefix}_JDBC", read_only=True)
-        select = self.select()
-        if time_column is not None:
-            select = time_bounded(select, time_column, since, until)
-        part = self.spec.get("partitioning")
-        if not part:
-            return jdbc.read(select)
-        lo, hi = part.get("lower_bound"), part.get("upper_bound")
-        if lo is None:
-            lo, hi = jdbc.scalar_rows(f"SELECT min({PARTITION_KEY}), max({PARTITION_KEY}) FROM ({select}) AS o", [])[0]
-        return jdbc.read(
-            select,
-            partitionColumn=PARTITION_KEY,
-            lowerBound=int(lo or 0),
-            upperBound=int(hi or 0) + 1,
-            numPartitions=part.get("num_partitions", 8),
-        )

@@ -1,6 +1,6 @@
-"""SQL as the SQL stores build and check it: user identifiers validated and quoted, free SQL
-(`outbox.query`) checked with PostgreSQL's own parser, and a select bounded in time by datetimes
-formatted here, never by text from a file."""
+"""SQL as the SQL stores build and check it: user identifiers validated and quoted (in each
+store's dialect: `quote`), free SQL (`outbox.query`) checked with PostgreSQL's own parser, and a
+select bounded in time by datetimes formatted here (`timestamp`), never by text from a file."""
 
 from __future__ import annotations
 
@@ -11,26 +11,42 @@ from datetime import UTC, datetime
 from delivery_semantics.audit.audits import Audit, AuditError
 
 
-def quote_ident(name: str) -> str:
-    """A validated (schema-qualified) identifier, quoted: matched exactly, never parsed as SQL."""
+def quote_ident(name: str, mark: str = '"') -> str:
+    """A validated (schema-qualified) identifier, quoted (PostgreSQL's double quotes, MySQL's
+    backticks): matched exactly, never parsed as SQL."""
     parts = name.split(".")
     if not 1 <= len(parts) <= 2 or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", p) for p in parts):
         raise AuditError(f"{name!r} is not a SQL identifier")
-    return ".".join(f'"{p}"' for p in parts)
+    return ".".join(f"{mark}{p}{mark}" for p in parts)
+
+
+def quote_mysql(name: str) -> str:
+    return quote_ident(name, "`")
+
+
+def timestamptz(t: datetime) -> str:
+    """A time as PostgreSQL reads it."""
+    return f"TIMESTAMPTZ '{t.astimezone(UTC).isoformat()}'"
+
+
+def timestamp_utc(t: datetime) -> str:
+    """A time as MySQL reads it in a session whose time zone is UTC (Database.jdbc_url)."""
+    return f"TIMESTAMP '{t.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}'"
 
 
 PARTITION_KEY = "partition_key"
 
 
-def outbox_select(audit: Audit) -> str:
+def outbox_select(audit: Audit, quote=quote_ident) -> str:
     """The outbox rows as the checker reads them: each mapped column under its logical name (and
     the partitioning column as `partition_key`). Identifiers quoted; a query only when allowed."""
     ob = audit.outbox
-    items = [f"{quote_ident(col)} AS {logical}" for logical, col in ob["columns"].items()]
+    # The logical names quoted too: `key` is a reserved word in MySQL.
+    items = [f"{quote(col)} AS {quote(logical)}" for logical, col in ob["columns"].items()]
     if "partitioning" in ob:
-        items.append(f"{quote_ident(ob['partitioning']['column'])} AS {PARTITION_KEY}")
+        items.append(f"{quote(ob['partitioning']['column'])} AS {PARTITION_KEY}")
     if "table" in ob:
-        source = quote_ident(ob["table"])
+        source = quote(ob["table"])
     elif ob.get("allow_query") is True:
         # On lines of their own: a trailing `--` comment ends with its line.
         source = f"(\n{free_select(ob['query'], audit.where('outbox.query'))}\n) AS outbox_query"
@@ -90,16 +106,14 @@ def _nodes(tree, names: set[str]) -> set[str]:
     return found
 
 
-def sink_select(audit: Audit) -> str:
+def sink_select(audit: Audit, quote=quote_ident) -> str:
     """The sink rows as the checker reads them, each mapped column under its logical name."""
-    items = [f"{quote_ident(col)} AS {logical}" for logical, col in audit.sink["columns"].items()]
-    return f"SELECT {', '.join(items)} FROM {quote_ident(audit.sink['table'])}"
+    items = [f"{quote(col)} AS {quote(logical)}" for logical, col in audit.sink["columns"].items()]
+    return f"SELECT {', '.join(items)} FROM {quote(audit.sink['table'])}"
 
 
-def time_bounded(select: str, column: str, since: datetime | None, until: datetime) -> str:
+def time_bounded(select: str, column: str, since: datetime | None, until: datetime, timestamp=timestamptz) -> str:
     """`select` (whose logical column `column` is a time) restricted to [since, until). The bounds
     are datetimes this module formats, never text from a file."""
-    low = f"{column} >= TIMESTAMPTZ '{since.astimezone(UTC).isoformat()}' AND " if since else ""
-    return (
-        f"SELECT * FROM ({select}) AS bounded WHERE {low}{column} < TIMESTAMPTZ '{until.astimezone(UTC).isoformat()}'"
-    )
+    low = f"{column} >= {timestamp(since)} AND " if since else ""
+    return f"SELECT * FROM ({select}) AS bounded WHERE {low}{column} < {timestamp(until)}"

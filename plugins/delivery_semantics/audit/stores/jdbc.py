@@ -1,0 +1,63 @@
+"""What the SQL stores share: the section's select, built in the store's dialect, read over JDBC
+in read-only sessions, bounded in time when asked, and split on a partitioning column when the
+section names one. A store of this kind says its dialect (quoting, time literals, JDBC driver,
+read-only statement) and how to check its database before anything runs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from delivery_semantics.audit.stores.base import Store
+from delivery_semantics.audit.stores.sql import (
+    PARTITION_KEY,
+    outbox_select,
+    quote_ident,
+    sink_select,
+    time_bounded,
+    timestamptz,
+)
+
+
+class JdbcStore(Store):
+    quote = staticmethod(quote_ident)
+    timestamp = staticmethod(timestamptz)
+    driver = "org.postgresql.Driver"
+    read_only_statement = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+
+    def select(self) -> str:
+        if self.section == "outbox":
+            return outbox_select(self.audit, self.quote)
+        return sink_select(self.audit, self.quote)
+
+    @classmethod
+    def spark_env(cls, conn_id: str, prefix: str) -> dict[str, str]:
+        from delivery_semantics.plumbing.endpoints import database
+
+        return database(conn_id).spark_env(f"{prefix}_JDBC")
+
+    def read(self, spark, time_column: str | None = None, since: datetime | None = None, until: datetime | None = None):
+        from checker.sources import Jdbc  # the Spark application's JDBC reader
+
+        jdbc = Jdbc(
+            spark,
+            f"{self.env_prefix}_JDBC",
+            read_only=True,
+            driver=self.driver,
+            read_only_statement=self.read_only_statement,
+        )
+        select = self.select()
+        if time_column is not None:
+            select = time_bounded(select, time_column, since, until, self.timestamp)
+        part = self.spec.get("partitioning")
+        if not part:
+            return jdbc.read(select)
+        lo, hi = part.get("lower_bound"), part.get("upper_bound")
+        if lo is None:
+            lo, hi = jdbc.scalar_rows(f"SELECT min({PARTITION_KEY}), max({PARTITION_KEY}) FROM ({select}) AS o", [])[0]
+        return jdbc.read(
+            select,
+            partitionColumn=PARTITION_KEY,
+            lowerBound=int(lo or 0),
+            upperBound=int(hi or 0) + 1,
+            numPartitions=part.get("num_partitions", 8),
+        )
