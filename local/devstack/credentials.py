@@ -17,6 +17,9 @@ SECURE_HOST = "localhost"
 TLS_DIR = VAR / "tls"
 TLS_CA = TLS_DIR / "ca.pem"
 TLS_KEYSTORE = TLS_DIR / "broker.p12"
+# The client certificate of the mutual-TLS listeners, signed by the CA; its key is encrypted.
+TLS_CLIENT_CERT = TLS_DIR / "client.pem"
+TLS_CLIENT_KEY = TLS_DIR / "client.key"
 
 SECRETS_FILE = VAR / "secrets.env"
 
@@ -29,6 +32,7 @@ SECRET_NAMES = (
     "TLS_STORE_PASSWORD",  # the brokers' PKCS12 keystore
     "OUTBOX_OWNER_PASSWORD",  # the application that writes the outbox database
     "OUTBOX_READER_PASSWORD",  # the read-only role audits read it with
+    "CLIENT_KEY_PASSWORD",  # the key of the mutual-TLS client certificate
 )
 
 
@@ -58,32 +62,64 @@ def secret(name: str) -> str:
 
 
 def make_tls() -> str:
-    """A local CA, and one certificate for the brokers' SASL_SSL listeners that names localhost and
-    127.0.0.1, in a PKCS12 keystore. Made once; the keys never leave var/tls (mode 700)."""
-    if TLS_KEYSTORE.exists() and TLS_CA.exists():
-        return "CA and broker keystore present"
+    """A local CA; one certificate for the brokers' TLS listeners that names localhost and
+    127.0.0.1, in a PKCS12 keystore; and a client certificate for the mutual-TLS listeners, its
+    key encrypted with CLIENT_KEY_PASSWORD. Made once each; the keys never leave var/tls (mode 700)."""
+    made = []
+    if not (TLS_KEYSTORE.exists() and TLS_CA.exists()):
+        _make_ca_and_broker()
+        made.append("local CA and broker certificate")
+    if not (TLS_CLIENT_CERT.exists() and TLS_CLIENT_KEY.exists()):
+        _make_client()
+        made.append("client certificate")
+    for p in TLS_DIR.iterdir():
+        p.chmod(0o644 if p in (TLS_CA, TLS_CLIENT_CERT) else 0o600)  # certificates are public; keys are not
+    where = TLS_DIR.relative_to(REPO) if TLS_DIR.is_relative_to(REPO) else TLS_DIR
+    return f"{' and '.join(made)} made in {where}" if made else "CA, broker keystore and client certificate present"
+
+
+def _openssl(steps) -> None:
     if not shutil.which("openssl"):
         raise StackError("tls: openssl is missing (Debian: openssl)")
-    TLS_DIR.mkdir(parents=True, exist_ok=True)
-    TLS_DIR.chmod(0o700)
-    ca_key, key, csr, cert, ext = (TLS_DIR / n for n in ("ca.key", "broker.key", "broker.csr", "broker.pem", "san.ext"))
-    ext.write_text(f"subjectAltName=DNS:{SECURE_HOST},IP:{HOST}\n")
-    subj = "/O=delivery-semantics local stack/CN="
-    steps = (
-        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", TLS_CA, "-days", "825",
-         "-subj", subj + "local CA"],
-        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", subj + SECURE_HOST],
-        ["x509", "-req", "-in", csr, "-CA", TLS_CA, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
-         "-days", "825", "-extfile", ext],
-        # The store password on the environment, not the command line.
-        ["pkcs12", "-export", "-in", cert, "-inkey", key, "-certfile", TLS_CA, "-name", "broker",
-         "-out", TLS_KEYSTORE, "-passout", "env:TLS_STORE_PASSWORD"],
-    )  # fmt: skip
-    env = {**os.environ, "TLS_STORE_PASSWORD": passwords()["TLS_STORE_PASSWORD"]}
+    # Passwords on the environment, not the command line.
+    env = {
+        **os.environ,
+        "TLS_STORE_PASSWORD": passwords()["TLS_STORE_PASSWORD"],
+        "CLIENT_KEY_PASSWORD": passwords()["CLIENT_KEY_PASSWORD"],
+    }
     for args in steps:
         res = subprocess.run(["openssl", *map(str, args)], capture_output=True, text=True, env=env)
         if res.returncode != 0:
             raise StackError(f"tls: openssl {args[0]} failed: {res.stderr.strip()[-400:]}")
-    for p in TLS_DIR.iterdir():
-        p.chmod(0o644 if p == TLS_CA else 0o600)  # the CA certificate is public; the keys are not
-    return f"local CA and broker certificate made in {TLS_DIR.relative_to(REPO) if TLS_DIR.is_relative_to(REPO) else TLS_DIR}"
+
+
+SUBJECT = "/O=delivery-semantics local stack/CN="
+
+
+def _make_ca_and_broker() -> None:
+    TLS_DIR.mkdir(parents=True, exist_ok=True)
+    TLS_DIR.chmod(0o700)
+    ca_key, key, csr, cert, ext = (TLS_DIR / n for n in ("ca.key", "broker.key", "broker.csr", "broker.pem", "san.ext"))
+    ext.write_text(f"subjectAltName=DNS:{SECURE_HOST},IP:{HOST}\n")
+    _openssl((
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", TLS_CA, "-days", "825",
+         "-subj", SUBJECT + "local CA"],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", SUBJECT + SECURE_HOST],
+        ["x509", "-req", "-in", csr, "-CA", TLS_CA, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+         "-days", "825", "-extfile", ext],
+        ["pkcs12", "-export", "-in", cert, "-inkey", key, "-certfile", TLS_CA, "-name", "broker",
+         "-out", TLS_KEYSTORE, "-passout", "env:TLS_STORE_PASSWORD"],
+    ))  # fmt: skip
+
+
+def _make_client() -> None:
+    csr = TLS_DIR / "client.csr"
+    _openssl((
+        # PKCS#8, encrypted: the form both librdkafka and the JVM read.
+        ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-aes-256-cbc",
+         "-pass", "env:CLIENT_KEY_PASSWORD", "-out", TLS_CLIENT_KEY],
+        ["req", "-new", "-key", TLS_CLIENT_KEY, "-passin", "env:CLIENT_KEY_PASSWORD", "-out", csr,
+         "-subj", SUBJECT + "semantics-client"],
+        ["x509", "-req", "-in", csr, "-CA", TLS_CA, "-CAkey", TLS_DIR / "ca.key", "-CAcreateserial",
+         "-out", TLS_CLIENT_CERT, "-days", "825"],
+    ))  # fmt: skip

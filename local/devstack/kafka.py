@@ -30,7 +30,15 @@ from devstack.base import (
     terminate,
     wait_until,
 )
-from devstack.credentials import SCRAM_USER, SECURE_HOST, TLS_CA, TLS_KEYSTORE, passwords
+from devstack.credentials import (
+    SCRAM_USER,
+    SECURE_HOST,
+    TLS_CA,
+    TLS_CLIENT_CERT,
+    TLS_CLIENT_KEY,
+    TLS_KEYSTORE,
+    passwords,
+)
 
 BROKER_IDS = (1, 2, 3)
 BROKER_HEAP = os.environ.get("SEMANTICS_BROKER_HEAP", "768m")
@@ -55,6 +63,10 @@ class Broker:
     @property
     def secure_port(self) -> int:
         return 29091 + self.node_id
+
+    @property
+    def mtls_port(self) -> int:
+        return 39091 + self.node_id
 
     @property
     def internal_port(self) -> int:
@@ -176,6 +188,8 @@ def _render_broker_config(b: Broker) -> Path:
         proxy_port=b.proxy_port,
         secure_host=SECURE_HOST,
         secure_port=b.secure_port,
+        mtls_port=b.mtls_port,
+        ca=TLS_CA,
         keystore=TLS_KEYSTORE,
         keystore_password=passwords()["TLS_STORE_PASSWORD"],
         log_dir=b.data_dir / "data",
@@ -255,6 +269,7 @@ def start_broker(b: Broker) -> str:
     for port, what in (
         (b.client_port, "client"),
         (b.secure_port, "SASL_SSL"),
+        (b.mtls_port, "mutual TLS"),
         (b.internal_port, "inter-broker"),
         (b.controller_port, "controller"),
     ):
@@ -337,6 +352,19 @@ def connections() -> dict[str, dict]:
                 "security.protocol": "SASL_SSL",
                 "sasl.mechanism": "SCRAM-SHA-512",
                 "ssl.ca.location": str(TLS_CA),
+            },
+        },
+        # The mutual-TLS listener, direct: a client certificate signed by the stack's CA. The
+        # password field holds the client key's password, the connection's one secret.
+        "kafka_mtls": {
+            "conn_type": "kafka",
+            "password": passwords()["CLIENT_KEY_PASSWORD"],
+            "extra": {
+                "bootstrap.servers": ",".join(f"{SECURE_HOST}:{b.mtls_port}" for b in BROKERS),
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(TLS_CA),
+                "ssl.certificate.location": str(TLS_CLIENT_CERT),
+                "ssl.key.location": str(TLS_CLIENT_KEY),
             },
         },
     }

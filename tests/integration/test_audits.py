@@ -29,7 +29,13 @@ from delivery_semantics.reporting import report
 from delivery_semantics.workload import load
 
 ORDERS = REPO / "audits" / "orders.yaml"
-SECRETS = ("KAFKA_SCRAM_PASSWORD", "OUTBOX_READER_PASSWORD", "OUTBOX_OWNER_PASSWORD", "SEMANTICS_DB_PASSWORD")
+SECRETS = (
+    "KAFKA_SCRAM_PASSWORD",
+    "OUTBOX_READER_PASSWORD",
+    "OUTBOX_OWNER_PASSWORD",
+    "SEMANTICS_DB_PASSWORD",
+    "CLIENT_KEY_PASSWORD",
+)
 
 
 def _outbox_owner():
@@ -196,6 +202,54 @@ def test_a_scheduled_audit_finds_every_planted_anomaly_over_sasl_ssl(orders):
     )
     assert any("spark" in c and "reconcile.py" in c for c in commands), "the Spark job was not seen running"
     _assert_no_secret({"ps -ef": "\n".join(commands), "dags test output": out, **logs, "result tables": results})
+
+
+def test_an_audit_over_mutual_tls_finds_the_same_and_shows_no_key_or_keystore_password(orders):
+    """audits/orders_mtls.yaml: the same topic and outbox over the mutual-TLS listener, through its
+    DAG. Spark reads with a PKCS12 keystore made at submit time; neither the client key's password
+    nor the keystore's shows on a command line, in a log or in a result row."""
+    from delivery_semantics.plumbing.endpoints import java_client_config
+
+    _, expected = orders
+    audit = audits.load(REPO / "audits" / "orders_mtls.yaml")
+    conf = kafka_config(audit.kafka_conn_id)
+    assert conf["security.protocol"] == "SSL" and "ssl.certificate.location" in conf
+    keystore_password = java_client_config(conf)["ssl.keystore.password"]
+    before = {r["reconciliation_id"] for r in report.query("SELECT reconciliation_id FROM v_audit_results")}
+    with watching_ps() as commands:
+        res = run([str(REPO / ".venv" / "bin" / "airflow"), "dags", "test", audit.dag_id], timeout=900)
+    out = res.stdout + res.stderr
+    rows = [
+        r
+        for r in report.query("SELECT * FROM v_audit_results WHERE audit = 'orders_mtls'")
+        if r["reconciliation_id"] not in before
+    ]
+    assert len(rows) == 1, out[-3000:]
+    rid = rows[0]["reconciliation_id"]
+    got = _discrepancies(rid)
+    for iso, kinds in expected.items():
+        for kind, ids in kinds.items():
+            assert got.pop((iso, kind)) == ids, (iso, kind)
+        assert len(got.pop((iso, "malformed"))) == 1
+    assert got == {}, f"unplanted discrepancies: {got}"
+    assert "the at_least_once promise is broken by lost_acked" in out
+
+    logs = {str(p): p.read_text(errors="replace") for p in devstack.LOGS.rglob("*") if p.is_file()}
+    results = json.dumps(
+        [
+            report.query("SELECT * FROM reconcile_summary WHERE reconciliation_id = %s", (rid,)),
+            report.query("SELECT * FROM reconcile_discrepancies WHERE reconciliation_id = %s", (rid,)),
+        ],
+        default=str,
+    )
+    assert any("spark" in c and "reconcile.py" in c for c in commands), "the Spark job was not seen running"
+    texts = {"ps -ef": "\n".join(commands), "dags test output": out, **logs, "result tables": results}
+    for name, value in (
+        ("the client key's password", devstack.secret("CLIENT_KEY_PASSWORD")),
+        ("the keystore's password", keystore_password),
+    ):
+        leaked = [where for where, text in texts.items() if value in text]
+        assert not leaked, f"{name} appears in {leaked}"
 
 
 def test_two_reconciliations_of_the_same_events_each_write_their_deduplicated_copy(orders):

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -460,3 +461,71 @@ def test_a_store_is_chosen_by_the_connections_type_and_an_unknown_one_is_refused
     # In a Spark application the submitter's environment names the store.
     monkeypatch.setenv("SEMANTICS_SOURCE_STORE", "postgres")
     assert isinstance(stores.for_section(a, "outbox"), PostgresStore)
+
+
+def _client_certificate(tmp_path, password: bytes):
+    """A self-signed certificate and its key, encrypted with `password` (PKCS#8 PEM)."""
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "client.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "client.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(password),
+        )
+    )
+    return cert
+
+
+def test_a_tls_client_certificate_becomes_a_pkcs12_keystore_for_the_java_client(tmp_path, monkeypatch):
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    from delivery_semantics.plumbing.endpoints import EndpointError, kafka_config, spark_kafka_options
+
+    cert = _client_certificate(tmp_path, b"key-secret")
+    monkeypatch.setenv("SEMANTICS_KEYSTORE_DIR", str(tmp_path / "stores"))
+    extra = {
+        "bootstrap.servers": "b:9094",
+        "security.protocol": "SSL",
+        "ssl.ca.location": "/etc/ca.pem",
+        "ssl.certificate.location": str(tmp_path / "client.pem"),
+        "ssl.key.location": str(tmp_path / "client.key"),
+    }
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MTLS", json.dumps({"conn_type": "kafka", "password": "key-secret", "extra": extra})
+    )
+    conf = kafka_config("mtls")
+    assert conf["ssl.key.password"] == "key-secret" and "sasl.password" not in conf  # librdkafka's own keys
+    options = spark_kafka_options(conf)
+    store = Path(options["kafka.ssl.keystore.location"])
+    assert options["kafka.ssl.keystore.type"] == "PKCS12" and options["kafka.security.protocol"] == "SSL"
+    assert store.parent == tmp_path / "stores" and oct(store.stat().st_mode & 0o777) == "0o600"
+    assert oct(store.parent.stat().st_mode & 0o777) == "0o700"
+    _, got, _ = pkcs12.load_key_and_certificates(store.read_bytes(), options["kafka.ssl.keystore.password"].encode())
+    assert got == cert
+    assert "key-secret" not in json.dumps(options), "the key's own password is not handed on"
+    assert spark_kafka_options(conf) == options, "the same key finds the same keystore"
+    with pytest.raises(EndpointError) as e:
+        spark_kafka_options({**conf, "ssl.key.password": "not-the-key-password"})
+    assert "cannot be read with the connection's password" in str(e.value) and "not-the-key" not in str(e.value)
+    with pytest.raises(EndpointError, match="needs both"):
+        spark_kafka_options({k: v for k, v in conf.items() if k != "ssl.key.location"})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,8 +89,9 @@ def _ours(conn_id: str, c, extra: dict | None = None) -> Connection:
 
 def kafka_config(conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
     """librdkafka client settings from the connection. Its extra holds librdkafka keys as-is
-    (`security.protocol`, `sasl.mechanism`, `ssl.ca.location`, ...), its login the SASL user and
-    its password field the SASL password, which is the only secret."""
+    (`security.protocol`, `sasl.mechanism`, `ssl.ca.location`, `ssl.certificate.location`,
+    `ssl.key.location`, ...), its login the SASL user, and its password field the one secret: the
+    SASL password, or under security.protocol SSL the client key's password."""
     c = get_connection(conn_id)
     conf = {str(k): str(v) for k, v in c.extra.items()}
     if "bootstrap.servers" not in conf:
@@ -98,7 +100,9 @@ def kafka_config(conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
         conf["bootstrap.servers"] = f"{c.host}:{c.port or 9092}"
     if c.login:
         conf.setdefault("sasl.username", c.login)
-    if c.password:
+    if c.password and conf.get("security.protocol", "").upper() == "SSL":
+        conf["ssl.key.password"] = c.password
+    elif c.password:
         conf["sasl.password"] = c.password
     return conf
 
@@ -135,8 +139,10 @@ def java_client_config(conf: dict[str, str]) -> dict[str, str]:
         out["ssl.truststore.type"] = "PEM"
         out["ssl.truststore.location"] = conf["ssl.ca.location"]
     if "ssl.certificate.location" in conf or "ssl.key.location" in conf:
-        raise EndpointError(
-            "TLS client certificates (ssl.certificate.location) are not supported for the Java client yet"
+        out.update(
+            client_keystore(
+                conf.get("ssl.certificate.location"), conf.get("ssl.key.location"), conf.get("ssl.key.password")
+            )
         )
     protocol = conf.get("security.protocol", "PLAINTEXT").upper()
     if protocol.startswith("SASL"):
@@ -148,6 +154,71 @@ def java_client_config(conf: dict[str, str]) -> dict[str, str]:
         user, password = (conf[k].replace("\\", "\\\\").replace('"', '\\"') for k in ("sasl.username", "sasl.password"))
         out["sasl.jaas.config"] = f'{_JAAS_MODULES[mechanism]} required username="{user}" password="{password}";'
     return out
+
+
+def keystore_dir() -> Path:
+    return Path(
+        os.environ.get("SEMANTICS_KEYSTORE_DIR") or Path(tempfile.gettempdir()) / f"semantics-keystores-{os.getuid()}"
+    )
+
+
+def client_keystore(cert_path: str | None, key_path: str | None, key_password: str | None) -> dict[str, str]:
+    """A TLS client certificate and key (PEM, as librdkafka takes them) as the Java client's PKCS12
+    keystore settings. The keystore is written when a client starts (mode 600, in a folder of mode
+    700: SEMANTICS_KEYSTORE_DIR, else the temporary folder), once per key: its name and its
+    password are derived from the key, so no password is stored and a restart finds the same
+    file. The settings hold that password: they travel by environment or stdin only."""
+    import hashlib
+    import hmac
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    if not cert_path or not key_path:
+        raise EndpointError("a TLS client certificate needs both ssl.certificate.location and ssl.key.location")
+    try:
+        certs = x509.load_pem_x509_certificates(Path(cert_path).read_bytes())
+    except (OSError, ValueError) as e:
+        raise EndpointError(
+            f"ssl.certificate.location: {cert_path}: {type(e).__name__}: not a PEM certificate"
+        ) from None
+    try:
+        key = serialization.load_pem_private_key(
+            Path(key_path).read_bytes(), key_password.encode() if key_password else None
+        )
+    except OSError as e:
+        raise EndpointError(f"ssl.key.location: {key_path}: {e.strerror}") from None
+    except (ValueError, TypeError):
+        raise EndpointError(
+            f"ssl.key.location: {key_path}: the key cannot be read with the connection's password "
+            "(wrong password, none given for an encrypted key, or not a PEM key)"
+        ) from None
+    der = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    digest = hmac.new(
+        b"delivery-semantics keystore",
+        der + b"".join(c.public_bytes(serialization.Encoding.DER) for c in certs),
+        hashlib.sha256,
+    ).hexdigest()
+    name, password = digest[:16], digest[16:48]
+    folder = keystore_dir()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / f"client-{name}.p12"
+    if not path.exists():
+        blob = pkcs12.serialize_key_and_certificates(
+            b"client", key, certs[0], certs[1:] or None, serialization.BestAvailableEncryption(password.encode())
+        )
+        tmp = folder / f".{path.name}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, path)
+    return {
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(path),
+        "ssl.keystore.password": password,
+        "ssl.key.password": password,
+    }
 
 
 def mask_secrets(conf: dict) -> dict:
