@@ -409,7 +409,11 @@ def test_the_connection_in_the_docs_gives_librdkafka_and_spark_their_settings(mo
 
     from delivery_semantics.plumbing.endpoints import kafka_config, spark_kafka_options
 
-    (example,) = re.findall(r"```json\n(.*?)```", (REPO / "docs" / "RECONCILE.md").read_text(), flags=re.S)
+    example, mtls = re.findall(r"```json\n(.*?)```", (REPO / "docs" / "RECONCILE.md").read_text(), flags=re.S)
+    monkeypatch.setenv("AIRFLOW_CONN_DOCS_MTLS", mtls)
+    conf = kafka_config("docs_mtls")
+    assert (conf["security.protocol"], conf["ssl.key.password"]) == ("SSL", "the client key's password")
+    assert "sasl.password" not in conf and conf["ssl.key.location"] == "var/tls/client.key"
     monkeypatch.setenv("AIRFLOW_CONN_DOCS_EXAMPLE", example)
     conf = kafka_config("docs_example")
     assert (conf["security.protocol"], conf["sasl.username"], conf["sasl.password"]) == (
