@@ -785,6 +785,7 @@ def load_form(messages: int = 20_000) -> dict[str, dict]:
         "partitions": _int_param(3, "partitions", "partitions of the run's topic (RF 3, min ISR 2)"),
         "keys": _int_param(16, "keys", "record keys per producer; each key has one writer and its own sequence"),
         "payload_bytes": _int_param(200, "payload_bytes", "bytes of payload per record"),
+        "record_format": RECORD_FORMAT_PARAM,
         "txn_size": {
             **_int_param(None, "txn_size", "events per transaction (transactional mode)"),
             "type": ["null", "integer"],
@@ -803,6 +804,16 @@ def load_form(messages: int = 20_000) -> dict[str, dict]:
             DEFAULT_PRODUCERS, "producers", "producer processes, each with its own slice of the events"
         ),
     }
+
+
+# How the producers write each record (generator.RECORD_FORMATS).
+RECORD_FORMAT_PARAM = {
+    "default": "text",
+    "type": "string",
+    "enum": ["text", "avro"],
+    "description": "text: the event's fields and payload as text; avro: Avro in Confluent's wire format, as "
+    "teams with a schema registry write it (librdkafka only; the Java client writes text)",
+}
 
 
 # The checker's deduplicated copy of a run's data (dedup_events), on unless a form turns it off.
@@ -945,6 +956,7 @@ def matrix_form(messages: int = 15_000) -> dict[str, dict]:
         },
         "seed": _int_param(0, "seed", "seed of the generator"),
         "producers": _int_param(DEFAULT_PRODUCERS, "producers", "producer processes per mode x scenario run"),
+        "record_format": RECORD_FORMAT_PARAM,
         "dedup_copy": DEDUP_COPY_PARAM,
     }
 

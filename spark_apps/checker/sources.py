@@ -136,7 +136,16 @@ def _platform_fields(layout: str) -> dict:
                 ("publish_at", generator.H_PUBLISH_AT),
             )
         }
+    if layout == generator.AVRO_LAYOUT:
+        return {name: {"field": name} for name in ("event_id", "seq", "publish_at")}
     raise InputError(f"unknown record layout {layout!r}")
+
+
+def _platform_format(layout: str) -> formats.RecordFormat:
+    if layout != generator.AVRO_LAYOUT:
+        return formats.RecordFormat()
+    event = schemas.WriterSchema(generator.AVRO_SCHEMA_ID, "avro", generator.AVRO_SCHEMA, "generator.AVRO_SCHEMA")
+    return formats.RecordFormat("avro", schemas={"value": {event.id: event}, "key": {}})
 
 
 def platform_source(run: dict, kafka: Kafka) -> Source:
@@ -150,6 +159,7 @@ def platform_source(run: dict, kafka: Kafka) -> Source:
         transactional=catalog.get_mode(run["mode"]).transactional,
         ledger={"kind": "platform", "run_id": run["run_id"], "messages": int(run["messages"])},
         findings=json.loads(run.get("findings") or "[]"),
+        record_format=_platform_format(run.get("record_layout", generator.HEADERS_LAYOUT)),
     )
 
 

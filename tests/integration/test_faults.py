@@ -201,3 +201,28 @@ def test_java_producer_crash_without_idempotence_loses_no_acked_event(ledger, ka
     s, seen, tl = run_pair("at_least_once_all", "producer_crash", ledger, kafka_conf, client="java", producers=1)
     assert "kill_producer" in actions(tl) and s.sessions == 2
     assert seen.lost_acked == 0 and seen.acked == MESSAGES
+
+
+# Records in Avro (Confluent's wire format), as teams with a schema registry write them: the same
+# faults do the same, and the Spark checker, decoding with from_avro, finds exactly the duplicated
+# event ids that a plain consumer's read-back finds.
+def test_avro_lost_ack_duplicates_found_by_id_by_the_checker(ledger, kafka_conf):
+    from delivery_semantics.plumbing import reconcile
+    from delivery_semantics.reporting import report
+
+    s, seen, tl = run_pair("at_least_once_all", "lost_ack", ledger, kafka_conf, record_format="avro")
+    run = ledger.get_run(s.run_id)
+    assert run["record_layout"] == "avro" and "drop_responses" in actions(tl)
+    assert seen.duplicates > 0 and seen.lost_acked == 0 and seen.acked == MESSAGES
+    isolation = catalog.MODES["at_least_once_all"].isolation
+    copies = readback.copies_by_event(readback.read_topic(kafka_conf, run["topic"], isolation))
+    res = reconcile.run(run_id=s.run_id)
+    assert res.returncode == 0, res.error
+    (summary,) = [r for r in res.summaries if r["isolation"] == isolation]
+    assert (summary["records_read"], summary["malformed"], summary["lost_acked"]) == (seen.records_in_topic, 0, 0)
+    found = report.query(
+        "SELECT event_id, copies FROM reconcile_discrepancies WHERE reconciliation_id = %s AND isolation = %s "
+        "AND kind = 'duplicate'",
+        (s.run_id, isolation),
+    )
+    assert {r["event_id"]: r["copies"] for r in found} == {e: c for e, c in copies.items() if c > 1}

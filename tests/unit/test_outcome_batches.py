@@ -134,3 +134,26 @@ def test_a_load_collects_garbage_less_often_and_gives_the_process_back_its_setti
         assert gc.get_threshold()[0] == 50_000 and gc.get_freeze_count() > 0
         raise RuntimeError("the load failed")
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_the_avro_layout_is_what_fastavro_reads_with_the_platform_schema():
+    import io
+    import json
+
+    import fastavro
+
+    from delivery_semantics.workload import generator
+
+    gen = Generator("r20261126t000000_abcdef", 4, 30, 7, key_base=8, layout=generator.AVRO_LAYOUT)
+    schema = fastavro.parse_schema(json.loads(generator.AVRO_SCHEMA))
+    for n, at in ((0, 1), (5, 1_795_684_594_000), (123_456, 2**40)):
+        value = gen.wire(n, at)["value"]
+        e = gen.event(n, at)
+        assert value[:5] == b"\x00" + generator.AVRO_SCHEMA_ID.to_bytes(4, "big")
+        got = fastavro.schemaless_reader(io.BytesIO(value[5:]), schema)
+        assert (got["event_id"], got["seq"], got["payload"]) == (e.event_id, e.seq, e.payload)
+        assert int(got["publish_at"].timestamp() * 1000) == at
+        assert gen.n_of(value) == n and record_fields(value, None) == (e.event_id, e.seq, at)
+        copied = with_payload(value, bytes.upper)
+        assert record_fields(copied, None) == record_fields(value, None) and copied.endswith(e.payload.upper())
+    assert record_fields(gen.wire(1, 1)["value"][:-3], None) == (None, None, None), "truncated: no fields"

@@ -54,6 +54,11 @@ def _load_parser(sub) -> None:
     run.add_argument("--partitions", type=int, default=3)
     run.add_argument("--keys", type=int, default=16)
     run.add_argument("--payload-bytes", type=int, default=200)
+    run.add_argument(
+        "--record-format",
+        default="text",
+        help="text (the event's fields and payload as text) or avro (Confluent's wire format); librdkafka only",
+    )
     run.add_argument("--rate", type=int, default=0, help="target records/s (0: unthrottled)")
     run.add_argument(
         "--txn-size",
@@ -109,6 +114,7 @@ def _load(args):
         partitions=args.partitions,
         keys=args.keys,
         payload_bytes=args.payload_bytes,
+        record_format=args.record_format,
         rate=args.rate,
         txn_size=args.txn_size,
         abort_ratio=args.abort_ratio,

@@ -52,6 +52,7 @@ def validate_conf(conf: dict[str, Any]) -> dict[str, Any]:
         "client": client,
         "overrides": dict(conf.get("producer_settings") or conf.get("overrides") or {}),
         "connection": mode_files.connection_of(mode),
+        "record_format": conf.get("record_format") or "text",
         **_checked_ints(conf, ("messages", "partitions", "keys", "payload_bytes", "txn_size", "seed", "producers")),
     }
     ratio = conf.get("abort_ratio", 0.0) or 0.0
@@ -250,8 +251,12 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
         pairs = matrix_pairs(params["modes"], params["scenarios"])
     except catalog.CatalogError as e:
         raise ConfError(str(e)) from None
+    record_format = params.get("record_format") or "text"
     confs = [
-        {"mode": m, "scenario": s, "client": c, **common, **producers}
+        # The Java client writes text records: its runs of an Avro matrix stay text.
+        {"mode": m, "scenario": s, "client": c, "record_format": record_format if c == catalog.LIBRDKAFKA else "text"}
+        | common
+        | producers
         for m, s in pairs
         for c in (clients if m in catalog.MODES else catalog.get_mode(m).clients)
     ]

@@ -3,6 +3,7 @@ event can be rebuilt for a resend from its ledger row alone."""
 
 from __future__ import annotations
 
+import json
 import random
 import secrets
 import time
@@ -14,13 +15,91 @@ from datetime import UTC, datetime
 # - "value": the value is `<event_id> <seq> <publish_at ms> <payload>`, the key `k<j>`, no
 #   headers. A record without headers lets the producer hand librdkafka a batch at a time
 #   (`produce_batch` takes none), and the checker read the topic without the headers column.
+# - "avro": the value is Avro in Confluent's wire format (AVRO_SCHEMA, id AVRO_SCHEMA_ID), the
+#   record of the same four fields; the key `k<j>`, no headers. What teams with a schema registry
+#   write: `--record-format avro`.
 # - "headers": runs recorded before V021: the value is the payload, and the event id, seq,
 #   publish time and run id are headers, in this order.
 VALUE_LAYOUT = "value"
+AVRO_LAYOUT = "avro"
 HEADERS_LAYOUT = "headers"
-RECORD_LAYOUT = VALUE_LAYOUT  # what the producers write
+# The record formats a run may ask for, and the layout each writes.
+RECORD_FORMATS = {"text": VALUE_LAYOUT, "avro": AVRO_LAYOUT}
 SEPARATOR = b" "  # never in an event id, a number or a payload (letters and digits)
 VALUE_FIELDS = ("event_id", "seq", "publish_at", "payload")  # in this order, in the value
+
+# The platform's event in Avro. The id is nominal: no registry runs here to number it (a topic a
+# registry numbered is audited with the ids it gave, audits/orders_avro.yaml).
+AVRO_SCHEMA_ID = 1
+AVRO_SCHEMA = json.dumps(
+    {
+        "type": "record",
+        "name": "SemanticsEvent",
+        "namespace": "delivery_semantics",
+        "fields": [
+            {"name": "event_id", "type": "string"},
+            {"name": "seq", "type": "long"},
+            {"name": "publish_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "payload", "type": "bytes"},
+        ],
+    }
+)
+_AVRO_HEAD = b"\x00" + AVRO_SCHEMA_ID.to_bytes(4, "big")
+
+
+def _zigzag(n: int) -> bytes:
+    """An Avro long: zigzag, then a varint."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _unzigzag(b: bytes, at: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        byte = b[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return (value >> 1) ^ -(value & 1), at
+
+
+def avro_value(event_id: bytes, seq: int, publish_at_ms: int, payload: bytes) -> bytes:
+    """The event in AVRO_SCHEMA's binary encoding, framed with its id: what fastavro writes, by hand
+    (the producer's per-record path)."""
+    return b"".join(
+        (
+            _AVRO_HEAD,
+            _zigzag(len(event_id)),
+            event_id,
+            _zigzag(seq),
+            _zigzag(publish_at_ms),
+            _zigzag(len(payload)),
+            payload,
+        )
+    )
+
+
+def avro_fields(value: bytes) -> tuple[bytes, int, int, bytes] | None:
+    """(event_id, seq, publish_at ms, payload) of a value avro_value made, or None."""
+    if len(value) < 6 or value[:5] != _AVRO_HEAD:
+        return None
+    try:
+        size, at = _unzigzag(value, 5)
+        eid, at = value[at : at + size], at + size
+        seq, at = _unzigzag(value, at)
+        publish_at, at = _unzigzag(value, at)
+        size, at = _unzigzag(value, at)
+        payload = value[at : at + size]
+    except IndexError:
+        return None
+    return (eid, seq, publish_at, payload) if len(payload) == size else None
+
 
 H_EVENT_ID = "event_id"
 H_SEQ = "seq"
@@ -30,8 +109,12 @@ HEADERS = (H_EVENT_ID, H_SEQ, H_PUBLISH_AT, H_RUN_ID)
 
 
 def record_fields(value: bytes | None, headers: list | None) -> tuple[str | None, int | None, int | None]:
-    """(event_id, seq, publish_at ms) of a record of either layout, None where it has none: a
-    record with an event_id header is of the headers layout."""
+    """(event_id, seq, publish_at ms) of a record of any layout, None where it has none: a record
+    with an event_id header is of the headers layout, one whose value starts with the wire
+    format's zero byte of the Avro layout."""
+    if value and value[0] == 0:
+        fields = avro_fields(value)
+        return (fields[0].decode(), fields[1], fields[2]) if fields else (None, None, None)
     h = dict(headers or [])
     if H_EVENT_ID in h:
         eid, seq, at = h[H_EVENT_ID], h.get(H_SEQ), h.get(H_PUBLISH_AT)
@@ -44,7 +127,10 @@ def record_fields(value: bytes | None, headers: list | None) -> tuple[str | None
 
 
 def with_payload(value: bytes, transform) -> bytes:
-    """A value of the value layout with its payload transformed, its event fields kept."""
+    """A value of the value or Avro layout with its payload transformed, its event fields kept."""
+    if value and value[0] == 0:
+        eid, seq, at, payload = avro_fields(value)
+        return avro_value(eid, seq, at, transform(payload))
     *fields, payload = value.split(SEPARATOR, len(VALUE_FIELDS) - 1)
     return SEPARATOR.join([*fields, transform(payload)])
 
@@ -92,13 +178,18 @@ class Generator:
     writing one key concurrently have none, and every event of the slower one would read as out
     of order."""
 
-    def __init__(self, run_id: str, keys: int, payload_bytes: int, seed: int, key_base: int = 0):
+    def __init__(
+        self, run_id: str, keys: int, payload_bytes: int, seed: int, key_base: int = 0, layout: str = VALUE_LAYOUT
+    ):
         if keys <= 0:
             raise ValueError(f"keys must be > 0, got {keys}")
         if payload_bytes < 0:
             raise ValueError(f"payload bytes must be >= 0, got {payload_bytes}")
         if key_base < 0:
             raise ValueError(f"key base must be >= 0, got {key_base}")
+        if layout not in RECORD_FORMATS.values():
+            raise ValueError(f"a producer writes the layouts {', '.join(RECORD_FORMATS.values())}, not {layout!r}")
+        self.layout = layout
         self.run_id, self.keys, self.key_base, self.payload_bytes = run_id, keys, key_base, payload_bytes
         rng = random.Random(seed)
         alphabet = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -126,13 +217,17 @@ class Generator:
         """Event n as the record produce_batch takes, without building an Event: the producer's
         per-record path. `event(n).value()` gives the same value, and the Java client's runner
         (clients/java/SemanticsProducer.java, `send`) the same key and value: change them together."""
-        return {
-            "value": b"%s-%d %d %d %s" % (self._run_id_bytes, n, n // self.keys, publish_at_ms, self.payload(n)),
-            "key": self._key_bytes[n % self.keys],
-        }
+        if self.layout == AVRO_LAYOUT:
+            value = avro_value(b"%s-%d" % (self._run_id_bytes, n), n // self.keys, publish_at_ms, self.payload(n))
+        else:
+            value = b"%s-%d %d %d %s" % (self._run_id_bytes, n, n // self.keys, publish_at_ms, self.payload(n))
+        return {"value": value, "key": self._key_bytes[n % self.keys]}
 
     def n_of(self, value: bytes) -> int:
         """The event number in a value this generator made: what its delivery report is for."""
+        if self.layout == AVRO_LAYOUT:
+            size, at = _unzigzag(value, 5)
+            return int(value[at + self._n_at : at + size])
         return int(value[self._n_at : value.index(SEPARATOR, self._n_at)])
 
     def event(self, n: int, publish_at_ms: int | None = None) -> Event:

@@ -34,7 +34,7 @@ from delivery_semantics.plumbing.endpoints import (
 )
 from delivery_semantics.workload import readback, settings
 from delivery_semantics.workload.client import LibrdkafkaClient, ProducerClient, few_collections
-from delivery_semantics.workload.generator import RECORD_LAYOUT, Generator, new_run_id, slices
+from delivery_semantics.workload.generator import RECORD_FORMATS, Generator, new_run_id, slices
 
 BROKER_MESSAGE_MAX_BYTES = 1048588
 # Key, the event's fields in the value and record framing, generously: what a record adds to its
@@ -68,6 +68,7 @@ class LoadSpec:
     airflow_run_id: str | None = None
     producers: int = catalog.DEFAULT_PRODUCERS
     client: str | None = None  # librdkafka or java; None: a mode file's own, or librdkafka
+    record_format: str = "text"  # generator.RECORD_FORMATS: the text value layout, or Avro
 
 
 @dataclass
@@ -136,6 +137,8 @@ def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, settings.Resolved]:
         raise LoadError(f"abort_ratio must be in [0, 1), got {spec.abort_ratio!r}")
     if spec.abort_ratio and not mode.transactional:
         raise LoadError(f"abort_ratio needs the transactional mode; {mode.name} has no transactions")
+    if spec.record_format not in RECORD_FORMATS:
+        raise LoadError(f"record format {spec.record_format!r}: use one of {', '.join(RECORD_FORMATS)}")
     if spec.topic is not None:
         try:
             topics.validate_topic_name(spec.topic)
@@ -145,6 +148,8 @@ def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, settings.Resolved]:
         resolved = settings.resolve(mode, spec.client, spec.overrides)
     except catalog.ModeError as e:
         raise LoadError(str(e)) from None
+    if spec.record_format != "text" and resolved.client != catalog.LIBRDKAFKA:
+        raise LoadError(f"record format {spec.record_format}: the {resolved.client} client writes text records only")
     size_key = RECORD_SIZE_LIMIT[resolved.client]
     limit = min(int(resolved.conf.get(size_key, 1000000)), BROKER_MESSAGE_MAX_BYTES)
     if spec.payload_bytes + RECORD_OVERHEAD_BYTES > limit:
@@ -200,7 +205,7 @@ def create(
                 "messages": spec.messages,
                 "keys": spec.keys,
                 "payload_bytes": spec.payload_bytes,
-                "record_layout": RECORD_LAYOUT,
+                "record_layout": RECORD_FORMATS[spec.record_format],
                 "target_rate": spec.rate,
                 "txn_size": (spec.txn_size or catalog.default_txn_size(spec.messages)) if mode.transactional else None,
                 "abort_ratio": spec.abort_ratio if mode.transactional else None,
@@ -399,7 +404,14 @@ def _drive(
         run_id, producer, status="running", sessions=session, started_at=mine["started_at"] or now, error=None
     )
     ledger.update_run(run_id, status="running", started_at=run["started_at"] or now, error=None)
-    gen = Generator(run_id, run["keys"], run["payload_bytes"], run["seed"], key_base=producer * run["keys"])
+    gen = Generator(
+        run_id,
+        run["keys"],
+        run["payload_bytes"],
+        run["seed"],
+        key_base=producer * run["keys"],
+        layout=run["record_layout"],
+    )
     start, stop = mine["n_start"], mine["n_stop"]
     bar = _progress_bar(stop - start, progress)
     session_runner = _Session(
