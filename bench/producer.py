@@ -10,7 +10,10 @@
               they last what txn_size records took it in the idempotent mode of the same round
 
     bench/run producer [--messages N] [--modes m1,m2] [--producers 1,2] [--repeats R] [--keep-topics]
-                       [--client librdkafka|java] [--set linger.ms=5 ...]
+                       [--client librdkafka|java] [--record-format text|avro] [--set linger.ms=5 ...]
+
+--record-format avro writes Avro in Confluent's wire format (librdkafka); ProducerPerformance then
+sends records of the same size.
 
 --client java measures the Java client's load runner (kafka-clients in a JVM, driven by the same
 session): ProducerPerformance then runs with exactly the runner's Java settings.
@@ -42,7 +45,7 @@ from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import java_client_config, kafka_config
 from delivery_semantics.workload import load
 from delivery_semantics.workload.client import few_collections
-from delivery_semantics.workload.generator import Generator, new_run_id
+from delivery_semantics.workload.generator import RECORD_FORMATS, Generator, new_run_id
 from delivery_semantics.workload.settings import resolve
 
 # The load runner's defaults, which ledger_on's runs take: the other two measurements use the same.
@@ -61,6 +64,7 @@ def ledger_off(
     conf: dict,
     overrides: dict | None = None,
     client_name: str = catalog.LIBRDKAFKA,
+    record_format: str = "text",
 ) -> dict:
     run_id = new_run_id()
     topic = f"bench.off.{mode.name}.{run_id}"
@@ -69,7 +73,7 @@ def ledger_off(
     pconf = {**connection, **resolve(mode, client_name, overrides).conf}
     if mode.transactional:
         pconf["transactional.id"] = f"bench-{run_id}"
-    gen = Generator(run_id, KEYS, payload, SEED)
+    gen = Generator(run_id, KEYS, payload, SEED, layout=RECORD_FORMATS[record_format])
     client = load.open_client(client_name, pconf, topic, gen, mode.transactional)
     latencies = []
     with few_collections():  # as the load runner's session
@@ -112,6 +116,7 @@ def ledger_on(
     keep_topic: bool,
     overrides: dict | None = None,
     client_name: str = catalog.LIBRDKAFKA,
+    record_format: str = "text",
 ) -> dict:
     """Unless keep_topic, the run's topic is deleted once measured: a 1M run holds 0.8 GB with RF 3,
     and the rounds add up. The run stays in the ledger."""
@@ -124,6 +129,7 @@ def ledger_on(
             producers=producers,
             overrides=dict(overrides or {}),
             client=client_name,
+            record_format=record_format,
         )
     )
     assert s.acked + s.sent_unacked == messages, s.line()
@@ -182,10 +188,11 @@ def producer_performance(
     return {"rps": float(m.group(1)), "p99_ms": float(m.group(2))}
 
 
-def record_bytes(messages: int, payload: int) -> int:
+def record_bytes(messages: int, payload: int, record_format: str = "text") -> int:
     """What one of the load's records carries, value and key: ProducerPerformance's --record-size.
     The value holds the event id, seq and publish time besides the payload: 53 B more at 200 B."""
-    record = Generator(new_run_id(), KEYS, payload, SEED).wire(messages - 1, int(time.time() * 1000))
+    gen = Generator(new_run_id(), KEYS, payload, SEED, layout=RECORD_FORMATS[record_format])
+    record = gen.wire(messages - 1, int(time.time() * 1000))
     return len(record["value"]) + len(record["key"])
 
 
@@ -221,6 +228,7 @@ def main() -> int:
     ap.add_argument(
         "--client", default=catalog.LIBRDKAFKA, help=f"the load runner's client: {', '.join(catalog.CLIENTS)}"
     )
+    ap.add_argument("--record-format", default="text", choices=list(RECORD_FORMATS), help="the records' format")
     ap.add_argument(
         "--set",
         action="append",
@@ -248,7 +256,7 @@ def main() -> int:
         print(f"producer: {e}", file=sys.stderr)
         return 2
     conf = kafka_config()
-    pp_bytes = record_bytes(args.messages, args.payload_bytes)
+    pp_bytes = record_bytes(args.messages, args.payload_bytes, args.record_format)
     samples: dict[str, list] = {}
     for _ in range(args.repeats):  # round-robin, so a slow spell of the shared machine hits every mode
         idempotent_rps = None
@@ -265,10 +273,20 @@ def main() -> int:
             pp = producer_performance(mode, args.messages, pp_bytes, conf, txn_ms, overrides, client)
             if name == "idempotent":
                 idempotent_rps = pp["rps"]
-            off = ledger_off(mode, args.messages, args.payload_bytes, args.txn_size, conf, overrides, client)
+            fmt = args.record_format
+            off = ledger_off(mode, args.messages, args.payload_bytes, args.txn_size, conf, overrides, client, fmt)
             on = [
                 ledger_on(
-                    mode, args.messages, args.payload_bytes, args.txn_size, n, conf, args.keep_topics, overrides, client
+                    mode,
+                    args.messages,
+                    args.payload_bytes,
+                    args.txn_size,
+                    n,
+                    conf,
+                    args.keep_topics,
+                    overrides,
+                    client,
+                    fmt,
                 )
                 for n in counts
             ]
@@ -292,7 +310,8 @@ def main() -> int:
     print(
         f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, {args.messages:,} records of "
         f"{pp_bytes} B ({args.payload_bytes} B of payload), 3 partitions RF 3, transactions of {args.txn_size}, "
-        f"median of {args.repeats}, the {client} client" + "".join(f", {k}={v}" for k, v in overrides.items())
+        f"median of {args.repeats}, the {client} client, {args.record_format} records"
+        + "".join(f", {k}={v}" for k, v in overrides.items())
     )
     print(header)
     print("|" + "---|" * (5 + 2 * len(counts)))

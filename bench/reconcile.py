@@ -13,6 +13,7 @@ inside the driver JVM, so this is the whole Spark process. Flat across sizes mea
 collected to the driver.
 
     bench/run reconcile [--sizes 1000000,3000000] [--mode idempotent] [--event-log var/spark-events]
+    bench/run reconcile --sizes 10000000 --record-format avro   # runs written in Avro (from_avro)
     bench/run reconcile --runs RUN1,RUN2       # reuse runs loaded before (their topics must be intact)
     bench/run reconcile --runs RUN1 --no-dedup-copy   # the checker without the deduplicated copy
     bench/run reconcile --runs RUN1 --repeats 3       # three interleaved rounds, medians reported
@@ -150,6 +151,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000,3000000")
     ap.add_argument("--mode", default="idempotent")
+    ap.add_argument("--record-format", default="text", choices=["text", "avro"], help="the loaded runs' records")
     ap.add_argument("--runs", help="comma-separated completed runs to reconcile instead of loading new ones")
     ap.add_argument("--event-log", help="directory for Spark's event log (for bench/run spark_profile)")
     ap.add_argument("--no-dedup-copy", action="store_true", help="reconcile without writing dedup_events")
@@ -160,12 +162,15 @@ def main() -> int:
     rows = []
     lg = Ledger()
     if args.runs:
-        runs = [(run["messages"], run["topic"], run["run_id"]) for run in map(lg.get_run, args.runs.split(","))]
+        found = [lg.get_run(r) for r in args.runs.split(",")]
+        runs = [(run["messages"], run["topic"], run["run_id"]) for run in found]
+        layouts = {run["record_layout"] for run in found}
     else:
         runs = []
         for n in [int(x) for x in args.sizes.split(",")]:
-            s = load.start(load.LoadSpec(mode=args.mode, messages=n, seed=1))
+            s = load.start(load.LoadSpec(mode=args.mode, messages=n, seed=1, record_format=args.record_format))
             runs.append((n, s.topic, s.run_id))
+        layouts = {args.record_format}
     lg.close()
     for n, topic, run_id in runs:
         consumer_performance(topic, n)  # untimed: every timed read finds the topic in the page cache
@@ -193,7 +198,8 @@ def main() -> int:
         }
         rows.append((n, floor, spark, r))
     print(
-        f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, mode {args.mode}, 200 B records, "
+        f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, mode {args.mode}, 200 B payloads "
+        f"({'/'.join(sorted(layouts))} records), "
         f"3 partitions, spark local[2], driver memory 2g, medians of {args.repeats} interleaved round(s)"
     )
     print(

@@ -97,6 +97,12 @@ def test_no_secret_is_committed_in_the_compose_file(compose):
 
 
 def test_the_spark_image_matches_the_pinned_pyspark():
-    pinned = re.search(r"^pyspark==([\d.]+)", (REPO / "requirements.lock").read_text(), re.M).group(1)
-    assert f"pyspark=={pinned}" in (REPO / "docker" / "spark" / "Dockerfile").read_text()
+    lock = (REPO / "requirements.lock").read_text()
+    pinned = re.search(r"^pyspark==([\d.]+)", lock, re.M).group(1)
+    image = (REPO / "docker" / "spark" / "Dockerfile").read_text()
+    assert f"pyspark=={pinned}" in image
+    # The executors' Python runs the Protobuf decoder: the same pandas, pyarrow and protobuf.
+    for package in ("pandas", "pyarrow", "protobuf"):
+        version = re.search(rf"^{package}==([\d.]+)", lock, re.M).group(1)
+        assert f"{package}=={version}" in image, package
     assert f"<spark.version>{pinned}</spark.version>" in (REPO / "local/maven/spark/pom.xml").read_text()
