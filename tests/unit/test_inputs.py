@@ -74,6 +74,11 @@ def test_a_setting_that_contradicts_the_promise_is_a_finding_not_a_refusal():
         ({"mode": "idempotent", "messages": 10, "producers": 0}, "producers must be a positive integer"),
         ({"mode": "idempotent", "messages": 3, "producers": 4}, "producers must be at most 3"),
         ({"mode": "idempotent", "messages": 1000, "producers": 33}, "producers must be at most 32"),
+        ({"mode": "idempotent", "messages": 10, "record_format": "xml"}, "record format 'xml': use one of text, avro"),
+        (
+            {"mode": "idempotent", "messages": 10, "client": "java", "record_format": "avro"},
+            "record format avro: the java client writes text records only",
+        ),
     ],
 )
 def test_a_load_spec_is_checked_before_anything_is_sent(spec, message):
@@ -136,6 +141,10 @@ def _cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
         (
             ["load", "run", "--mode", "idempotent", "--messages", "5", "--client", "go"],
             "load: unknown client 'go': choose one of librdkafka, java",
+        ),
+        (
+            ["load", "run", "--mode", "idempotent", "--messages", "5", "--record-format", "xml"],
+            "load: record format 'xml': use one of text, avro",
         ),
         (["consumer_workload", "run", "--strategy", "yolo", "--source-run", "r1"], "unknown consumer strategy 'yolo'"),
         (

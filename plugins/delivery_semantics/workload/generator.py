@@ -47,8 +47,13 @@ AVRO_SCHEMA = json.dumps(
 _AVRO_HEAD = b"\x00" + AVRO_SCHEMA_ID.to_bytes(4, "big")
 
 
+_ZIGZAG_SMALL = [bytes([i << 1]) for i in range(64)]  # 0..63: one byte
+
+
 def _zigzag(n: int) -> bytes:
     """An Avro long: zigzag, then a varint."""
+    if 0 <= n < 64:
+        return _ZIGZAG_SMALL[n]
     n = (n << 1) ^ (n >> 63)
     out = bytearray()
     while n > 0x7F:
@@ -199,6 +204,8 @@ class Generator:
         self._run_id_bytes = run_id.encode()
         self._n_at = len(self._run_id_bytes) + 1
         self._key_bytes = [f"k{key_base + i}".encode() for i in range(keys)]
+        self._avro_payload_size = _zigzag(payload_bytes)
+        self._avro_at = (None, b"")  # a batch's publish time, encoded once
 
     @property
     def payload_pool(self) -> bytes:
@@ -218,7 +225,20 @@ class Generator:
         per-record path. `event(n).value()` gives the same value, and the Java client's runner
         (clients/java/SemanticsProducer.java, `send`) the same key and value: change them together."""
         if self.layout == AVRO_LAYOUT:
-            value = avro_value(b"%s-%d" % (self._run_id_bytes, n), n // self.keys, publish_at_ms, self.payload(n))
+            if self._avro_at[0] != publish_at_ms:
+                self._avro_at = (publish_at_ms, _zigzag(publish_at_ms))
+            digits = b"%d" % n
+            # avro_value's bytes, with what a run or a batch shares encoded once
+            value = b"%b%b%b-%b%b%b%b%b" % (
+                _AVRO_HEAD,
+                _zigzag(self._n_at + len(digits)),
+                self._run_id_bytes,
+                digits,
+                _zigzag(n // self.keys),
+                self._avro_at[1],
+                self._avro_payload_size,
+                self.payload(n),
+            )
         else:
             value = b"%s-%d %d %d %s" % (self._run_id_bytes, n, n // self.keys, publish_at_ms, self.payload(n))
         return {"value": value, "key": self._key_bytes[n % self.keys]}
