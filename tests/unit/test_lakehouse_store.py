@@ -26,7 +26,7 @@ def _audit(tmp_path, sink: dict) -> audits.Audit:
         "window": {"grace": "10m"},
         "sink": sink,
     }
-    (tmp_path / "audit.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "audit.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return audits.load(tmp_path / "audit.yaml")
 
 
@@ -68,7 +68,11 @@ def test_a_path_that_is_not_the_table_is_refused_before_anything_runs(tmp_path, 
     "sink, connections, message",
     [
         ({"format": "delta", "table": "x"}, {}, "sink.path: a delta sink is the table at a path"),
-        ({"format": "delta", "path": "p"}, {"sink": "outbox_db"}, "connections.sink: a delta sink is read from its path"),
+        (
+            {"format": "delta", "path": "p"},
+            {"sink": "outbox_db"},
+            "connections.sink: a delta sink is read from its path",
+        ),
         ({"table": "public.applies"}, {}, "connections.sink: a jdbc sink needs its database's connection"),
         ({"format": "jdbc", "path": "p"}, {"sink": "outbox_db"}, "sink.table: a jdbc sink needs its table"),
     ],
@@ -79,11 +83,11 @@ def test_a_sink_names_a_table_with_a_connection_or_a_path_without(tmp_path, sink
         "mode": "at_least_once",
         "connections": {"kafka": "kafka_default", "outbox": "outbox_db", **connections},
         "record": {"event_id": {"header": "event_id"}},
-        "outbox": {"table": "outbox", "columns": {"event_id": "id"}},
+        "outbox": {"table": "outbox", "columns": {"event_id": "id", "publish_at": "created_at"}},
         "window": {"grace": "10m"},
         "sink": {**sink, "columns": {"event_id": "evt", "applied_at": "done_at"}},
     }
-    (tmp_path / "audit.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "audit.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     with pytest.raises(audits.AuditError) as e:
         audits.load(tmp_path / "audit.yaml")
     assert message in str(e.value)
