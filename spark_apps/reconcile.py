@@ -45,12 +45,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from pyspark.sql import SparkSession
 
-from checker import cache
+from checker import cache, formats
 from checker.driver import reconcile
 from checker.incremental import reconcile_window
 from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_source
 from delivery_semantics import catalog
-from delivery_semantics.audit import audits, stores
+from delivery_semantics.audit import audits, schemas, stores
 
 PRINTED = (
     "reconciliation_id",
@@ -141,8 +141,9 @@ def _windows(spark, jdbc, kafka, audit, ends: list[str], outbox) -> int:
     except audits.AuditError as e:
         raise InputError(str(e)) from None
     sink = stores.for_section(audit, "sink") if audit.sink else None
+    record_format = formats.RecordFormat.of(audit.record, schemas.load(audit))
     for end in ends_at:
-        src = audit_source(audit, audits.window_id(audit, end), kafka)
+        src = audit_source(audit, audits.window_id(audit, end), kafka, record_format)
         started = time.monotonic()
         row = reconcile_window(spark, jdbc, src, audit, end, outbox, sink)
         spark.catalog.clearCache()

@@ -135,8 +135,9 @@ class RecordFormat:
             if not paths:
                 continue
             kind = self.value if side == "value" else self.key
-            if kind == "json":
-                df = df.select("*", *[_json_at(side, p).alias(decoded_column(side, p)) for p in paths])
+            if kind == "json":  # the value only: a key is text or Avro
+                paths_json = [(p, {"json": "$" if p == "$" else f"$.{p}"}) for p in paths]
+                df = df.select("*", *[json_path(j).alias(decoded_column(side, p)) for p, j in paths_json])
             elif kind == "avro":
                 df = _avro_decoded(df, side, paths, self.schemas[side])
             elif kind == "protobuf":
@@ -144,10 +145,6 @@ class RecordFormat:
             else:
                 raise FieldError(f"a {kind} {side} has no fields: read it whole")
         return df
-
-
-def _json_at(side: str, path: str) -> Column:
-    return F.get_json_object(F.col(side).cast("string"), "$" if path == "$" else f"$.{path}")
 
 
 def schema_id(side: str) -> Column:
@@ -216,8 +213,8 @@ def protobuf_decoder(wire: dict[int, tuple[bytes, str]], paths: list[str]) -> Ca
     """A function of one record's bytes to its fields' text (all none when it does not decode):
     the schema id, the message indexes (zigzag varints; a single 0 for the first message), then the
     message of that index in the schema of that id (`wire`: id -> descriptor set, file name).
-    Everything it uses is defined in it, so Spark ships it by value to executors that do not have
-    this module."""
+    Everything it uses is defined in it (its varint reader too, as workload/wire.py's `unzigzag`),
+    so Spark ships it by value to executors that do not have this package."""
     classes: dict = {}
 
     def zigzag(raw, at):

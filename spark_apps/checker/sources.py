@@ -184,8 +184,11 @@ def consumer_source(crun: dict, input_run: dict, kafka: Kafka) -> Source:
     return src
 
 
-def audit_source(audit: audits.Audit, reconciliation_id: str, kafka: Kafka) -> Source:
-    """A team's topic against its outbox (audits/<name>.yaml, validated when loaded)."""
+def audit_source(
+    audit: audits.Audit, reconciliation_id: str, kafka: Kafka, record_format: formats.RecordFormat | None = None
+) -> Source:
+    """A team's topic against its outbox (audits/<name>.yaml, validated when loaded). The record
+    format with its schemas (compiled once per application: a continuous audit's windows share it)."""
     rec = audit.record
     return Source(
         reconciliation_id,
@@ -200,7 +203,7 @@ def audit_source(audit: audits.Audit, reconciliation_id: str, kafka: Kafka) -> S
         {"kind": "outbox", **audit.outbox},
         transactional=audit.transactional,
         audit=audit.name,
-        record_format=formats.RecordFormat.of(rec, schemas.load(audit)),
+        record_format=record_format or formats.RecordFormat.of(rec, schemas.load(audit)),
     )
 
 

@@ -162,36 +162,30 @@ def test_the_outbox_role_is_read_only():
         cur.execute("CREATE TABLE public.not_allowed (x int)")
 
 
-def test_a_scheduled_audit_finds_every_planted_anomaly_over_sasl_ssl(orders):
-    """`airflow dags test audit_orders`: preflight, Spark over SASL_SSL and a read-only outbox,
-    then the check, which fails because the at_least_once promise (no acked loss) is broken."""
-    audit, expected = orders
-    before = set(r["reconciliation_id"] for r in report.query("SELECT reconciliation_id FROM v_audit_results"))
+def _run_audit_dag(audit: audits.Audit, expected: dict) -> tuple[dict, str, dict[str, str]]:
+    """`airflow dags test audit_<name>`, watched: its one new result row, after its discrepancies
+    were found to be exactly the planted ones (and one malformed record per isolation level); its
+    output; and every text a secret could leak into: the command lines `ps` showed while it ran,
+    that output, every log of the stack and the tasks, and its result rows."""
+    before = {r["reconciliation_id"] for r in report.query("SELECT reconciliation_id FROM v_audit_results")}
     with watching_ps() as commands:
         res = run([str(REPO / ".venv" / "bin" / "airflow"), "dags", "test", audit.dag_id], timeout=900)
     out = res.stdout + res.stderr
     rows = [
         r
-        for r in report.query("SELECT * FROM v_audit_results WHERE audit = 'orders'")
+        for r in report.query("SELECT * FROM v_audit_results WHERE audit = %s", (audit.name,))
         if r["reconciliation_id"] not in before
     ]
     assert len(rows) == 1, out[-3000:]
     rid = rows[0]["reconciliation_id"]
-    assert rid.startswith("audit:orders:manual__")
+    assert rid.startswith(f"audit:{audit.name}:manual__")
     got = _discrepancies(rid)
     for iso, kinds in expected.items():
         for kind, ids in kinds.items():
             assert got.pop((iso, kind)) == ids, (iso, kind)
-        malformed = got.pop((iso, "malformed"))
-        assert len(malformed) == 1
+        assert len(got.pop((iso, "malformed"))) == 1
     assert got == {}, f"unplanted discrepancies: {got}"
-    row = rows[0]
-    assert (row["outbox_events"], row["outbox_acked"], row["verdict"]) == (27, 25, "broken")
-    assert "lost_acked" in row["broken_by"]
-    assert "BrokenPromise" in out and "the at_least_once promise is broken by lost_acked" in out
-
-    # No secret anywhere: not on a command line while Spark ran, not in the DAG test's output,
-    # not in any log of the stack or the tasks, not in the result tables.
+    assert any("spark" in c and "reconcile.py" in c for c in commands), "the Spark job was not seen running"
     logs = {str(p): p.read_text(errors="replace") for p in devstack.LOGS.rglob("*") if p.is_file()}
     results = json.dumps(
         [
@@ -200,8 +194,20 @@ def test_a_scheduled_audit_finds_every_planted_anomaly_over_sasl_ssl(orders):
         ],
         default=str,
     )
-    assert any("spark" in c and "reconcile.py" in c for c in commands), "the Spark job was not seen running"
-    _assert_no_secret({"ps -ef": "\n".join(commands), "dags test output": out, **logs, "result tables": results})
+    return rows[0], out, {"ps -ef": "\n".join(commands), "dags test output": out, **logs, "result tables": results}
+
+
+def test_a_scheduled_audit_finds_every_planted_anomaly_over_sasl_ssl(orders):
+    """`airflow dags test audit_orders`: preflight, Spark over SASL_SSL and a read-only outbox,
+    then the check, which fails because the at_least_once promise (no acked loss) is broken. No
+    secret anywhere: not on a command line while Spark ran, not in the DAG test's output, not in
+    any log of the stack or the tasks, not in the result tables."""
+    audit, expected = orders
+    row, out, texts = _run_audit_dag(audit, expected)
+    assert (row["outbox_events"], row["outbox_acked"], row["verdict"]) == (27, 25, "broken")
+    assert "lost_acked" in row["broken_by"]
+    assert "BrokenPromise" in out and "the at_least_once promise is broken by lost_acked" in out
+    _assert_no_secret(texts)
 
 
 def test_an_audit_over_mutual_tls_finds_the_same_and_shows_no_key_or_keystore_password(orders):
@@ -210,46 +216,15 @@ def test_an_audit_over_mutual_tls_finds_the_same_and_shows_no_key_or_keystore_pa
     nor the keystore's shows on a command line, in a log or in a result row."""
     from delivery_semantics.plumbing.endpoints import java_client_config
 
-    _, expected = orders
     audit = audits.load(REPO / "audits" / "orders_mtls.yaml")
     conf = kafka_config(audit.kafka_conn_id)
     assert conf["security.protocol"] == "SSL" and "ssl.certificate.location" in conf
-    keystore_password = java_client_config(conf)["ssl.keystore.password"]
-    before = {r["reconciliation_id"] for r in report.query("SELECT reconciliation_id FROM v_audit_results")}
-    with watching_ps() as commands:
-        res = run([str(REPO / ".venv" / "bin" / "airflow"), "dags", "test", audit.dag_id], timeout=900)
-    out = res.stdout + res.stderr
-    rows = [
-        r
-        for r in report.query("SELECT * FROM v_audit_results WHERE audit = 'orders_mtls'")
-        if r["reconciliation_id"] not in before
-    ]
-    assert len(rows) == 1, out[-3000:]
-    rid = rows[0]["reconciliation_id"]
-    got = _discrepancies(rid)
-    for iso, kinds in expected.items():
-        for kind, ids in kinds.items():
-            assert got.pop((iso, kind)) == ids, (iso, kind)
-        assert len(got.pop((iso, "malformed"))) == 1
-    assert got == {}, f"unplanted discrepancies: {got}"
+    row, out, texts = _run_audit_dag(audit, orders[1])
+    assert (row["outbox_events"], row["verdict"]) == (27, "broken")
     assert "the at_least_once promise is broken by lost_acked" in out
-
-    logs = {str(p): p.read_text(errors="replace") for p in devstack.LOGS.rglob("*") if p.is_file()}
-    results = json.dumps(
-        [
-            report.query("SELECT * FROM reconcile_summary WHERE reconciliation_id = %s", (rid,)),
-            report.query("SELECT * FROM reconcile_discrepancies WHERE reconciliation_id = %s", (rid,)),
-        ],
-        default=str,
-    )
-    assert any("spark" in c and "reconcile.py" in c for c in commands), "the Spark job was not seen running"
-    texts = {"ps -ef": "\n".join(commands), "dags test output": out, **logs, "result tables": results}
-    for name, value in (
-        ("the client key's password", devstack.secret("CLIENT_KEY_PASSWORD")),
-        ("the keystore's password", keystore_password),
-    ):
-        leaked = [where for where, text in texts.items() if value in text]
-        assert not leaked, f"{name} appears in {leaked}"
+    _assert_no_secret(texts)  # CLIENT_KEY_PASSWORD among them
+    keystore_password = java_client_config(conf)["ssl.keystore.password"]
+    assert not [where for where, text in texts.items() if keystore_password in text], "the keystore's password"
 
 
 def test_two_reconciliations_of_the_same_events_each_write_their_deduplicated_copy(orders):

@@ -14,7 +14,8 @@ import yaml
 from delivery_semantics.audit import audits, schemas
 from delivery_semantics.workload.wire import AvroWriter, frame
 
-HERE = Path(__file__).parent / "schemas"
+# The schema files the example audits use (audits/schemas/), copied beside each test's audit file.
+HERE = Path(__file__).resolve().parents[2] / "audits" / "schemas"
 T0 = 1_764_000_000_000  # epoch millis
 
 
@@ -48,9 +49,9 @@ def decoded(spark, audit: audits.Audit, rows: list[tuple[bytes | None, bytes | N
 
 AVRO_RECORD = {
     "format": "avro",
-    "schemas": {"1": "schemas/order-v1.avsc", "2": "schemas/order-v2.avsc"},
+    "schemas": {"1": "schemas/order_event-v1.avsc", "2": "schemas/order_event-v2.avsc"},
     "key_format": "avro",
-    "key_schemas": {"7": "schemas/order-key.avsc"},
+    "key_schemas": {"7": "schemas/order_key.avsc"},
     "event_id": {"field": "order.id"},
     "key": {"key_field": "customer"},
     "seq": {"field": "version"},
@@ -62,9 +63,9 @@ def test_avro_records_decode_with_the_schema_of_their_own_id(spark, tmp_path):
     from datetime import UTC, datetime
 
     audit = audit_file(tmp_path, AVRO_RECORD)
-    v1 = AvroWriter(1, (HERE / "order-v1.avsc").read_text())
-    v2 = AvroWriter(2, (HERE / "order-v2.avsc").read_text())
-    key = AvroWriter(7, (HERE / "order-key.avsc").read_text())
+    v1 = AvroWriter(1, (HERE / "order_event-v1.avsc").read_text())
+    v2 = AvroWriter(2, (HERE / "order_event-v2.avsc").read_text())
+    key = AvroWriter(7, (HERE / "order_key.avsc").read_text())
     good_v1 = v1({"order": {"id": "o-1"}, "version": 3, "created_at": T0})
     rows = [
         (key({"customer": "c-1"}), good_v1),
@@ -90,7 +91,7 @@ def test_avro_records_decode_with_the_schema_of_their_own_id(spark, tmp_path):
 def test_protobuf_records_decode_by_schema_id_and_message_index(spark, tmp_path):
     record = {
         "format": "protobuf",
-        "schemas": {"3": "schemas/order.proto"},
+        "schemas": {"3": "schemas/order_event.proto"},
         "event_id": {"field": "order.id"},
         "seq": {"field": "version"},
         "publish_at": {"field": "created_at"},
@@ -154,7 +155,10 @@ def test_a_record_section_that_cannot_be_read_is_refused(tmp_path, record, messa
     "edit, message",
     [
         ({"schemas": {"1": "schemas/missing.avsc"}}, "record.schemas.1: schemas/missing.avsc: no such file"),
-        ({"schemas": {"1": "schemas/order.proto"}}, "record.schemas.1: schemas/order.proto: not an Avro schema"),
+        (
+            {"schemas": {"1": "schemas/order_event.proto"}},
+            "record.schemas.1: schemas/order_event.proto: not an Avro schema",
+        ),
         ({"event_id": {"field": "order.number"}}, "record.field: 'order.number' is in none of the value's schemas"),
         ({"key_schemas": None}, "record.key_schemas: a avro key needs its writer schemas by id"),
     ],

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from delivery_semantics.workload.wire import unzigzag, zigzag
+
 # How a record carries its event, per run (the ledger's `runs.record_layout`, sql/V021):
 # - "value": the value is `<event_id> <seq> <publish_at ms> <payload>`, the key `k<j>`, no
 #   headers. A record without headers lets the producer hand librdkafka a batch at a time
@@ -47,44 +49,17 @@ AVRO_SCHEMA = json.dumps(
 _AVRO_HEAD = b"\x00" + AVRO_SCHEMA_ID.to_bytes(4, "big")
 
 
-_ZIGZAG_SMALL = [bytes([i << 1]) for i in range(64)]  # 0..63: one byte
-
-
-def _zigzag(n: int) -> bytes:
-    """An Avro long: zigzag, then a varint."""
-    if 0 <= n < 64:
-        return _ZIGZAG_SMALL[n]
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _unzigzag(b: bytes, at: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        byte = b[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return (value >> 1) ^ -(value & 1), at
-
-
 def avro_value(event_id: bytes, seq: int, publish_at_ms: int, payload: bytes) -> bytes:
     """The event in AVRO_SCHEMA's binary encoding, framed with its id: what fastavro writes, by hand
     (the producer's per-record path)."""
     return b"".join(
         (
             _AVRO_HEAD,
-            _zigzag(len(event_id)),
+            zigzag(len(event_id)),
             event_id,
-            _zigzag(seq),
-            _zigzag(publish_at_ms),
-            _zigzag(len(payload)),
+            zigzag(seq),
+            zigzag(publish_at_ms),
+            zigzag(len(payload)),
             payload,
         )
     )
@@ -95,11 +70,11 @@ def avro_fields(value: bytes) -> tuple[bytes, int, int, bytes] | None:
     if len(value) < 6 or value[:5] != _AVRO_HEAD:
         return None
     try:
-        size, at = _unzigzag(value, 5)
+        size, at = unzigzag(value, 5)
         eid, at = value[at : at + size], at + size
-        seq, at = _unzigzag(value, at)
-        publish_at, at = _unzigzag(value, at)
-        size, at = _unzigzag(value, at)
+        seq, at = unzigzag(value, at)
+        publish_at, at = unzigzag(value, at)
+        size, at = unzigzag(value, at)
         payload = value[at : at + size]
     except IndexError:
         return None
@@ -204,7 +179,7 @@ class Generator:
         self._run_id_bytes = run_id.encode()
         self._n_at = len(self._run_id_bytes) + 1
         self._key_bytes = [f"k{key_base + i}".encode() for i in range(keys)]
-        self._avro_payload_size = _zigzag(payload_bytes)
+        self._avro_payload_size = zigzag(payload_bytes)
         self._avro_at = (None, b"")  # a batch's publish time, encoded once
 
     @property
@@ -226,15 +201,15 @@ class Generator:
         (clients/java/SemanticsProducer.java, `send`) the same key and value: change them together."""
         if self.layout == AVRO_LAYOUT:
             if self._avro_at[0] != publish_at_ms:
-                self._avro_at = (publish_at_ms, _zigzag(publish_at_ms))
+                self._avro_at = (publish_at_ms, zigzag(publish_at_ms))
             digits = b"%d" % n
             # avro_value's bytes, with what a run or a batch shares encoded once
             value = b"%b%b%b-%b%b%b%b%b" % (
                 _AVRO_HEAD,
-                _zigzag(self._n_at + len(digits)),
+                zigzag(self._n_at + len(digits)),
                 self._run_id_bytes,
                 digits,
-                _zigzag(n // self.keys),
+                zigzag(n // self.keys),
                 self._avro_at[1],
                 self._avro_payload_size,
                 self.payload(n),
@@ -246,7 +221,7 @@ class Generator:
     def n_of(self, value: bytes) -> int:
         """The event number in a value this generator made: what its delivery report is for."""
         if self.layout == AVRO_LAYOUT:
-            size, at = _unzigzag(value, 5)
+            size, at = unzigzag(value, 5)
             return int(value[at + self._n_at : at + size])
         return int(value[self._n_at : value.index(SEPARATOR, self._n_at)])
 

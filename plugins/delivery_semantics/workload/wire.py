@@ -14,20 +14,36 @@ def frame(schema_id: int, payload: bytes, message_indexes: tuple[int, ...] | Non
         return head + payload
     if tuple(message_indexes) == (0,):
         return head + b"\x00" + payload
-    return head + b"".join(_zigzag(i) for i in (len(message_indexes), *message_indexes)) + payload
+    return head + b"".join(zigzag(i) for i in (len(message_indexes), *message_indexes)) + payload
 
 
-def _zigzag(n: int) -> bytes:
+_ZIGZAG_SMALL = [bytes([i << 1]) for i in range(64)]  # 0..63: one byte
+
+
+def zigzag(n: int) -> bytes:
+    """A signed number as Avro's longs and the wire format's message indexes write it: zigzag,
+    then a varint."""
+    if 0 <= n < 64:
+        return _ZIGZAG_SMALL[n]
     n = (n << 1) ^ (n >> 63)
     out = bytearray()
-    while True:
-        b = n & 0x7F
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
         n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    out.append(n)
+    return bytes(out)
+
+
+def unzigzag(b: bytes, at: int) -> tuple[int, int]:
+    """The number zigzag wrote at `at`, and where the next field starts. IndexError when cut short."""
+    shift = value = 0
+    while True:
+        byte = b[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return (value >> 1) ^ -(value & 1), at
 
 
 class AvroWriter:
