@@ -33,6 +33,7 @@ from devstack.base import (
     report,
     wait_until,
 )
+from devstack.connect import WORKERS, kill_worker, start_workers, worker_pid
 from devstack.credentials import make_tls
 from devstack.environment import write_env_file
 from devstack.kafka import (
@@ -45,7 +46,16 @@ from devstack.kafka import (
     wait_for_cluster,
 )
 from devstack.mariadb import MARIADB_PORT, bootstrap_mariadb, mariadb_bin, mariadb_pid, start_mariadb, stop_mariadb
-from devstack.postgres import PG_PORT, bootstrap_postgres, pg_bin, postgres_pid, start_postgres, stop_postgres
+from devstack.postgres import (
+    CDC,
+    PG_PORT,
+    bootstrap_cdc,
+    bootstrap_postgres,
+    pg_bin,
+    postgres_pid,
+    start_postgres,
+    stop_postgres,
+)
 from devstack.toxiproxy import TOXIPROXY_PORT, start_toxiproxy, stop_toxiproxy, toxiproxy_pid
 
 
@@ -67,6 +77,8 @@ def start() -> None:
         d.mkdir(parents=True, exist_ok=True)
     report("postgres", start_postgres())
     report("postgres", bootstrap_postgres())
+    report(CDC.name, start_postgres(CDC))
+    report(CDC.name, bootstrap_cdc())
     report("mariadb", start_mariadb())
     report("mariadb", bootstrap_mariadb())
     report("tls", make_tls())
@@ -80,6 +92,7 @@ def start() -> None:
     wait_for_cluster()
     report("kafka", f"3 brokers up, bootstrap {bootstrap_servers()}")
     report("kafka", add_scram_user())
+    report("connect", start_workers())
     report("schema", migrate_schema())
     report("airflow-db", migrate_airflow())
     write_airflow_passwords()
@@ -89,6 +102,17 @@ def start() -> None:
 
 def stop() -> None:
     stop_ui()
+    # Workers leave before the brokers go, together (each one's shutdown waits on its group).
+    for w in WORKERS:
+        pid = worker_pid(w)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(worker_pid(w) for w in WORKERS):
+        time.sleep(0.3)
+    for w in WORKERS:
+        kill_worker(w)
+        report(w.name, "stopped")
     for b in BROKERS:
         pid = broker_pid(b)
         if pid:
@@ -104,6 +128,8 @@ def stop() -> None:
     report("toxiproxy", "stopped")
     stop_postgres()
     report("postgres", "stopped")
+    stop_postgres(CDC)
+    report(CDC.name, "stopped")
     stop_mariadb()
     report("mariadb", "stopped")
 
@@ -119,6 +145,8 @@ def status_rows() -> list[tuple[str, str, str, str]]:
     rows = []
     pid = postgres_pid()
     rows.append(("postgres", "up" if pid and port_open(PG_PORT) else "down", str(PG_PORT), str(pid or "-")))
+    pid = postgres_pid(CDC)
+    rows.append((CDC.name, "up" if pid and port_open(CDC.port) else "down", str(CDC.port), str(pid or "-")))
     pid = mariadb_pid()
     rows.append(("mariadb", "up" if pid and port_open(MARIADB_PORT) else "down", str(MARIADB_PORT), str(pid or "-")))
     pid = toxiproxy_pid()
@@ -129,6 +157,9 @@ def status_rows() -> list[tuple[str, str, str, str]]:
         pid = broker_pid(b)
         up = pid and port_open(b.client_port)
         rows.append((b.name, "up" if up else "down", f"{b.proxy_port}->{b.client_port}", str(pid or "-")))
+    for w in WORKERS:
+        pid = worker_pid(w)
+        rows.append((w.name, "up" if pid and port_open(w.rest_port) else "down", str(w.rest_port), str(pid or "-")))
     return rows
 
 
@@ -151,7 +182,8 @@ def status() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="stack", description="the local stack: 3 KRaft brokers, Toxiproxy, PostgreSQL, MariaDB, Airflow"
+        prog="stack",
+        description="the local stack: 3 KRaft brokers, Toxiproxy, PostgreSQL, MariaDB, Kafka Connect, Airflow",
     )
     parser.add_argument("command", choices=["start", "stop", "status", "reset", "env", "ui"])
     args = parser.parse_args(argv)

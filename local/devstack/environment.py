@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from devstack import kafka, mail, mariadb, postgres, toxiproxy
+from devstack import connect, kafka, mail, mariadb, postgres, toxiproxy
 from devstack.base import HOST, KAFKA_LIB, LOGS, REPO, SPARK_JARS, VAR
 
 # The nemesis's backend here, by module and class: the production nemesis does not import the
@@ -22,6 +22,7 @@ def environment() -> dict[str, str]:
         **postgres.connections(),
         **mariadb.connections(),
         **kafka.connections(),
+        **connect.connections(),
         **toxiproxy.connections(),
         **mail.connections(),
         # JSON, because a URI cannot carry local[2]

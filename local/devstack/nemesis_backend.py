@@ -1,4 +1,5 @@
-"""The nemesis's backend on the local stack: the broker processes `local/stack` started, by pid.
+"""The nemesis's backend on the local stack: the broker and Connect worker processes `local/stack`
+started, by pid, and the connector pipelines' outbox database.
 The production nemesis gets it as an argument; var/stack.env names it in
 SEMANTICS_NEMESIS_BACKEND."""
 
@@ -9,7 +10,9 @@ import signal
 import time
 
 from delivery_semantics.faults.nemesis import Backend, NemesisError
-from devstack.kafka import BROKER_IDS, BROKERS, broker_pid, links_of, start_broker
+from devstack.connect import kill_worker, start_worker, stop_worker, wait_for_worker, worker_named
+from devstack.kafka import BROKER_IDS, BROKERS, broker_pid, links_of, start_broker, stop_broker
+from devstack.postgres import CDC, restart_postgres
 
 
 class ProcessBackend(Backend):
@@ -43,6 +46,23 @@ class ProcessBackend(Backend):
 
     def is_running(self, node_id: int) -> bool:
         return broker_pid(BROKERS[node_id - 1]) is not None
+
+    def stop(self, node_id: int) -> None:
+        stop_broker(BROKERS[node_id - 1], grace=60)
+
+    def kill_worker(self, worker_id: str) -> None:
+        kill_worker(worker_named(worker_id))
+
+    def stop_worker(self, worker_id: str) -> None:
+        stop_worker(worker_named(worker_id))
+
+    def start_worker(self, worker_id: str) -> None:
+        w = worker_named(worker_id)
+        start_worker(w)
+        wait_for_worker(w)
+
+    def restart_outbox_db(self) -> None:
+        restart_postgres(CDC, mode="fast")
 
     def link_proxies(self, node_id: int) -> list[str]:
         return links_of(node_id)

@@ -1,5 +1,8 @@
-"""PostgreSQL from Debian's packages: the platform's database, Airflow's, and a team's outbox
-database with an owner that writes it and a read-only role that audits read it with."""
+"""PostgreSQL from Debian's packages, two clusters: the platform's (its database, Airflow's, and a
+team's outbox and sink database with an owner that writes it and a read-only role that audits
+read it with), and the change-data-capture outbox of the connector pipelines (`wal_level=logical`,
+read by Debezium), on its own so that restarting it (the `outbox_db_restart` fault) leaves the
+ledger and Airflow alone."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import os
 import pwd
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.base import HOST, LOGS, RUN, VAR, StackError, pid_alive, require_port_free
@@ -19,9 +23,36 @@ OUTBOX_DB = "outbox_demo"
 OUTBOX_OWNER = "outbox_app"
 OUTBOX_READER = "outbox_reader"
 
-PG_DATA = VAR / "postgres" / "data"
-PG_LOG = LOGS / "postgres.log"
-PG_SOCKET_DIR = RUN / "postgres"
+CDC_PORT = int(os.environ.get("SEMANTICS_CDC_PG_PORT", "5434"))
+CDC_DB = "outbox_cdc"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    port: int
+    settings: str = ""
+
+    @property
+    def data(self) -> Path:
+        return VAR / self.name / "data"
+
+    @property
+    def log(self) -> Path:
+        return LOGS / f"{self.name}.log"
+
+    @property
+    def socket_dir(self) -> Path:
+        return RUN / self.name
+
+
+MAIN = Cluster("postgres", PG_PORT)
+# Debezium reads the outbox through a logical replication slot, one per pipeline run.
+CDC = Cluster(
+    "postgres-cdc",
+    CDC_PORT,
+    "shared_buffers = 128MB\nwal_level = logical\nmax_replication_slots = 32\nmax_wal_senders = 32\n",
+)
 
 
 def pg_bin(name: str) -> str:
@@ -58,8 +89,8 @@ def _chown_tree(path: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(root, n), uid, gid)
 
 
-def postgres_pid() -> int | None:
-    pid_file = PG_DATA / "postmaster.pid"
+def postgres_pid(cluster: Cluster = MAIN) -> int | None:
+    pid_file = cluster.data / "postmaster.pid"
     pid = read_pid_first_line(pid_file)
     return pid if pid_alive(pid) else None
 
@@ -71,14 +102,14 @@ def read_pid_first_line(path: Path) -> int | None:
         return None
 
 
-def _psql(sql: str, db: str = "postgres") -> str:
+def _psql(sql: str, db: str = "postgres", cluster: Cluster = MAIN) -> str:
     cmd = _as_pg_owner(
         [
             pg_bin("psql"),
             "-h",
-            str(PG_SOCKET_DIR),
+            str(cluster.socket_dir),
             "-p",
-            str(PG_PORT),
+            str(cluster.port),
             "-U",
             "postgres",
             "-d",
@@ -95,23 +126,23 @@ def _psql(sql: str, db: str = "postgres") -> str:
     return res.stdout.strip()
 
 
-def start_postgres() -> str:
-    if postgres_pid():
+def start_postgres(cluster: Cluster = MAIN) -> str:
+    if postgres_pid(cluster):
         return "already running"
-    require_port_free(PG_PORT, "postgres")
+    require_port_free(cluster.port, cluster.name)
     uid, gid = _pg_owner_ids()
-    for d in (PG_DATA.parent, PG_SOCKET_DIR, LOGS):
+    for d in (cluster.data.parent, cluster.socket_dir, LOGS):
         d.mkdir(parents=True, exist_ok=True)
-    os.chown(PG_SOCKET_DIR, uid, gid)
-    if not (PG_DATA / "PG_VERSION").exists():
-        PG_DATA.mkdir(parents=True, exist_ok=True)
-        _chown_tree(PG_DATA.parent, uid, gid)
+    os.chown(cluster.socket_dir, uid, gid)
+    if not (cluster.data / "PG_VERSION").exists():
+        cluster.data.mkdir(parents=True, exist_ok=True)
+        _chown_tree(cluster.data.parent, uid, gid)
         res = subprocess.run(
             _as_pg_owner(
                 [
                     pg_bin("initdb"),
                     "-D",
-                    str(PG_DATA),
+                    str(cluster.data),
                     "-U",
                     "postgres",
                     "--auth-local=trust",
@@ -125,25 +156,27 @@ def start_postgres() -> str:
             text=True,
         )
         if res.returncode != 0:
-            raise StackError(f"postgres: initdb failed: {res.stderr.strip()[-500:]}")
-        with open(PG_DATA / "postgresql.conf", "a") as conf:
+            raise StackError(f"{cluster.name}: initdb failed: {res.stderr.strip()[-500:]}")
+        with open(cluster.data / "postgresql.conf", "a") as conf:
             conf.write(
                 "\n# delivery-semantics local stack\n"
-                f"listen_addresses = '{HOST}'\nport = {PG_PORT}\n"
-                f"unix_socket_directories = '{PG_SOCKET_DIR}'\n"
+                f"listen_addresses = '{HOST}'\nport = {cluster.port}\n"
+                f"unix_socket_directories = '{cluster.socket_dir}'\n"
                 "shared_buffers = 512MB\nwork_mem = 32MB\nmaintenance_work_mem = 256MB\n"
-                "max_connections = 200\nsynchronous_commit = on\nmax_wal_size = 2GB\n"
+                "max_connections = 200\nsynchronous_commit = on\nmax_wal_size = 2GB\n" + cluster.settings
             )
-    if not PG_LOG.exists():
-        PG_LOG.touch()
-    os.chown(PG_LOG, uid, gid)
+    if not cluster.log.exists():
+        cluster.log.touch()
+    os.chown(cluster.log, uid, gid)
     res = subprocess.run(
-        _as_pg_owner([pg_bin("pg_ctl"), "-D", str(PG_DATA), "-l", str(PG_LOG), "-w", "-t", "60", "start"]),
+        _as_pg_owner([pg_bin("pg_ctl"), "-D", str(cluster.data), "-l", str(cluster.log), "-w", "-t", "60", "start"]),
         capture_output=True,
         text=True,
     )
     if res.returncode != 0:
-        raise StackError(f"postgres: pg_ctl start failed: {res.stderr.strip() or res.stdout.strip()}; see {PG_LOG}")
+        raise StackError(
+            f"{cluster.name}: pg_ctl start failed: {res.stderr.strip() or res.stdout.strip()}; see {cluster.log}"
+        )
     return "started"
 
 
@@ -175,20 +208,60 @@ def bootstrap_postgres() -> str:
     return f"roles ok; {OUTBOX_DB} readable by {OUTBOX_READER} (read-only)"
 
 
-def stop_postgres() -> None:
-    if postgres_pid():
+def bootstrap_cdc() -> str:
+    """The pipelines' outbox database: its owner writes the outbox and is the role Debezium
+    replicates with (it owns the tables, so it may publish them); the reader audits it."""
+    s = passwords()
+    for role, attrs, pw in (
+        (OUTBOX_OWNER, "LOGIN REPLICATION", s["OUTBOX_OWNER_PASSWORD"]),
+        (OUTBOX_READER, "LOGIN", s["OUTBOX_READER_PASSWORD"]),
+    ):
+        verb = "ALTER" if _psql(f"SELECT 1 FROM pg_roles WHERE rolname = '{role}'", cluster=CDC) else "CREATE"
+        _psql(f"{verb} ROLE {role} {attrs} PASSWORD '{pw}'", cluster=CDC)
+    if not _psql(f"SELECT 1 FROM pg_database WHERE datname = '{CDC_DB}'", cluster=CDC):
+        _psql(f"CREATE DATABASE {CDC_DB} OWNER {OUTBOX_OWNER}", cluster=CDC)
+    _psql(
+        f"ALTER ROLE {OUTBOX_READER} SET default_transaction_read_only = on;\n"
+        f"GRANT CONNECT ON DATABASE {CDC_DB} TO {OUTBOX_READER};",
+        cluster=CDC,
+    )
+    _psql(
+        f"GRANT USAGE ON SCHEMA public TO {OUTBOX_READER};\n"
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {OUTBOX_OWNER} IN SCHEMA public GRANT SELECT ON TABLES TO {OUTBOX_READER};",
+        db=CDC_DB,
+        cluster=CDC,
+    )
+    wal = _psql("SHOW wal_level", cluster=CDC)
+    if wal != "logical":
+        raise StackError(f"{CDC.name}: wal_level is {wal}, and Debezium needs logical; see {CDC.data}/postgresql.conf")
+    return f"wal_level=logical; {CDC_DB} written by {OUTBOX_OWNER}, readable by {OUTBOX_READER}"
+
+
+def restart_postgres(cluster: Cluster, mode: str = "fast") -> None:
+    """pg_ctl restart: `fast` ends sessions cleanly, `immediate` is a crash and recovery."""
+    res = subprocess.run(
+        _as_pg_owner([pg_bin("pg_ctl"), "-D", str(cluster.data), "-l", str(cluster.log), "-m", mode, "-w", "restart"]),
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        raise StackError(f"{cluster.name}: pg_ctl restart failed: {res.stderr.strip() or res.stdout.strip()}")
+
+
+def stop_postgres(cluster: Cluster = MAIN) -> None:
+    if postgres_pid(cluster):
         subprocess.run(
-            _as_pg_owner([pg_bin("pg_ctl"), "-D", str(PG_DATA), "-m", "fast", "-w", "stop"]),
+            _as_pg_owner([pg_bin("pg_ctl"), "-D", str(cluster.data), "-m", "fast", "-w", "stop"]),
             capture_output=True,
             text=True,
         )
 
 
-def _role(login: str, password_name: str, db: str) -> dict:
+def _role(login: str, password_name: str, db: str, port: int = PG_PORT) -> dict:
     return {
         "conn_type": "postgres",
         "host": HOST,
-        "port": PG_PORT,
+        "port": port,
         "login": login,
         "password": passwords()[password_name],
         "schema": db,
@@ -202,6 +275,10 @@ def connections() -> dict[str, dict]:
         "ledger_db": _role(PLATFORM_DB, "SEMANTICS_DB_PASSWORD", PLATFORM_DB),
         "outbox_db": _role(OUTBOX_READER, "OUTBOX_READER_PASSWORD", OUTBOX_DB),
         "outbox_app": _role(OUTBOX_OWNER, "OUTBOX_OWNER_PASSWORD", OUTBOX_DB),
+        # The connector pipelines' outbox (logical decoding): the load and Debezium write and read
+        # it as its owner; audits read it with the read-only role.
+        "cdc_outbox_app": _role(OUTBOX_OWNER, "OUTBOX_OWNER_PASSWORD", CDC_DB, CDC_PORT),
+        "cdc_outbox": _role(OUTBOX_READER, "OUTBOX_READER_PASSWORD", CDC_DB, CDC_PORT),
     }
 
 

@@ -279,6 +279,21 @@ PROMISES: dict[str, Promise] = {
             "atomic_transactions",
             name="exactly_once",
         ),
+        # Connector pipelines: an outbox row is "acked" once its transaction committed.
+        _promise(
+            "every committed outbox row reaches the topic; a restarted source task resends what it sent "
+            "since its last offset commit, so duplicates are allowed",
+            "no_acked_loss",
+            name="connector_at_least_once",
+        ),
+        _promise(
+            "every committed outbox row in the topic exactly once for read_committed readers: the source "
+            "task's records and its offsets commit in one Kafka transaction (KIP-618)",
+            "no_duplicates",
+            "no_acked_loss",
+            "no_aborted_visible",
+            name="connector_exactly_once",
+        ),
     )
 }
 
@@ -564,6 +579,81 @@ STRATEGIES: dict[str, Strategy] = {
 }
 
 
+# --------------------------------------------------------------------------- connector pipelines
+
+PIPELINE_SIDE = "pipeline"
+# The connectors of a pipeline, by class: Debezium's PostgreSQL source with its outbox event router,
+# and Debezium's JDBC sink (local/maven/connect-plugins holds their version).
+SOURCE_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+OUTBOX_ROUTER = "io.debezium.transforms.outbox.EventRouter"
+SINK_CONNECTOR = "io.debezium.connector.jdbc.JdbcSinkConnector"
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A connector pipeline under test: an outbox table that a load writes in transactions, read
+    by change data capture (Debezium's PostgreSQL connector and its outbox event router) into a
+    topic, which Debezium's JDBC sink connector appends to a table. It is judged three ways
+    (outbox, topic, sink) by a continuous audit's windows.
+
+    - connect_conn_id: the Connect cluster it runs on (the connection holds its REST URL);
+    - worker_settings: what that cluster's workers must run with (a worker setting holds for every
+      source task of the cluster, so each exactly-once setting has its own cluster);
+    - source_settings, sink_settings: added to each connector's configuration."""
+
+    name: str
+    description: str
+    isolation: str
+    promise: Promise
+    connect_conn_id: str
+    worker_settings: Mapping[str, str]
+    source_settings: Mapping[str, str] = field(default_factory=dict)
+    sink_settings: Mapping[str, str] = field(default_factory=dict)
+    transactional: bool = False
+
+
+def _pipeline(name, description, isolation, promise, connect_conn_id, worker, source=None, sink=None, **flags):
+    return Pipeline(
+        name,
+        description,
+        isolation,
+        PROMISES[promise],
+        connect_conn_id,
+        MappingProxyType(dict(worker)),
+        MappingProxyType(dict(source or {})),
+        MappingProxyType(dict(sink or {})),
+        **flags,
+    )
+
+
+PIPELINES: dict[str, Pipeline] = {
+    p.name: p
+    for p in (
+        _pipeline(
+            "debezium_outbox",
+            "Debezium outbox (PostgreSQL, outbox event router) to a topic, JDBC sink appending to a table; "
+            "source offsets committed every 5 s apart from the records",
+            READ_UNCOMMITTED,
+            "connector_at_least_once",
+            "kafka_connect",
+            {"exactly.once.source.support": "disabled"},
+        ),
+        _pipeline(
+            "debezium_outbox_eos",
+            "the same pipeline with Kafka Connect's exactly-once source support: the source task writes its "
+            "records and offsets in one transaction; the sink reads read_committed",
+            READ_COMMITTED,
+            "connector_exactly_once",
+            "kafka_connect_eos",
+            {"exactly.once.source.support": "enabled"},
+            source={"exactly.once.support": "required", "transaction.boundary": "poll"},
+            sink={"consumer.override.isolation.level": READ_COMMITTED},
+            transactional=True,
+        ),
+    )
+}
+
+
 # --------------------------------------------------------------------------- scenarios
 
 PRODUCER, CONSUMER = "producer", "consumer"
@@ -604,14 +694,25 @@ class Scenario:
     forks_load: bool = False
     topic_config: Mapping[str, str] = field(default_factory=dict)
     abort_ratio: float = 0.0
+    # A producer scenario that connector pipelines run too (a pipeline scenario always does).
+    pipelines: bool = False
 
     def incompatible(self, mode: DeliveryMode) -> str | None:
+        if self.side == PIPELINE_SIDE:
+            return f"{self.name} is a connector-pipeline scenario; it takes a pipeline, not a delivery mode"
         if self.side != PRODUCER:
             return f"{self.name} is a consumer-side scenario; it takes a consumer strategy, not a delivery mode"
         if self.requires_transactions and not mode.transactional:
             return f"{self.name} needs the transactional mode (it aborts transactions); {mode.name} has none"
         if self.requires_acks and not mode.waits_for_acks:
             return f"{self.name} drops acks; {mode.name} (acks=0) never waits for one"
+        return None
+
+    def incompatible_pipeline(self, pipeline: Pipeline) -> str | None:
+        if self.side != PIPELINE_SIDE and not self.pipelines:
+            return f"{self.name} is a {self.side}-side scenario that connector pipelines do not run"
+        if self.requires_transactions and not pipeline.transactional:
+            return f"{self.name} needs a transactional source (exactly-once support); {pipeline.name} has none"
         return None
 
 
@@ -643,7 +744,13 @@ def _expect(**by_name: dict[str, str]) -> Mapping[str, Mapping[str, str]]:
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
-        Scenario("none", "happy path", paced=False, expected=_expect(**{m: _CLEAN for m in [*MODES, *STRATEGIES]})),
+        Scenario(
+            "none",
+            "happy path",
+            paced=False,
+            pipelines=True,
+            expected=_expect(**{m: _CLEAN for m in [*MODES, *STRATEGIES, *PIPELINES]}),
+        ),
         Scenario(
             "lost_ack",
             "responses from the partition leader dropped (Toxiproxy timeout toxic, downstream) for 15 s: "
@@ -663,12 +770,40 @@ SCENARIOS: dict[str, Scenario] = {
             "leader_kill",
             "partition leader stalls 2 s (SIGSTOP), is killed (SIGKILL), restarted 12 s later",
             timeline=(Step("pause", at=6.0), Step("kill", at=8.0), Step("restart", at=20.0)),
+            pipelines=True,
             expected=_expect(
                 at_most_once={"lost": ">0", "duplicate_events": "=0"},
                 at_least_once_all=_NO_ACKED_LOSS,
                 idempotent=_EXACTLY_ONCE,
                 transactional=_EXACTLY_ONCE,
+                debezium_outbox=_NO_ACKED_LOSS,
+                debezium_outbox_eos=_EXACTLY_ONCE,
             ),
+        ),
+        # Controlled shutdowns move leadership before a broker goes: nothing acked is lost, and
+        # an idempotent or transactional producer's retries are deduplicated by the new leader.
+        Scenario(
+            "rolling_restart",
+            "each broker stopped (SIGTERM, a controlled shutdown) and restarted in turn, the next once every "
+            "partition is back in sync, the way an upgrade does it",
+            timeline=(Step("rolling_restart", "cluster", at=5.0),),
+            pipelines=True,
+            expected=_expect(
+                at_least_once_all=_NO_ACKED_LOSS,
+                idempotent=_EXACTLY_ONCE,
+                transactional=_EXACTLY_ONCE,
+                debezium_outbox=_NO_ACKED_LOSS,
+                debezium_outbox_eos=_EXACTLY_ONCE,
+            ),
+        ),
+        Scenario(
+            "coordinator_kill",
+            "the transaction coordinator of the producer's (or the exactly-once source task's) transactional.id "
+            "killed (SIGKILL), restarted 12 s later",
+            timeline=(Step("kill", "coordinator", at=8.0), Step("restart", "coordinator", at=20.0)),
+            requires_transactions=True,
+            pipelines=True,
+            expected=_expect(transactional=_EXACTLY_ONCE, debezium_outbox_eos=_EXACTLY_ONCE),
         ),
         # The brokers are also the 3 KRaft controllers: pausing two stalls the quorum, so the ISR
         # cannot shrink; the followers come back in sync without the leader's last acks=1 writes.
@@ -730,6 +865,33 @@ SCENARIOS: dict[str, Scenario] = {
             abort_ratio=0.2,
             expected=_expect(transactional={**_EXACTLY_ONCE, "aborted_visible": "=0"}),
         ),
+        # A killed worker's tasks move once its group notices (session timeout, then the rebalance
+        # delay); the restarted source task resumes from its last committed offsets.
+        Scenario(
+            "connect_worker_kill",
+            "the Connect worker running the source task killed (SIGKILL) mid-stream, restarted 6 s later",
+            side=PIPELINE_SIDE,
+            timeline=(Step("kill_worker", "source_worker", at=8.0), Step("start_worker", "source_worker", at=14.0)),
+            expected=_expect(
+                debezium_outbox={"duplicate_events": ">0", **_NO_ACKED_LOSS}, debezium_outbox_eos=_EXACTLY_ONCE
+            ),
+        ),
+        Scenario(
+            "connect_rebalance",
+            "the Connect worker running the source task leaves its group (SIGTERM) and rejoins 12 s later: its "
+            "tasks move to the other worker and back",
+            side=PIPELINE_SIDE,
+            timeline=(Step("stop_worker", "source_worker", at=8.0), Step("start_worker", "source_worker", at=20.0)),
+            expected=_expect(debezium_outbox=_NO_ACKED_LOSS, debezium_outbox_eos=_EXACTLY_ONCE),
+        ),
+        Scenario(
+            "outbox_db_restart",
+            "the outbox database restarted (pg_ctl restart -m fast) mid-stream: the source task loses its "
+            "replication connection, the load its session and its open transaction",
+            side=PIPELINE_SIDE,
+            timeline=(Step("restart_outbox_db", "outbox_db", at=8.0),),
+            expected=_expect(debezium_outbox=_NO_ACKED_LOSS, debezium_outbox_eos=_EXACTLY_ONCE),
+        ),
         Scenario(
             "consumer_crash",
             "the consumer process is killed (SIGKILL) at its strategy's crash point and restarted in the same group",
@@ -746,6 +908,7 @@ SCENARIOS: dict[str, Scenario] = {
 # A consumer run without a crash is judged like a fault-free producer run.
 CONSUMER_SCENARIOS = ("none", "consumer_crash")
 PRODUCER_SCENARIOS = tuple(n for n, s in SCENARIOS.items() if s.side == PRODUCER)
+PIPELINE_SCENARIOS = tuple(n for n, s in SCENARIOS.items() if s.side == PIPELINE_SIDE or s.pipelines)
 
 
 # --------------------------------------------------------------------------- limits and forms
@@ -1026,13 +1189,40 @@ def check_consumer_scenario(name: str) -> Scenario:
     return SCENARIOS[name]
 
 
+def get_pipeline(name: str) -> Pipeline:
+    try:
+        return PIPELINES[name]
+    except (KeyError, TypeError):
+        raise ModeError(f"unknown pipeline {name!r}: choose one of {', '.join(PIPELINES)}") from None
+
+
+def check_pipeline_pair(pipeline_name: str, scenario_name: str) -> tuple[Pipeline, Scenario]:
+    pipeline, scenario = get_pipeline(pipeline_name), get_scenario(scenario_name)
+    reason = scenario.incompatible_pipeline(pipeline)
+    if reason:
+        raise ScenarioError(reason)
+    return pipeline, scenario
+
+
+def pipeline_pairs(pipelines: list[str] | None = None, scenarios: list[str] | None = None) -> list[tuple[str, str]]:
+    """Every valid pipeline x scenario pair, or those of the pipelines and scenarios named."""
+    chosen = [get_pipeline(p) for p in pipelines] if pipelines is not None else list(PIPELINES.values())
+    return [
+        (p.name, s)
+        for s in PIPELINE_SCENARIOS
+        for p in chosen
+        if not SCENARIOS[s].incompatible_pipeline(p) and (scenarios is None or s in scenarios)
+    ]
+
+
 def valid_pairs() -> list[tuple[str, str]]:
     return [(m, s) for s in PRODUCER_SCENARIOS for m, mode in MODES.items() if not SCENARIOS[s].incompatible(mode)]
 
 
-def judged(name: str) -> DeliveryMode | Strategy | None:
-    """The mode (a preset or a mode file) or consumer strategy of that name, or None."""
-    subject = MODES.get(name) or STRATEGIES.get(name)
+def judged(name: str) -> DeliveryMode | Strategy | Pipeline | None:
+    """The mode (a preset or a mode file), consumer strategy or connector pipeline of that name, or
+    None."""
+    subject = MODES.get(name) or STRATEGIES.get(name) or PIPELINES.get(name)
     if subject is None and name:
         try:
             subject = get_mode(name)
@@ -1044,9 +1234,11 @@ def judged(name: str) -> DeliveryMode | Strategy | None:
 def judged_rows() -> list[tuple[str, str, str, str]]:
     """(name, side, isolation, promise) of every mode (mode files too) and strategy: the
     `catalog_judged` table."""
-    return [(m.name, PRODUCER, m.isolation, m.promise.text) for m in all_modes().values()] + [
-        (s.name, CONSUMER, s.isolation, s.promise.text) for s in STRATEGIES.values()
-    ]
+    return (
+        [(m.name, PRODUCER, m.isolation, m.promise.text) for m in all_modes().values()]
+        + [(s.name, CONSUMER, s.isolation, s.promise.text) for s in STRATEGIES.values()]
+        + [(p.name, PIPELINE_SIDE, p.isolation, p.promise.text) for p in PIPELINES.values()]
+    )
 
 
 # --------------------------------------------------------------------------- verdicts

@@ -101,7 +101,7 @@ def reconcile_window(
     """One window of a continuous audit, read, classified and merged. Returns its audit_windows row."""
     b = Bounds(jdbc, src, audit, end)
     grace = audit.grace
-    isolation = catalog.get_mode(audit.mode).isolation
+    isolation = catalog.judged(audit.mode).isolation
     token = jdbc.staging_token(src.reconciliation_id)
     staged: list[str] = []
 
@@ -223,7 +223,7 @@ def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, tot
         "isolation": isolation,
         **totals,
         **counts,
-        "promise": catalog.get_mode(audit.mode).promise.text,
+        "promise": catalog.judged(audit.mode).promise.text,
         "verdict": verdict,
         "broken_by": ",".join(broken) or None,
         "sink_table": None,

@@ -161,10 +161,11 @@ def validate(spec, where: str) -> None:
     e = first_error(_schema(), spec)
     if e is not None:
         raise AuditError(f"{where}: {field_path(e)}: {_message(e)}")
-    mode = catalog.MODES.get(spec["mode"])
+    mode = catalog.MODES.get(spec["mode"]) or catalog.PIPELINES.get(spec["mode"])
     if mode is None:
         raise AuditError(
-            f"{where}: mode: {spec['mode']!r} is not a delivery mode; use one of {', '.join(catalog.MODES)}"
+            f"{where}: mode: {spec['mode']!r} is not a delivery mode or a connector pipeline; use one of "
+            f"{', '.join([*catalog.MODES, *catalog.PIPELINES])}"
         )
     if spec.get("transactional") and not mode.transactional:
         raise AuditError(f"{where}: transactional: true, but mode {mode.name} does not write transactions")

@@ -29,6 +29,23 @@ class NemesisError(RuntimeError):
     pass
 
 
+TRANSACTION_STATE = "__transaction_state"
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: over UTF-16 code units, in 32-bit two's complement."""
+    h = 0
+    units = text.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def java_abs(n: int) -> int:
+    """Kafka's Utils.abs: Integer.MIN_VALUE maps to 0."""
+    return 0 if n == -(1 << 31) else abs(n)
+
+
 class Backend:
     name = "abstract"
     broker_ids: tuple[int, ...] = (1, 2, 3)
@@ -47,6 +64,23 @@ class Backend:
 
     def is_running(self, node_id: int) -> bool:
         raise NotImplementedError
+
+    def stop(self, node_id: int) -> None:
+        """SIGTERM: a controlled shutdown (leadership moves first); returns once the broker is down."""
+        raise NotImplementedError
+
+    # Connector pipelines: Kafka Connect workers by their REST id (host:port), and the outbox database.
+    def kill_worker(self, worker_id: str) -> None:
+        raise NemesisError(f"the {self.name} backend cannot kill Connect workers; run pipelines on the local stack")
+
+    def stop_worker(self, worker_id: str) -> None:
+        raise NemesisError(f"the {self.name} backend cannot stop Connect workers; run pipelines on the local stack")
+
+    def start_worker(self, worker_id: str) -> None:
+        raise NemesisError(f"the {self.name} backend cannot start Connect workers; run pipelines on the local stack")
+
+    def restart_outbox_db(self) -> None:
+        raise NemesisError(f"the {self.name} backend cannot restart the outbox database; use the local stack")
 
     def proxy_name(self, node_id: int) -> str:
         return f"broker-{node_id}"
@@ -91,6 +125,9 @@ class DockerComposeBackend(Backend):
     def is_running(self, node_id: int) -> bool:
         out = self._run("ps", "--format", "json", f"kafka-{node_id}")
         return '"running"' in out.lower()
+
+    def stop(self, node_id: int) -> None:
+        self._run("stop", "-t", "60", f"kafka-{node_id}")
 
 
 def backend_from_env() -> Backend:
@@ -197,6 +234,7 @@ class Nemesis:
         self.timeline = timeline or Timeline()
         self._killed: set[int] = set()
         self._paused: set[int] = set()
+        self._workers_down: set[str] = set()
 
     # ------------------------------------------------------------------ observations
 
@@ -206,6 +244,15 @@ class Nemesis:
         if leader < 0:
             raise NemesisError(f"{topic}[{partition}] has no leader")
         return leader
+
+    def coordinator_of(self, transactional_id: str) -> int:
+        """The broker coordinating a transactional.id: the leader of its __transaction_state
+        partition, which Kafka picks as abs(String.hashCode) modulo the partition count."""
+        md = topics.admin_client(self.kafka_conf).list_topics(TRANSACTION_STATE, timeout=10)
+        partitions = len(md.topics[TRANSACTION_STATE].partitions)
+        if not partitions:
+            raise NemesisError(f"{TRANSACTION_STATE} does not exist yet: no transaction was ever begun")
+        return self.leader_of(TRANSACTION_STATE, java_abs(java_string_hash(transactional_id)) % partitions)
 
     # ------------------------------------------------------------------ actions
 
@@ -256,6 +303,39 @@ class Nemesis:
             self.toxiproxy.set_enabled(proxy, True)
         self.timeline.record("heal_partition", broker=node_id)
 
+    def stop(self, node_id: int) -> None:
+        self.backend.stop(node_id)
+        self._killed.add(node_id)
+        self.timeline.record("stop", broker=node_id, signal="SIGTERM")
+
+    def rolling_restart(self, _target=None, timeout: float = 180) -> None:
+        """Each broker stopped (controlled shutdown) and started again in turn; the next one once
+        every partition has its whole replica set in sync again, as an upgrade goes."""
+        for node in self.backend.broker_ids:
+            self.stop(node)
+            self.restart(node)
+            wait_healthy(self.kafka_conf, timeout=timeout)
+            self.timeline.record("in_sync", broker=node)
+
+    def kill_worker(self, worker_id: str) -> None:
+        self.backend.kill_worker(worker_id)
+        self._workers_down.add(worker_id)
+        self.timeline.record("kill_worker", worker=worker_id, signal="SIGKILL")
+
+    def stop_worker(self, worker_id: str) -> None:
+        self.backend.stop_worker(worker_id)
+        self._workers_down.add(worker_id)
+        self.timeline.record("stop_worker", worker=worker_id, signal="SIGTERM")
+
+    def start_worker(self, worker_id: str) -> None:
+        self.backend.start_worker(worker_id)
+        self._workers_down.discard(worker_id)
+        self.timeline.record("start_worker", worker=worker_id)
+
+    def restart_outbox_db(self, _target=None) -> None:
+        self.backend.restart_outbox_db()
+        self.timeline.record("restart_outbox_db")
+
     def kill_producer(self, process) -> None:
         """SIGKILL of a producer process this one started (the forked load of producer_crash)."""
         process.kill()
@@ -264,7 +344,7 @@ class Nemesis:
 
     def heal(self, wait: bool = True, timeout: float = 180) -> None:
         """Undo everything: SIGCONT, restart, clear toxics, enable every proxy (a partition's links
-        too); then wait for a whole cluster."""
+        too), start the Connect workers it stopped; then wait for a whole cluster."""
         for node in list(self._paused) or []:
             self.resume(node)
         for node in self.backend.broker_ids:
@@ -273,6 +353,8 @@ class Nemesis:
         for node in self.backend.broker_ids:
             if not self.backend.is_running(node):
                 self.restart(node)
+        for worker in sorted(self._workers_down):
+            self.start_worker(worker)
         self.timeline.record("heal")
         if wait:
             wait_healthy(self.kafka_conf, timeout=timeout)

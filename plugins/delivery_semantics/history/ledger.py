@@ -300,6 +300,22 @@ class Ledger:
                 [json.dumps(v) if isinstance(v, (dict, list)) else v for v in fields.values()] + list(key.values()),
             )
 
+    # ------------------------------------------------------------------ connector pipeline runs
+
+    def create_pipeline_run(self, row: dict) -> None:
+        cols = list(row)
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO pipeline_runs ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})",
+                list(row.values()),
+            )
+
+    def get_pipeline_run(self, run_id: str) -> dict | None:
+        return self._get("pipeline_runs", "run_id", run_id)
+
+    def update_pipeline_run(self, run_id: str, **fields) -> None:
+        self._update("pipeline_runs", {"run_id": run_id}, fields)
+
     # ------------------------------------------------------------------ consumer runs
 
     def create_consumer_run(self, row: dict) -> None:

@@ -9,6 +9,7 @@
     audit run NAME|FILE --window-end T [--window-end T2 ...]   (a continuous audit's windows, in order)
     audit validate [NAME|FILE ...] | audit list
     report [--runs R1,R2 | --matrix-run ID] [--html PATH]
+    pipeline run --pipeline debezium_outbox [--scenario connect_worker_kill] [--events N] ...
 
 Bad input is refused with a one-line message and exit 2 before any side effect. `consumer_session`
 is the consumer process a consumer run starts; it is not for people.
@@ -319,6 +320,40 @@ def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str, wi
     return _reconciled(result)
 
 
+def _pipeline_parser(sub) -> None:
+    ap = sub.add_parser("pipeline", help="a connector pipeline (Debezium outbox to a JDBC sink) under a fault")
+    cmds = ap.add_subparsers(dest="action", required=True)
+    run = cmds.add_parser("run", help="load the outbox under the scenario, then audit outbox, topic and sink")
+    run.add_argument("--pipeline", required=True, help=f"one of {', '.join(catalog.PIPELINES)}")
+    run.add_argument("--scenario", default="none", help=f"one of {', '.join(catalog.PIPELINE_SCENARIOS)}")
+    run.add_argument("--events", type=int, default=3000)
+    run.add_argument("--txn-size", type=int, default=10, help="outbox rows per database transaction")
+    run.add_argument("--rate", type=int, help="events a second (default: paced over 30 s under a fault)")
+    run.add_argument("--master", default="local[2]")
+    run.add_argument("--json", action="store_true")
+
+
+def _pipeline(args) -> int:
+    """Refused with one line and exit 2 before anything is made; 1 when the run failed."""
+    from delivery_semantics.plumbing.endpoints import EndpointError
+    from delivery_semantics.workload import pipeline
+
+    spec = pipeline.PipelineSpec(args.pipeline, args.scenario, args.events, args.txn_size, args.rate)
+    try:
+        p, _, _ = pipeline.validate(spec)
+        pipeline.preflight(p)
+    except (ValueError, EndpointError) as e:
+        print(f"pipeline: {e}", file=sys.stderr)
+        return 2
+    try:
+        row = pipeline.run(spec, master=args.master)
+    except (ValueError, EndpointError, RuntimeError) as e:
+        print(f"pipeline: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(row, default=str) if args.json else pipeline.summary_line(row))
+    return 0
+
+
 def _report_parser(sub) -> None:
     ap = sub.add_parser("report", help="the matrix as text, and an HTML report")
     ap.add_argument("--runs", help="comma-separated run ids (default: the latest run of every pair)")
@@ -359,16 +394,28 @@ def _run_and_summarise(args, work) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="semantics", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    for add in (_load_parser, _consumer_parser, _session_parser, _reconcile_parser, _audit_parser, _report_parser):
+    for add in (
+        _load_parser,
+        _consumer_parser,
+        _session_parser,
+        _reconcile_parser,
+        _audit_parser,
+        _report_parser,
+        _pipeline_parser,
+    ):
         add(sub)
     args = ap.parse_args(argv)
     if args.command == "load":
         return _run_and_summarise(args, _load)
     if args.command == "consumer_workload":
         return _run_and_summarise(args, _consumer)
-    return {"consumer_session": _consumer_session, "reconcile": _reconcile, "audit": _audit, "report": _report}[
-        args.command
-    ](args)
+    return {
+        "consumer_session": _consumer_session,
+        "reconcile": _reconcile,
+        "audit": _audit,
+        "report": _report,
+        "pipeline": _pipeline,
+    }[args.command](args)
 
 
 if __name__ == "__main__":

@@ -145,28 +145,43 @@ def produce(
     return summary
 
 
-class _Timeline:
+class Timeline:
     """Applies a scenario's steps in order. Targets are resolved when first needed: the leader of
-    the topic's partition 0, the other brokers as its followers, the forked producer process."""
+    the topic's partition 0, the other brokers as its followers, the coordinator of producer 0's
+    transactional.id, the whole cluster, the forked producer process; a connector pipeline adds
+    its own (`resolvers`: its source task's worker, its outbox database)."""
 
     def __init__(
         self,
         steps: tuple[Step, ...],
         nemesis: Nemesis,
         run: dict,
-        db: Database,
+        db: Database | None,
         producer: subprocess.Popen | None = None,
+        resolvers: dict | None = None,
     ):
         self.steps, self.nemesis, self.run, self.db, self.producer = steps, nemesis, run, db, producer
+        self.resolvers = resolvers or {}
         # The timeline rides on producer 0: a crash point is a share of that producer's own slice,
         # whether the other producers run beside it or (under `airflow dags test`) before it.
         start, stop = slices(run["messages"], run["producers"])[0]
         self.slice_size = stop - start
         self._leader: int | None = None
+        self._resolved: dict[str, list] = {}
 
     def targets(self, target: str) -> list:
+        if target in self.resolvers:
+            if target not in self._resolved:  # a step and its undo act on the same target
+                self._resolved[target] = self.resolvers[target]()
+            return self._resolved[target]
         if target == "producer":
             return [self.producer]
+        if target == "cluster":
+            return [None]
+        if target == "coordinator":
+            if "coordinator" not in self._resolved:
+                self._resolved["coordinator"] = [self.nemesis.coordinator_of(self._transactional_id())]
+            return self._resolved["coordinator"]
         if self._leader is None:
             self._leader = self.nemesis.leader_of(self.run["topic"], 0)
         if target == "leader":
@@ -174,6 +189,16 @@ class _Timeline:
         if target == "followers":
             return [b for b in self.nemesis.backend.broker_ids if b != self._leader]
         raise NemesisError(f"unknown step target {target!r}")
+
+    def _transactional_id(self) -> str:
+        ledger = Ledger(self.db)
+        try:
+            tid = ledger.producers(self.run["run_id"])[0]["transactional_id"]
+        finally:
+            ledger.close()
+        if not tid:
+            raise NemesisError(f"run {self.run['run_id']} has no transactional.id: no coordinator to kill")
+        return tid
 
     def crashes_itself(self, step: Step) -> bool:
         """The step is a kill the producer process does to itself, armed when it was started."""
@@ -228,7 +253,7 @@ def _load_with_timeline(
     """Producer 0's load on this thread, the timeline on a nemesis thread, started by its first batch."""
     started = threading.Event()
     failure: list[BaseException] = []
-    timeline = _Timeline(scenario.timeline, nemesis, run, db)
+    timeline = Timeline(scenario.timeline, nemesis, run, db)
 
     def nemesis_thread():
         try:
@@ -254,7 +279,7 @@ def _forked_load(run: dict, scenario: Scenario, nemesis: Nemesis, kafka_conf: di
     """Producer 0's first session as a child process that the timeline kills (or that kills itself
     at its crash point); then a new session here (same slice, same transactional.id) fences it,
     resends what the ledger lacks and completes it."""
-    timeline = _Timeline(scenario.timeline, nemesis, run, db)
+    timeline = Timeline(scenario.timeline, nemesis, run, db)
     proc = timeline.producer = load.spawn_producers(
         run["run_id"], [0], kafka_conf, db, crash_before_commit_at=timeline.crash_point()
     )[0]

@@ -1,0 +1,120 @@
+"""Kafka Connect's REST API, through an Airflow connection (`kafka_connect`: http, its host and
+port, and `fallback_urls` in the extra: the cluster's other workers, tried in turn while one is
+down, since any worker forwards to the leader). Connector configurations can hold a database
+password: they are sent, never logged or returned in an error."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from delivery_semantics.plumbing.endpoints import EndpointError, get_connection
+
+CONNECT_CONN_ID = "kafka_connect"
+
+
+class ConnectError(EndpointError):
+    """Connect refused a request or cannot be reached; one line, without the configuration."""
+
+
+class ConnectCluster:
+    def __init__(self, conn_id: str = CONNECT_CONN_ID, urls: list[str] | None = None):
+        self.conn_id = conn_id
+        if urls is None:
+            c = get_connection(conn_id)
+            if not c.host:
+                raise ConnectError(f"connection {conn_id!r} needs a host (the Connect REST URL)")
+            host = c.host if "://" in c.host else f"{c.schema or 'http'}://{c.host}"
+            urls = [f"{host}:{c.port}" if c.port else host, *c.extra.get("fallback_urls", [])]
+        self.urls = [u.rstrip("/") for u in urls]
+
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 30):
+        """The first worker that answers; HTTP errors are Connect's own and not retried elsewhere."""
+        unreachable = []
+        for base in self.urls:
+            req = urllib.request.Request(
+                f"{base}{path}",
+                method=method,
+                data=json.dumps(body).encode() if body is not None else None,
+                headers={"Content-Type": "application/json", "Accept": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=timeout) as r:
+                    raw = r.read()
+                return json.loads(raw) if raw else None
+            except urllib.error.HTTPError as e:
+                try:
+                    message = json.loads(e.read()).get("message", "")
+                except Exception:
+                    message = ""
+                raise ConnectError(
+                    f"Kafka Connect ({self.conn_id}) {method} {path}: HTTP {e.code} {message[:300]}"
+                ) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+                unreachable.append(f"{base} ({getattr(e, 'reason', e)})")
+        raise ConnectError(f"Kafka Connect ({self.conn_id}) cannot be reached: {'; '.join(unreachable)}")
+
+    # ------------------------------------------------------------------ reads
+
+    def version(self) -> str:
+        return self.call("GET", "/", timeout=5)["version"]
+
+    def plugins(self) -> list[str]:
+        return [p["class"] for p in self.call("GET", "/connector-plugins")]
+
+    def status(self, name: str) -> dict:
+        return self.call("GET", f"/connectors/{_quoted(name)}/status")
+
+    def task_worker(self, name: str, task: int = 0) -> str | None:
+        """The worker (host:port) running one of a connector's tasks, if it runs."""
+        for t in self.status(name).get("tasks", []):
+            if t["id"] == task and t["state"] == "RUNNING":
+                return t["worker_id"]
+        return None
+
+    def validate(self, connector_class: str, config: dict) -> list[str]:
+        """Connect's own check of a configuration: the errors it gives, by setting."""
+        plugin = connector_class.rsplit(".", 1)[-1]
+        res = self.call("PUT", f"/connector-plugins/{_quoted(plugin)}/config/validate", config)
+        return [f"{c['value']['name']}: {err}" for c in res.get("configs", []) for err in c["value"].get("errors", [])]
+
+    # ------------------------------------------------------------------ writes
+
+    def put(self, name: str, config: dict) -> None:
+        self.call("PUT", f"/connectors/{_quoted(name)}/config", config)
+
+    def delete(self, name: str) -> None:
+        try:
+            self.call("DELETE", f"/connectors/{_quoted(name)}")
+        except ConnectError as e:
+            if "HTTP 404" not in str(e):
+                raise
+
+    def wait_running(self, name: str, timeout: float = 120) -> dict:
+        """Until the connector and all its tasks run; a failed one is an error with its trace's
+        first line."""
+        deadline, last = time.monotonic() + timeout, "no status yet"
+        while time.monotonic() < deadline:
+            try:
+                st = self.status(name)
+            except ConnectError as e:
+                last = str(e)
+                time.sleep(1)
+                continue
+            states = [st["connector"]["state"], *(t["state"] for t in st.get("tasks", []))]
+            failed = [t for t in [st["connector"], *st.get("tasks", [])] if t["state"] == "FAILED"]
+            if failed:
+                trace = (failed[0].get("trace") or "").strip().splitlines()
+                raise ConnectError(f"connector {name} failed: {trace[0][:400] if trace else 'no trace'}")
+            if st.get("tasks") and all(s == "RUNNING" for s in states):
+                return st
+            last = f"states {states}"
+            time.sleep(0.5)
+        raise ConnectError(f"connector {name} is not running after {timeout:.0f}s: {last}")
+
+
+def _quoted(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
