@@ -1121,6 +1121,20 @@ def matrix_form(messages: int = 15_000) -> dict[str, dict]:
         "producers": _int_param(DEFAULT_PRODUCERS, "producers", "producer processes per mode x scenario run"),
         "record_format": RECORD_FORMAT_PARAM,
         "dedup_copy": DEDUP_COPY_PARAM,
+        "pipelines": {
+            "default": list(PIPELINES),
+            "type": "array",
+            "items": {"type": "string", "enum": list(PIPELINES)},
+            "description": "connector pipelines (Debezium outbox to a JDBC sink) to run, each under every chosen "
+            "pipeline scenario: the matrix's pipeline block (none: no block)",
+        },
+        "pipeline_scenarios": {
+            "default": list(PIPELINE_SCENARIOS),
+            "type": "array",
+            "items": {"type": "string", "enum": list(PIPELINE_SCENARIOS)},
+            "description": "scenarios of the pipeline block (coordinator_kill only with exactly-once support)",
+        },
+        "pipeline_events": _int_param(3000, "messages", "outbox events per pipeline x scenario run"),
     }
 
 

@@ -18,6 +18,8 @@ BREAKS = {
     "process_then_commit": ["lost_acked"],
     "process_then_commit_dedup": ["duplicate", "lost_acked", "stale_overwrite"],
     "transactional_copy": ["duplicate", "lost_acked", "aborted_visible"],
+    "debezium_outbox": ["lost_acked"],
+    "debezium_outbox_eos": ["duplicate", "lost_acked", "aborted_visible"],
 }
 LIFTED = {
     ("at_least_once", "leader_kill"): "lost_acked",
@@ -25,8 +27,14 @@ LIFTED = {
     ("at_least_once", "partitioned_leader"): "lost_acked",
     ("idempotent", "producer_crash"): "duplicate",
 }
-# DESIGN.md §3 states nothing for these pairs: acks=1 under leader_kill, acks=0 under isolated_leader.
-SILENT = {("at_least_once", "leader_kill"), ("at_most_once", "isolated_leader")}
+# DESIGN.md §3 states nothing for these pairs: acks=1 under leader_kill, acks=0 under isolated_leader;
+# nor does the issue on connector pipelines for acks=0 and acks=1 under a rolling restart.
+SILENT = {
+    ("at_least_once", "leader_kill"),
+    ("at_most_once", "isolated_leader"),
+    ("at_most_once", "rolling_restart"),
+    ("at_least_once", "rolling_restart"),
+}
 ALL_BAD = {
     "duplicate_events": 3,
     "lost_acked": 2,
@@ -41,12 +49,14 @@ ALL_BAD = {
 def all_subjects():
     pairs = catalog.valid_pairs()
     pairs += [(s, sc) for s in catalog.STRATEGIES for sc in catalog.CONSUMER_SCENARIOS]
-    return pairs
+    return pairs + catalog.pipeline_pairs()
 
 
-def test_the_valid_pairs_are_the_25_of_design_md_and_the_network_partition():
+def test_the_valid_pairs_are_the_25_of_design_md_the_network_partition_and_the_upgrade_faults():
     pairs = catalog.valid_pairs()
-    assert len(pairs) == 30
+    assert len(pairs) == 36
+    assert [m for m, s in pairs if s == "rolling_restart"] == list(catalog.MODES)
+    assert [m for m, s in pairs if s == "coordinator_kill"] == ["transactional"]
     assert [m for m, s in pairs if s == "partitioned_leader"] == list(catalog.MODES)
     assert ("at_most_once", "lost_ack") not in pairs, "acks=0 never waits for an ack"
     assert [m for m, s in pairs if s == "txn_abort"] == ["transactional"]
@@ -108,7 +118,12 @@ def test_isolation_and_promise_come_from_one_place():
     rows = {name: (side, iso, text) for name, side, iso, text in catalog.judged_rows()}
     assert rows["transactional"] == ("producer", "read_committed", catalog.MODES["transactional"].promise.text)
     assert rows["transactional_copy"][0] == "consumer"
-    assert set(rows) == {*catalog.all_modes(), *catalog.STRATEGIES}, "mode files are judged too"
+    assert set(rows) == {*catalog.all_modes(), *catalog.STRATEGIES, *catalog.PIPELINES}, "mode files are judged too"
+    assert rows["debezium_outbox_eos"] == (
+        "pipeline",
+        "read_committed",
+        catalog.PROMISES["connector_exactly_once"].text,
+    )
 
 
 @pytest.mark.parametrize(
@@ -119,11 +134,53 @@ def test_isolation_and_promise_come_from_one_place():
         ("exactly_once", "none", "unknown mode 'exactly_once'"),
         ("idempotent", "meteor", "unknown scenario 'meteor'"),
         ("idempotent", "consumer_crash", "consumer-side scenario"),
+        ("idempotent", "connect_worker_kill", "connector-pipeline scenario"),
+        ("at_least_once_all", "coordinator_kill", "needs the transactional mode"),
     ],
 )
 def test_pairs_that_cannot_work_are_refused(mode, scenario, message):
     with pytest.raises(catalog.CatalogError, match=message):
         catalog.check_pair(mode, scenario)
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "scenario", "message"),
+    [
+        ("debezium_outbox", "coordinator_kill", "needs a transactional source"),
+        ("debezium_outbox", "lost_ack", "producer-side scenario that connector pipelines do not run"),
+        ("debezium_outbox_eos", "consumer_crash", "consumer-side scenario"),
+        ("debezium", "none", "unknown pipeline 'debezium'"),
+        ("debezium_outbox", "meteor", "unknown scenario 'meteor'"),
+    ],
+)
+def test_pipeline_pairs_that_cannot_work_are_refused(pipeline, scenario, message):
+    with pytest.raises(catalog.CatalogError, match=message):
+        catalog.check_pipeline_pair(pipeline, scenario)
+
+
+def test_the_pipeline_block_is_every_pipeline_under_every_connector_fault():
+    pairs = catalog.pipeline_pairs()
+    assert len(pairs) == 13
+    assert {s for _, s in pairs} == {
+        "none",
+        "leader_kill",
+        "rolling_restart",
+        "coordinator_kill",
+        "connect_worker_kill",
+        "connect_rebalance",
+        "outbox_db_restart",
+    }
+    assert [p for p, s in pairs if s == "coordinator_kill"] == ["debezium_outbox_eos"]
+    assert catalog.expectation("debezium_outbox", "connect_worker_kill") == {
+        "duplicate_events": ">0",
+        "lost_acked": "=0",
+    }
+    assert catalog.pipeline_pairs(["debezium_outbox_eos"], ["none"]) == [("debezium_outbox_eos", "none")]
+    assert catalog.pipeline_pairs([], None) == []
+    eos = catalog.PIPELINES["debezium_outbox_eos"]
+    assert eos.worker_settings == {"exactly.once.source.support": "enabled"}
+    assert eos.source_settings["exactly.once.support"] == "required"
+    assert catalog.PIPELINES["debezium_outbox"].worker_settings == {"exactly.once.source.support": "disabled"}
 
 
 def test_timelines_are_data_with_known_actions():
@@ -132,7 +189,15 @@ def test_timelines_are_data_with_known_actions():
     for s in catalog.SCENARIOS.values():
         for step in s.timeline:
             assert callable(getattr(Nemesis, step.action)), (s.name, step.action)
-            assert step.target in ("leader", "followers", "producer")
+            assert step.target in (
+                "leader",
+                "followers",
+                "producer",
+                "coordinator",
+                "cluster",
+                "source_worker",
+                "outbox_db",
+            )
         times = [st.at for st in s.timeline if st.after_share is None]
         assert times == sorted(times), s.name
         assert max(times, default=0) < catalog.LOAD_SECONDS, "every step lands inside the paced load"
@@ -146,6 +211,7 @@ def test_forms_take_their_bounds_from_the_limits():
     assert catalog.scheduled_load_form("at_most_once")["scenario"]["enum"] == [
         "none",
         "leader_kill",
+        "rolling_restart",
         "isolated_leader",
         "partitioned_leader",
         "producer_crash",

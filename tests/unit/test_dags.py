@@ -127,11 +127,16 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
             "downstream": ["finish_run"],
         }, dag_id
         assert "produce" in tasks["start_run"]["downstream"], dag_id
-    for dag_id, task_id in (("semantics_matrix", "run_pair"), ("semantics_consumer_run", "run_load")):
+    for dag_id, task_id in (
+        ("semantics_matrix", "run_pair"),
+        ("semantics_matrix", "run_pipeline"),
+        ("semantics_consumer_run", "run_load"),
+    ):
         assert dags[dag_id]["tasks"][task_id]["pool_slots"] == catalog.CLUSTER_POOL_SLOTS, dag_id
     assert dags["semantics_load_at_most_once"]["params"]["scenario"]["enum"] == [
         "none",
         "leader_kill",
+        "rolling_restart",
         "isolated_leader",
         "partitioned_leader",
         "producer_crash",

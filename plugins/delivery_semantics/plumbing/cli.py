@@ -365,15 +365,20 @@ def _report(args) -> int:
     from delivery_semantics.reporting import report
 
     run_ids = args.runs.split(",") if args.runs else None
+    pipelines = report.pipeline_rows(run_ids)
     if args.matrix_run:
         run_ids = report.matrix_run_ids(args.matrix_run)
-        if not run_ids:
+        pipelines = report.pipeline_rows(matrix_run=args.matrix_run)
+        if not run_ids and not pipelines:
             print(f"report: no runs for matrix run {args.matrix_run!r}", file=sys.stderr)
             return 2
-    rows = report.matrix_rows(run_ids)
-    print(report.matrix_text(rows))
+    rows = report.matrix_rows(run_ids) if run_ids or not (args.runs or args.matrix_run) else []
+    if rows:
+        print(report.matrix_text(rows))
+    if pipelines:
+        print("\nConnector pipelines\n" + report.pipeline_text(pipelines))
     if args.html:
-        print(f"\nHTML report: {report.html_report(rows, Path(args.html))}")
+        print(f"\nHTML report: {report.html_report(rows, Path(args.html), pipelines=pipelines)}")
     return 0
 
 

@@ -263,6 +263,40 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
     confs += [
         {"strategy": st, "scenario": "consumer_crash", **common} for st in params.get("consumer_strategies") or []
     ]
-    if not confs:
-        raise ConfError("no valid mode x scenario pair and no consumer strategy chosen")
+    if not confs and not pipeline_confs(params):
+        raise ConfError("no valid mode x scenario pair, no consumer strategy and no pipeline chosen")
     return confs
+
+
+def pipeline_confs(params: dict[str, Any]) -> list[dict]:
+    """The matrix DAG's pipeline block: every chosen pipeline x scenario pair."""
+    try:
+        pairs = catalog.pipeline_pairs(params.get("pipelines") or [], params.get("pipeline_scenarios"))
+    except catalog.CatalogError as e:
+        raise ConfError(str(e)) from None
+    events = params.get("pipeline_events") or PIPELINE_EVENTS
+    return [{"pipeline": p, "scenario": s, "events": events} for p, s in pairs]
+
+
+PIPELINE_EVENTS = 3000
+
+
+def run_pipeline(conf: dict[str, Any], task_key: str) -> dict:
+    """One pipeline x scenario run; a retry of a task whose run was reconciled returns that run."""
+    from delivery_semantics.workload import pipeline
+
+    existing = _run_for_task(task_key, table="pipeline_runs")
+    if existing is not None and existing["status"] == "reconciled":
+        lg = Ledger()
+        try:
+            return lg.get_pipeline_run(existing["run_id"])
+        finally:
+            lg.close()
+    spec = pipeline.PipelineSpec(
+        conf["pipeline"], conf["scenario"], int(conf.get("events") or PIPELINE_EVENTS), airflow_run_id=task_key
+    )
+    try:
+        pipeline.validate(spec)
+    except catalog.CatalogError as e:
+        raise ConfError(str(e)) from None
+    return pipeline.run(spec)

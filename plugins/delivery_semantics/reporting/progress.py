@@ -7,7 +7,8 @@ into a file or another program, one line per run.
 runs `airflow dags test semantics_matrix` with that conf, its output to the log, and follows its
 runs in the ledger while it goes: each run's line comes when its load has ended (the matrix loads
 its runs one at a time, then reconciles them all in one Spark application), then one line when
-the reconciliation has written every run's verdict. Exits with the DAG run's exit status.
+the reconciliation has written every run's verdict; a connector pipeline's line comes when it has
+been audited. Exits with the DAG run's exit status.
 """
 
 from __future__ import annotations
@@ -75,17 +76,29 @@ _MATRIX_RUNS = """
     UNION ALL
     SELECT consumer_run_id, strategy, scenario, status FROM consumer_runs
     WHERE airflow_run_id LIKE 'semantics_matrix/%%' AND created_at >= %(since)s"""
+_PIPELINE_RUNS = """
+    SELECT run_id, pipeline AS label, scenario, status FROM pipeline_runs
+    WHERE airflow_run_id LIKE 'semantics_matrix/%%' AND created_at >= %(since)s"""
+
+
+def matrix_sizes(conf: dict) -> tuple[int, int]:
+    """How many runs the matrix DAG makes for this conf, its form's defaults filled in: producer
+    and consumer runs, and pipeline runs."""
+    params = {**{name: spec.get("default") for name, spec in catalog.matrix_form().items()}, **conf}
+    return len(orchestration.matrix_confs(params)), len(orchestration.pipeline_confs(params))
 
 
 def matrix_size(conf: dict) -> int:
-    """How many runs the matrix DAG makes for this conf, its form's defaults filled in."""
-    params = {name: spec.get("default") for name, spec in catalog.matrix_form().items()}
-    return len(orchestration.matrix_confs({**params, **conf}))
+    return sum(matrix_sizes(conf))
 
 
-def follow_matrix(proc: subprocess.Popen, total: int, since: datetime, progress: Progress, poll: float = 2.0) -> None:
-    """Reports each run of the matrix as its load ends, then the reconciliation, until `proc` exits."""
+def follow_matrix(
+    proc: subprocess.Popen, total: int, since: datetime, progress: Progress, poll: float = 2.0, pipelines: int = 0
+) -> None:
+    """Reports each run of the matrix as its load ends, then the reconciliation, until `proc`
+    exits; and each pipeline run once audited (`pipelines` of the `total`)."""
     loaded: set[str] = set()
+    audited: set[str] = set()
     stage = "load"
     while True:
         running = proc.poll() is None
@@ -93,7 +106,12 @@ def follow_matrix(proc: subprocess.Popen, total: int, since: datetime, progress:
             if r["run_id"] not in loaded and r["status"] in ("completed", "failed"):
                 loaded.add(r["run_id"])
                 progress.step(f"{r['label']} x {r['scenario']} loaded ({r['status']})")
-        if stage == "load" and len(loaded) >= total:
+        if pipelines:
+            for r in sorted(query(_PIPELINE_RUNS, {"since": since}), key=lambda r: r["run_id"]):
+                if r["run_id"] not in audited and r["status"] in ("reconciled", "failed"):
+                    audited.add(r["run_id"])
+                    progress.step(f"pipeline {r['label']} x {r['scenario']} {r['status']}")
+        if stage == "load" and loaded and len(loaded) >= total - pipelines:
             stage = "reconcile"
             progress.note(f"reconciling {len(loaded)} runs in one Spark application")
         if stage == "reconcile":
@@ -118,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         conf = json.loads(args.conf)
-        total = matrix_size(conf)
+        runs, pipelines = matrix_sizes(conf)
+        total = runs + pipelines
     except (ValueError, orchestration.ConfError) as e:
         print(f"progress: bad matrix conf: {e}", file=sys.stderr)
         return 2
@@ -131,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             stderr=subprocess.STDOUT,
         )
         try:
-            follow_matrix(proc, total, since, progress)
+            follow_matrix(proc, total, since, progress, pipelines=pipelines)
         finally:
             if proc.poll() is None:
                 proc.kill()

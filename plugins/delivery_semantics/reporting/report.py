@@ -213,7 +213,10 @@ NEMESIS_SPANS = {
     "pause": "resume",
     "drop_responses": "restore_responses",
     "kill": "restart",
+    "stop": "restart",
     "partition": "heal_partition",
+    "kill_worker": "start_worker",
+    "stop_worker": "start_worker",
 }
 LOST_KINDS = ("lost_acked", "lost_unacked")
 
@@ -289,10 +292,11 @@ def timeline_png(data: dict) -> str | None:
         marker=".",
         label="produced/s",
     )
+    what = data.get("latency_of", "ack")
     if data["latency"]:
         xs = [at(p["t"]) for p in data["latency"]]
-        lat.plot(xs, [p["p50_ms"] for p in data["latency"]], marker=".", label="ack p50")
-        lat.plot(xs, [p["max_ms"] for p in data["latency"]], marker=".", label="ack max", alpha=0.6)
+        lat.plot(xs, [p["p50_ms"] for p in data["latency"]], marker=".", label=f"{what} p50")
+        lat.plot(xs, [p["max_ms"] for p in data["latency"]], marker=".", label=f"{what} max", alpha=0.6)
         lat.set_yscale("log")
     lat.set_ylabel("ms")
     lat.set_xlabel("seconds since the first event")
@@ -302,18 +306,18 @@ def timeline_png(data: dict) -> str | None:
         if times:
             xs = [at(x) for x in times]
             rate.plot(xs, [top * 1.05] * len(xs), "|", color=colour, markersize=10, label=f"{label} ({len(xs)})")
-    ends = {v: k for k, v in NEMESIS_SPANS.items()}
     opened: dict[tuple, float] = {}
     labels: dict[float, list[str]] = {}  # steps at one time share one label
     for step in data["nemesis"]:
-        action, x, broker = step["action"], at(step["at"]), step.get("broker")
+        action, x, target = step["action"], at(step["at"]), step.get("broker") or step.get("worker")
+        began = next((k for k in opened if k[1] == target and NEMESIS_SPANS[k[0]] == action), None)
         if action in NEMESIS_SPANS:
-            opened[(action, broker)] = x
-        elif action in ends and (ends[action], broker) in opened:
-            start = opened.pop((ends[action], broker))
+            opened[(action, target)] = x
+        elif began is not None:
+            start = opened.pop(began)
             for ax in (rate, lat):
                 ax.axvspan(start, x, color="grey", alpha=0.18)
-            labels.setdefault(round(start, 1), []).append(f"{ends[action]} {broker or ''}".strip())
+            labels.setdefault(round(start, 1), []).append(f"{began[0]} {target or ''}".strip())
         elif action not in ("healthy_before", "healthy", "heal"):
             for ax in (rate, lat):
                 ax.axvline(x, color="purple", linestyle="--", linewidth=1)
@@ -329,6 +333,135 @@ def timeline_png(data: dict) -> str | None:
     png = _png(fig)
     plt.close(fig)
     return png
+
+
+# --------------------------------------------------------------------------- connector pipelines
+
+PIPELINE_COLUMNS = (
+    "pipeline",
+    "scenario",
+    "run_id",
+    "outbox_rows",
+    "records_read",
+    "duplicate_events",
+    "lost",
+    "late",
+    "sink_rows",
+    "sink_duplicates",
+    "sink_lost",
+    "end_to_end_lost",
+    "throughput_eps",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "verdict",
+    "broken_by",
+    "sink_verdict",
+    "expectation",
+    "meets_expectation",
+)
+
+
+def pipeline_rows(run_ids: list[str] | None = None, matrix_run: str | None = None) -> list[dict]:
+    """Pipeline runs: the given ones, a matrix DAG run's, or else the latest of every pair."""
+    cols = ", ".join(PIPELINE_COLUMNS)
+    if run_ids is not None:
+        rows = query(f"SELECT {cols} FROM pipeline_runs WHERE run_id = ANY(%s) AND status = 'reconciled'", (run_ids,))
+    elif matrix_run is not None:
+        rows = query(
+            f"SELECT {cols} FROM pipeline_runs WHERE airflow_run_id LIKE %s AND status = 'reconciled'",
+            (f"semantics_matrix/{matrix_run}/%",),
+        )
+    else:
+        rows = query(f"SELECT {cols} FROM v_pipeline_matrix")
+    prank = {p: i for i, p in enumerate(catalog.PIPELINES)}
+    srank = {s: i for i, s in enumerate(catalog.PIPELINE_SCENARIOS)}
+    return sorted(rows, key=lambda r: (prank.get(r["pipeline"], 99), srank.get(r["scenario"], 99), r["run_id"]))
+
+
+def pipeline_text(rows: list[dict]) -> str:
+    header = ["pipeline", "scenario", "outbox", "dup events", "lost", "sink dup", "sink lost", "e2e lost"]
+    header += ["events/s", "p50 ms", "p99 ms", "verdict", "expected", "as expected"]
+    body = [
+        [
+            r["pipeline"],
+            r["scenario"],
+            str(r["outbox_rows"]),
+            str(r["duplicate_events"]),
+            str(r["lost"]),
+            str(r["sink_duplicates"]),
+            str(r["sink_lost"]),
+            str(r["end_to_end_lost"]),
+            "-" if r["throughput_eps"] is None else f"{r['throughput_eps']:.0f}",
+            "-" if r["latency_p50_ms"] is None else f"{r['latency_p50_ms']:.0f}",
+            "-" if r["latency_p99_ms"] is None else f"{r['latency_p99_ms']:.0f}",
+            verdict_text(r),
+            r["expectation"] or "-",
+            {True: "yes", False: "NO", None: "-"}[r["meets_expectation"]],
+        ]
+        for r in rows
+    ]
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=False)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def pipeline_timeline(run_id: str) -> dict:
+    """A pipeline run's timeline, drawn like a producer run's: outbox rows written per second,
+    end-to-end latency per second (outbox created_at to the first sink apply), the nemesis's steps,
+    and the rows the audit found lost or duplicated, where they were written."""
+    from delivery_semantics.plumbing.endpoints import database
+    from delivery_semantics.workload.pipeline import CONNECTIONS
+
+    run = query(
+        "SELECT run_id, pipeline AS mode, scenario, timeline, outbox_table, sink_table, audit "
+        "FROM pipeline_runs WHERE run_id = %s",
+        (run_id,),
+    )
+    if not run:
+        return {}
+    r = run[0]
+    with psycopg2.connect(**database(CONNECTIONS["outbox"]).psycopg2_kwargs()) as c, c.cursor() as cur:
+        cur.execute(f"SELECT id::text, created_at FROM {_identifier(r['outbox_table'])}")
+        created = dict(cur.fetchall())
+    with psycopg2.connect(**database(CONNECTIONS["sink"]).psycopg2_kwargs()) as c, c.cursor() as cur:
+        cur.execute(f"SELECT event_id, min(applied_at) FROM {_identifier(r['sink_table'])} GROUP BY 1")
+        applied = dict(cur.fetchall())
+    if not created:
+        return {}
+    t0 = min(created.values())
+    step = min(1.0, max(0.1, round((max(created.values()) - t0).total_seconds() / 60, 1)))
+    bins: dict[float, list] = {}
+    for e, t in created.items():
+        b = bins.setdefault(((t - t0).total_seconds() // step) * step, [0, []])
+        b[0] += 1
+        if e in applied:
+            b[1].append((applied[e] - t).total_seconds() * 1000)
+    at = lambda k: t0 + timedelta(seconds=k)
+    marked = query(
+        "SELECT kind, event_id FROM audit_discrepancies WHERE audit = %s AND stage = 'outbox_topic' "
+        "AND kind IN ('lost_acked', 'duplicate')",
+        (r["audit"],),
+    )
+    return {
+        "run": r,
+        "latency_of": "end-to-end",
+        "produced": [{"t": at(k), "n": n / step} for k, (n, _) in sorted(bins.items())],
+        "latency": [
+            {"t": at(k), "p50_ms": sorted(ls)[len(ls) // 2], "max_ms": max(ls)}
+            for k, (_, ls) in sorted(bins.items())
+            if ls
+        ],
+        "nemesis": ((r["timeline"] or {}).get("events") or []),
+        "lost": [created[m["event_id"]] for m in marked if m["kind"] == "lost_acked" and m["event_id"] in created],
+        "duplicated": [created[m["event_id"]] for m in marked if m["kind"] == "duplicate" and m["event_id"] in created],
+    }
+
+
+def _identifier(name: str) -> str:
+    """A table the platform named itself (pipeline.Names), checked all the same."""
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"{name!r} is not a pipeline table")
+    return f'"{name}"'
 
 
 TREND_DAYS = 30
@@ -474,7 +607,9 @@ def audit_discrepancies(audit: str, latest: dict | None = None) -> tuple[dict | 
     return latest, rows
 
 
-def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics matrix") -> Path:
+def html_report(
+    rows: list[dict], path: Path, title: str = "Delivery-semantics matrix", pipelines: list[dict] | None = None
+) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -515,7 +650,8 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
     page = render(
         "matrix.html",
         title=title,
-        intro=f"Generated {generated}; {len(rows)} runs.",
+        intro=f"Generated {generated}; {len(rows)} runs"
+        + (f" and {len(pipelines)} pipeline runs." if pipelines else "."),
         rows=rows,
         grid=grid_view(rows),
         columns=MATRIX_COLUMNS,
@@ -525,6 +661,9 @@ def html_report(rows: list[dict], path: Path, title: str = "Delivery-semantics m
         trends=trends_view(),
         audits=[(a, audit_discrepancies(a["audit"], a)[1]) for a in audits_view()],
         audit_link="#audit-{audit}",
+        pipelines=pipelines or [],
+        pipeline_columns=PIPELINE_COLUMNS,
+        pipeline_timelines=[(r, png) for r in pipelines or [] if (png := timeline_png(pipeline_timeline(r["run_id"])))],
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page)

@@ -32,6 +32,9 @@ def matrix_page(user: AuthenticatedUser) -> str:
         trends=report.trends_view(),
         audits=[(a, None) for a in report.audits_view()],
         audit_link="audits/{audit}",
+        pipelines=report.pipeline_rows(),
+        pipeline_columns=report.PIPELINE_COLUMNS,
+        pipeline_timelines=[],
     )
 
 

@@ -320,7 +320,7 @@ def load_outbox(spec: PipelineSpec, names: Names, db: Database, started: threadi
                     with conn, conn.cursor() as cur:
                         psycopg2.extras.execute_values(cur, insert, rows)
                     break
-                except psycopg2.OperationalError:
+                except (psycopg2.OperationalError, psycopg2.InterfaceError):  # the database went away
                     if time.monotonic() > deadline:
                         raise
                     if conn is not None:
