@@ -27,7 +27,7 @@ CREATE TABLE pipeline_runs (
     outbox_rows       bigint,                 -- committed outbox rows: the run's ledger
     records_read      bigint,
     duplicate_events  bigint,                 -- events in the topic more than once
-    duplicate_copies  bigint,
+    duplicate_copies  bigint,                 -- records read beyond each event's first copy
     lost              bigint,                 -- committed rows never in the topic (declared lost and not late)
     late              bigint,
     sink_rows         bigint,

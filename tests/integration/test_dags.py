@@ -86,19 +86,25 @@ def test_consumer_run_dag_makes_its_input_run_crashes_the_consumer_and_reports_i
 
 def test_the_demo_on_a_small_matrix_reports_each_run_and_matches_design_expectations():
     """`make demo`'s script on a smaller matrix, its output piped: one progress line per run, then
-    the matrix DAG's runs as DESIGN.md §3 expects them, each pair on both clients."""
+    the matrix DAG's runs as DESIGN.md §3 expects them, each pair on both clients; and its
+    pipeline block, a Debezium outbox pipeline whose Connect worker is killed, checked id for id."""
     env = {
         "MESSAGES": "3000",
         "MODES": "at_least_once,idempotent",
         "SCENARIOS": "lost_ack",
         "STRATEGIES": "process_then_commit",
+        "PIPELINES": "debezium_outbox",
+        "PIPELINE_SCENARIOS": "connect_worker_kill",
     }
     res = run(["bash", str(REPO / "local" / "demo")], timeout=1500, env=env)
     out = res.stdout + res.stderr
     (REPO / "artifacts" / "demo-small-matrix.log").write_text(out)
     assert res.returncode == 0, out[-3000:]
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("matrix run ")]
-    assert [ln.split(":")[0] for ln in lines] == [f"matrix run {k}/5" for k in range(1, 6)], res.stdout
+    assert [ln.split(":")[0] for ln in lines] == [f"matrix run {k}/6" for k in range(1, 7)], res.stdout
+    piped = [ln for ln in lines if ": pipeline " in ln]
+    assert len(piped) == 1 and "pipeline debezium_outbox x connect_worker_kill reconciled | elapsed " in piped[0]
+    lines = [ln for ln in lines if ln not in piped]
     assert all(" loaded (completed) | elapsed " in ln and ", eta " in ln for ln in lines)
     assert sorted(ln.split(": ")[1].split(" loaded")[0] for ln in lines) == [
         "at_least_once (java) x lost_ack",
@@ -138,6 +144,17 @@ def test_the_demo_on_a_small_matrix_reports_each_run_and_matches_design_expectat
         True,
     )
     assert consumer["duplicate_events"] > 0 and consumer["lost"] == 0
+    # The pipeline block: the run the matrix DAG made, its table in the output, its counts exact.
+    from test_pipelines import check_against_independent_reads
+
+    [piped_row] = query(
+        "SELECT * FROM pipeline_runs WHERE airflow_run_id LIKE 'semantics_matrix/%%' ORDER BY created_at DESC LIMIT 1"
+    )
+    assert (piped_row["pipeline"], piped_row["scenario"]) == ("debezium_outbox", "connect_worker_kill")
+    check_against_independent_reads(piped_row)
+    assert piped_row["duplicate_events"] > 0 and piped_row["lost"] == 0 and piped_row["meets_expectation"] is True
+    assert "\nConnector pipelines\n" in res.stdout
+    assert re.search(r"\ndebezium_outbox +connect_worker_kill +3000 ", res.stdout), res.stdout[-2000:]
     assert "as expected" in res.stdout and re.search(r"\nprocess_then_commit +consumer_crash ", res.stdout), (
         "the matrix table"
     )

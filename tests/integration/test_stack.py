@@ -247,8 +247,18 @@ def test_second_start_changes_nothing():
     before = {name: pid for name, _, _, pid in devstack.status_rows()}
     res = run([STACK, "start"], timeout=300)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.count("already running") == 6  # PostgreSQL, MariaDB, Toxiproxy, 3 brokers
+    # PostgreSQL, its change-data-capture cluster, MariaDB, Toxiproxy, 3 brokers, Kafka Connect
+    assert res.stdout.count("already running") == 8
+    assert "connect      already running; connect (exactly.once.source.support=disabled)" in res.stdout
     assert "already migrated" in res.stdout
+    rows = {name: state for name, state, _, _ in devstack.status_rows()}
+    assert {n: rows[n] for n in ("postgres-cdc", "connect-1", "connect-2", "connect-eos-1", "connect-eos-2")} == {
+        "postgres-cdc": "up",
+        "connect-1": "up",
+        "connect-2": "up",
+        "connect-eos-1": "up",
+        "connect-eos-2": "up",
+    }
     assert {name: pid for name, _, _, pid in devstack.status_rows()} == before
 
 
