@@ -102,9 +102,9 @@ def run_pipeline(name: str, scenario: str, events: int = 3000) -> dict:
 @pytest.mark.slow
 def test_at_least_once_pipeline_duplicates_after_a_worker_kill_and_loses_nothing(healthy_cluster_after):
     row = run_pipeline("debezium_outbox", "connect_worker_kill")
-    topic, _ = check_against_independent_reads(row)
-    # The killed source task resends what it sent since its last offset commit (every 5 s): the
-    # kill at 8 s lands 3 s after the commit at 5 s at the latest, with 100 events a second flowing.
+    check_against_independent_reads(row)
+    # The killed source task resends what it sent since its last offset commit: they come every 5 s,
+    # and 100 events a second flow, so some are always sent and not yet committed.
     assert row["duplicate_events"] > 0 and row["lost"] == 0
     assert row["verdict"] == "kept" and row["meets_expectation"] is True
     kills = [e for e in row["timeline"]["events"] if e["action"] == "kill_worker"]
