@@ -103,27 +103,9 @@ def start() -> None:
 def stop() -> None:
     stop_ui()
     # Workers leave before the brokers go, together (each one's shutdown waits on its group).
-    for w in WORKERS:
-        pid = worker_pid(w)
-        if pid:
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(worker_pid(w) for w in WORKERS):
-        time.sleep(0.3)
-    for w in WORKERS:
-        kill_worker(w)
-        report(w.name, "stopped")
-    for b in BROKERS:
-        pid = broker_pid(b)
-        if pid:
-            os.kill(pid, signal.SIGTERM)
+    _stop_together(WORKERS, worker_pid, kill_worker)
     # Brokers shut down together: one at a time, the last ones would wait on a lost quorum.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(broker_pid(b) for b in BROKERS):
-        time.sleep(0.3)
-    for b in BROKERS:
-        kill_broker(b)
-        report(b.name, "stopped")
+    _stop_together(BROKERS, broker_pid, kill_broker)
     stop_toxiproxy()
     report("toxiproxy", "stopped")
     stop_postgres()
@@ -132,6 +114,20 @@ def stop() -> None:
     report(CDC.name, "stopped")
     stop_mariadb()
     report("mariadb", "stopped")
+
+
+def _stop_together(services, pid_of, kill, grace: float = 30) -> None:
+    """SIGTERM to each, a shared grace, then SIGKILL to whatever is left."""
+    for x in services:
+        pid = pid_of(x)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(pid_of(x) for x in services):
+        time.sleep(0.3)
+    for x in services:
+        kill(x)
+        report(x.name, "stopped")
 
 
 def reset() -> None:

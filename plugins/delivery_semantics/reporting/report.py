@@ -114,6 +114,11 @@ def matrix_text(rows: list[dict]) -> str:
         ]
         for r in rows
     ]
+    return text_table(header, body)
+
+
+def text_table(header: list[str], body: list[list[str]]) -> str:
+    """Columns padded to their widest cell, a rule under the header."""
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=False)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip()
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
@@ -400,9 +405,7 @@ def pipeline_text(rows: list[dict]) -> str:
         ]
         for r in rows
     ]
-    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=False)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip()
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+    return text_table(header, body)
 
 
 def pipeline_timeline(run_id: str) -> dict:
