@@ -86,6 +86,8 @@ def check_against_independent_reads(row: dict) -> tuple[Counter, Counter]:
     assert row["sink_duplicates"] == sum(1 for n in sink.values() if n > 1)
     assert row["end_to_end_lost"] == len(outbox - set(sink))
     assert row["sink_lost"] == len(set(topic) - set(sink))
+    # The worker setting the pipeline names, seen in the topic: transaction markers, or none.
+    assert (row["transaction_markers"] > 0) is p.transactional, row["transaction_markers"]
     windows = report.query("SELECT count(*) AS n FROM audit_windows WHERE audit = %s", (row["audit"],))[0]["n"]
     assert windows == 2, "a mid-load window and a final one"
     return topic, sink

@@ -409,33 +409,48 @@ def window_ends(load_started: datetime, load_ended: datetime) -> list[datetime]:
 
 def totals(ledger: Ledger, pipeline: Pipeline, scenario: str, audit: str) -> dict:
     """The run's counts over its windows: a loss a later window found late is no loss."""
-    with ledger.conn, ledger.conn.cursor() as cur:
+    with ledger.conn, ledger.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
         cur.execute(
-            "SELECT coalesce(sum(records_read), 0), coalesce(sum(duplicate_events), 0), "
-            "NULL, coalesce(sum(lost_acked), 0), coalesce(sum(late), 0), "
-            "coalesce(sum(sink_rows), 0), coalesce(sum(sink_duplicates), 0), "
-            "coalesce(sum(sink_lost), 0) - coalesce(sum(sink_late), 0), "
-            "coalesce(sum(end_to_end_lost), 0) - coalesce(sum(end_to_end_late), 0), count(*), "
-            # a window counts the copies it read; the extra copies are over all windows
-            "(SELECT coalesce(sum(copies), 0) - count(DISTINCT event_id) FROM audit_sightings "
-            " WHERE audit = %s AND side = 'topic') "
-            "FROM audit_windows WHERE audit = %s",
-            (audit, audit),
+            """SELECT count(*) AS windows, coalesce(sum(records_read), 0) AS records_read,
+                      coalesce(sum(duplicate_events), 0) AS duplicate_events,
+                      coalesce(sum(lost_acked), 0) AS lost_acked, coalesce(sum(late), 0) AS late,
+                      coalesce(sum(sink_rows), 0) AS sink_rows, coalesce(sum(sink_duplicates), 0) AS sink_duplicates,
+                      coalesce(sum(sink_lost), 0) - coalesce(sum(sink_late), 0) AS sink_lost,
+                      coalesce(sum(end_to_end_lost), 0) - coalesce(sum(end_to_end_late), 0) AS end_to_end_lost,
+                      -- a window counts the copies it read: the extra copies are over all windows
+                      (SELECT coalesce(sum(copies), 0) - count(DISTINCT event_id) FROM audit_sightings
+                        WHERE audit = %(a)s AND side = 'topic') AS duplicate_copies,
+                      (SELECT coalesce(sum(end_offset - start_offset), 0) FROM audit_window_offsets
+                        WHERE audit = %(a)s) AS offsets
+               FROM audit_windows WHERE audit = %(a)s""",
+            {"a": audit},
         )
         r = cur.fetchone()
-    if not r[9]:
+    if not r["windows"]:
         raise PipelineError(f"audit {audit} recorded no window")
     counts = {
-        "records_read": r[0],
-        "duplicate_events": r[1],
-        "duplicate_copies": r[10],
-        "lost": max(0, r[3] - r[4]),
-        "late": r[4],
-        "sink_rows": r[5],
-        "sink_duplicates": r[6],
-        "sink_lost": max(0, r[7]),
-        "end_to_end_lost": max(0, r[8]),
+        "records_read": r["records_read"],
+        "duplicate_events": r["duplicate_events"],
+        "duplicate_copies": r["duplicate_copies"],
+        "lost": max(0, r["lost_acked"] - r["late"]),
+        "late": r["late"],
+        "sink_rows": r["sink_rows"],
+        "sink_duplicates": r["sink_duplicates"],
+        "sink_lost": max(0, r["sink_lost"]),
+        "end_to_end_lost": max(0, r["end_to_end_lost"]),
+        "transaction_markers": r["offsets"] - r["records_read"],
     }
+    if pipeline.transactional != (counts["transaction_markers"] > 0):
+        raise PipelineError(
+            f"the topic of {audit} has {counts['transaction_markers']} offsets without a record (transaction "
+            f"markers), and {pipeline.name} "
+            + (
+                "writes transactions: its Connect cluster does not run exactly-once source support"
+                if pipeline.transactional
+                else "writes none: its Connect cluster runs exactly-once source support"
+            )
+            + f" ({pipeline.connect_conn_id} must name a cluster with {dict(pipeline.worker_settings)})"
+        )
     judged = {**counts, "lost_acked": counts["lost"], "lost_unacked": 0, "aborted_visible": 0}
     verdict, broken = catalog.verdict(pipeline.name, scenario, pipeline.isolation, judged)
     return {
