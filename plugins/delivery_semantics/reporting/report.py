@@ -472,15 +472,22 @@ TREND_DAYS = 30
 
 def trend_points(days: int = TREND_DAYS) -> dict[str, list[dict]]:
     """The trend plots' points over the last `days` days: every reconciled run, as its mode (or
-    strategy) x scenario, and every check of an audit, batch or window."""
+    strategy, or pipeline) x scenario, and every check of an audit, batch or window (a pipeline
+    run's own audit is its run's point)."""
     runs = query(
         """SELECT mode AS subject, scenario AS series, created_at AS at, loss_rate, duplicate_rate
-           FROM v_run_results WHERE created_at > now() - make_interval(days => %s) ORDER BY created_at""",
-        (days,),
+           FROM v_run_results WHERE created_at > now() - make_interval(days => %(d)s)
+           UNION ALL
+           SELECT pipeline, scenario, created_at, lost::float8 / greatest(outbox_rows, 1),
+                  duplicate_copies::float8 / greatest(outbox_rows, 1)
+           FROM pipeline_runs WHERE status = 'reconciled' AND created_at > now() - make_interval(days => %(d)s)
+           ORDER BY 3""",
+        {"d": days},
     )
     audits = query(
         """SELECT audit AS subject, source AS series, at, loss_rate, duplicate_rate
-           FROM v_audit_trends WHERE at > now() - make_interval(days => %s) ORDER BY at""",
+           FROM v_audit_trends WHERE at > now() - make_interval(days => %s)
+             AND audit NOT IN (SELECT audit FROM pipeline_runs) ORDER BY at""",
         (days,),
     )
     return {"runs": runs, "audits": audits}
@@ -562,7 +569,10 @@ def audits_view() -> list[dict]:
     windows = query(
         """SELECT DISTINCT ON (audit) audit, window_end AS at, verdict, broken_by, sink_verdict, sink_broken_by,
                   open_discrepancies, pending_outbox, pending_records, records_read, outbox_due, delivered
-           FROM audit_windows ORDER BY audit, window_end DESC"""
+           FROM audit_windows
+           -- a pipeline run's audit shows in the pipeline block
+           WHERE audit NOT IN (SELECT audit FROM pipeline_runs)
+           ORDER BY audit, window_end DESC"""
     )
     windowed = {w["audit"] for w in windows}
     runs = [
