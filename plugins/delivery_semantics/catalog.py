@@ -279,7 +279,14 @@ PROMISES: dict[str, Promise] = {
             "atomic_transactions",
             name="exactly_once",
         ),
-        # Connector pipelines: an outbox row is "acked" once its transaction committed.
+    )
+}
+
+
+# A connector pipeline's promises (PIPELINES): an outbox row is "acked" once its transaction committed.
+PIPELINE_PROMISES: dict[str, Promise] = {
+    p.name: p
+    for p in (
         _promise(
             "every committed outbox row reaches the topic; a restarted source task resends what it sent "
             "since its last offset commit, so duplicates are allowed",
@@ -617,7 +624,7 @@ def _pipeline(name, description, isolation, promise, connect_conn_id, worker, so
         name,
         description,
         isolation,
-        PROMISES[promise],
+        PIPELINE_PROMISES[promise],
         connect_conn_id,
         MappingProxyType(dict(worker)),
         MappingProxyType(dict(source or {})),

@@ -122,7 +122,7 @@ def test_isolation_and_promise_come_from_one_place():
     assert rows["debezium_outbox_eos"] == (
         "pipeline",
         "read_committed",
-        catalog.PROMISES["connector_exactly_once"].text,
+        catalog.PIPELINE_PROMISES["connector_exactly_once"].text,
     )
 
 
