@@ -269,7 +269,9 @@ def _load_with_timeline(
         )
     finally:
         started.set()
-        t.join(timeout=120)
+        # A rolling restart waits for every partition to be in sync after each broker: minutes on
+        # a cluster with many topics.
+        t.join(timeout=600)
     if failure:
         raise NemesisError(f"the nemesis timeline failed: {failure[0]}") from failure[0]
     return summary
