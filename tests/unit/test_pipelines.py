@@ -116,6 +116,18 @@ class _Connect(BaseHTTPRequestHandler):
         else:
             self._send(404, {"error_code": 404, "message": f"Connector {self.path.split('/')[2]} not found"})
 
+    def do_PUT(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        name = self.path.split("/")[2]
+        puts = self.server.puts[name] = self.server.puts.get(name, 0) + 1
+        if name == "flaky" and puts <= 2:
+            msg = "Failed to write to config topic; this may be due to a transient error and the request can be safely retried"
+            self._send(500, {"error_code": 500, "message": msg})
+        elif name == "bad":
+            self._send(400, {"error_code": 400, "message": "Connector configuration is invalid"})
+        else:
+            self._send(201, {"name": name})
+
     def _send(self, code, body):
         raw = json.dumps(body).encode()
         self.send_response(code)
@@ -131,12 +143,15 @@ class _Connect(BaseHTTPRequestHandler):
 @pytest.fixture
 def connect_worker():
     server = HTTPServer(("127.0.0.1", 0), _Connect)
+    server.puts = {}
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
+    server.url = f"http://127.0.0.1:{server.server_port}"
+    yield server
     server.shutdown()
 
 
 def test_the_connect_client_falls_back_to_the_next_worker_and_names_each_refusal(connect_worker):
+    connect_worker = connect_worker.url
     down = "http://127.0.0.1:9"  # discard: nothing listens
     assert ConnectCluster("kafka_connect", urls=[down, connect_worker]).version() == "4.1.1"
     with pytest.raises(ConnectError, match=r"HTTP 404 Connector nope not found"):
@@ -184,3 +199,15 @@ def test_the_pipeline_table_shows_counts_latency_and_verdicts():
         "0",
         "yes",
     ]
+
+
+def test_the_connect_client_repeats_what_connect_calls_transient_and_nothing_else(connect_worker):
+    cluster = ConnectCluster("kafka_connect", urls=[connect_worker.url])
+    cluster.put("flaky", {"connector.class": "x"})
+    assert connect_worker.puts["flaky"] == 3, "two transient refusals, then the write"
+    with pytest.raises(ConnectError, match=r"HTTP 400 Connector configuration is invalid"):
+        cluster.put("bad", {"connector.class": "x"})
+    assert connect_worker.puts["bad"] == 1, "a refusal is not repeated"
+    connect_worker.puts["flaky"] = 0
+    with pytest.raises(ConnectError, match=r"HTTP 500 Failed to write to config topic"):
+        cluster.call("PUT", "/connectors/flaky/config", {}, retry_for=0)

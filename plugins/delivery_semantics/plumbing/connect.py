@@ -20,6 +20,16 @@ class ConnectError(EndpointError):
     """Connect refused a request or cannot be reached; one line, without the configuration."""
 
 
+class _TransientConnectError(ConnectError):
+    pass
+
+
+def _is_transient(status: int, message: str) -> bool:
+    # 409: a rebalance is under way; 500 "...can be safely retried": the worker could not write
+    # the config topic in time (seen right after an exactly-once cluster starts).
+    return status == 409 or (status == 500 and "safely retried" in message)
+
+
 class ConnectCluster:
     def __init__(self, conn_id: str = CONNECT_CONN_ID, urls: list[str] | None = None):
         self.conn_id = conn_id
@@ -31,8 +41,20 @@ class ConnectCluster:
             urls = [f"{host}:{c.port}" if c.port else host, *c.extra.get("fallback_urls", [])]
         self.urls = [u.rstrip("/") for u in urls]
 
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 30):
-        """The first worker that answers; HTTP errors are Connect's own and not retried elsewhere."""
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 30, retry_for: float = 60):
+        """The first worker that answers. Connect's own errors are not retried elsewhere, except
+        those it calls transient (a rebalance under way, a config topic write that timed out):
+        every request here is idempotent, so they are repeated for up to `retry_for` seconds."""
+        deadline = time.monotonic() + retry_for
+        while True:
+            try:
+                return self._call_once(method, path, body, timeout)
+            except _TransientConnectError as e:
+                if time.monotonic() >= deadline:
+                    raise ConnectError(str(e)) from None
+                time.sleep(1)
+
+    def _call_once(self, method: str, path: str, body: dict | None, timeout: float):
         unreachable = []
         for base in self.urls:
             req = urllib.request.Request(
@@ -50,9 +72,8 @@ class ConnectCluster:
                     message = json.loads(e.read()).get("message", "")
                 except Exception:
                     message = ""
-                raise ConnectError(
-                    f"Kafka Connect ({self.conn_id}) {method} {path}: HTTP {e.code} {message[:300]}"
-                ) from None
+                error = _TransientConnectError if _is_transient(e.code, message) else ConnectError
+                raise error(f"Kafka Connect ({self.conn_id}) {method} {path}: HTTP {e.code} {message[:300]}") from None
             except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
                 unreachable.append(f"{base} ({getattr(e, 'reason', e)})")
         raise ConnectError(f"Kafka Connect ({self.conn_id}) cannot be reached: {'; '.join(unreachable)}")
