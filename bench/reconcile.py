@@ -6,7 +6,8 @@
              the Kafka source, a job) is told apart from the checker's
   checker    spark_apps/reconcile.py through spark-submit (local[2]): the topic read once (twice
              when transactional), the ledger rebuilt from its ranges and batch rows,
-             classification, the merge of the results (with --no-dedup-copy, no dedup_events)
+             classification, the merge of the results, and the deduplicated copy (to the
+             lakehouse by default; --dedup-copy lakehouse,off measures each store back to back)
 
 For each size it also samples the driver's peak resident memory. In local mode the executors run
 inside the driver JVM, so this is the whole Spark process. Flat across sizes means nothing is
@@ -16,6 +17,7 @@ collected to the driver.
     bench/run reconcile --sizes 10000000 --record-format avro   # runs written in Avro (from_avro)
     bench/run reconcile --runs RUN1,RUN2       # reuse runs loaded before (their topics must be intact)
     bench/run reconcile --runs RUN1 --no-dedup-copy   # the checker without the deduplicated copy
+    bench/run reconcile --sizes 1000000,10000000 --dedup-copy lakehouse,off   # with and without, back to back
     bench/run reconcile --runs RUN1 --repeats 3       # three interleaved rounds, medians reported
 
 A reused run's earlier results are deleted first, so every measurement writes as much as the first.
@@ -87,7 +89,7 @@ def event_log_conf(directory: str) -> dict:
     }
 
 
-def timed_reconcile(run_id: str, event_log: str | None = None, dedup_copy: bool = True) -> dict:
+def timed_reconcile(run_id: str, event_log: str | None = None, dedup_copy: str = "lakehouse") -> dict:
     conf = {}
     if event_log:
         os.makedirs(event_log, exist_ok=True)
@@ -141,7 +143,7 @@ def forget_results(run_id: str) -> None:
     lg = Ledger()
     try:
         with lg.conn, lg.conn.cursor() as cur:
-            for table in ("dedup_events", "reconcile_discrepancies", "reconcile_summary"):
+            for table in ("dedup_events", "dedup_copies", "reconcile_discrepancies", "reconcile_summary"):
                 cur.execute(f"DELETE FROM {table} WHERE reconciliation_id = %s", (run_id,))
     finally:
         lg.close()
@@ -154,11 +156,19 @@ def main() -> int:
     ap.add_argument("--record-format", default="text", choices=["text", "avro"], help="the loaded runs' records")
     ap.add_argument("--runs", help="comma-separated completed runs to reconcile instead of loading new ones")
     ap.add_argument("--event-log", help="directory for Spark's event log (for bench/run spark_profile)")
-    ap.add_argument("--no-dedup-copy", action="store_true", help="reconcile without writing dedup_events")
+    ap.add_argument(
+        "--dedup-copy",
+        default="lakehouse",
+        help=f"comma-separated stores of the copy, each measured in turn: {', '.join(catalog.DEDUP_COPY_STORES)}",
+    )
+    ap.add_argument("--no-dedup-copy", dest="dedup_copy", action="store_const", const="off", help="--dedup-copy off")
     ap.add_argument("--repeats", type=int, default=1, help="interleaved rounds per run; medians are reported")
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
+    stores = args.dedup_copy.split(",")
+    if unknown := [x for x in stores if x not in catalog.DEDUP_COPY_STORES]:
+        ap.error(f"--dedup-copy: {', '.join(unknown)} is not one of {', '.join(catalog.DEDUP_COPY_STORES)}")
     rows = []
     lg = Ledger()
     if args.runs:
@@ -180,41 +190,49 @@ def main() -> int:
                 forget_results(run_id)
             floor = consumer_performance(topic, n)
             spark = spark_count(topic)
-            r = timed_reconcile(run_id, args.event_log, dedup_copy=not args.no_dedup_copy)
-            rounds.append((floor, spark, r))
-            print(
-                f"{n}: floor {floor:.1f}s, Spark count {spark:.1f}s, reconcile {r['seconds']:.1f}s, "
-                f"ratio {r['seconds'] / floor:.1f}x, driver JVM peak {r.get('jvm_mb')} MB, "
-                f"python {r.get('python_mb')} MB; {r['summary']}",
-                file=sys.stderr,
-                flush=True,
-            )
+            by_store = {}
+            for store in stores:
+                forget_results(run_id)
+                r = by_store[store] = timed_reconcile(run_id, args.event_log, dedup_copy=store)
+                print(
+                    f"{n} (copy {store}): floor {floor:.1f}s, Spark count {spark:.1f}s, reconcile {r['seconds']:.1f}s, "
+                    f"ratio {r['seconds'] / floor:.1f}x, driver JVM peak {r.get('jvm_mb')} MB, "
+                    f"python {r.get('python_mb')} MB; {r['summary']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            rounds.append((floor, spark, by_store))
         floor = statistics.median(f for f, _, _ in rounds)
         spark = statistics.median(s for _, s, _ in rounds)
-        r = {
-            "seconds": statistics.median(r["seconds"] for _, _, r in rounds),
-            "jvm_mb": max(r.get("jvm_mb") or 0 for _, _, r in rounds),
-            "python_mb": max(r.get("python_mb") or 0 for _, _, r in rounds),
-        }
-        rows.append((n, floor, spark, r))
+        for store in stores:
+            r = {
+                "seconds": statistics.median(b[store]["seconds"] for _, _, b in rounds),
+                "jvm_mb": max(b[store].get("jvm_mb") or 0 for _, _, b in rounds),
+                "python_mb": max(b[store].get("python_mb") or 0 for _, _, b in rounds),
+            }
+            rows.append((n, store, floor, spark, r))
     print(
         f"\nmachine: {platform.node()} {platform.machine()}, {date.today()}, mode {args.mode}, 200 B payloads "
         f"({'/'.join(sorted(layouts))} records), "
         f"3 partitions, spark local[2], driver memory 2g, medians of {args.repeats} interleaved round(s)"
     )
     print(
-        "| events | ConsumerPerformance s (floor) | Spark count s | reconcile s | reconcile / floor | "
+        "| events | copy | ConsumerPerformance s (floor) | Spark count s | reconcile s | reconcile / floor | "
         "Spark count / floor | checker s (reconcile - Spark count) | driver JVM peak RSS MB | Python driver peak MB |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for n, floor, spark, r in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n, store, floor, spark, r in rows:
         print(
-            f"| {n:,} | {floor:.1f} | {spark:.1f} | {r['seconds']:.1f} | {r['seconds'] / floor:.1f}x | "
+            f"| {n:,} | {store} | {floor:.1f} | {spark:.1f} | {r['seconds']:.1f} | {r['seconds'] / floor:.1f}x | "
             f"{spark / floor:.1f}x | {r['seconds'] - spark:.1f} | {r.get('jvm_mb')} | {r.get('python_mb')} |"
         )
-    if len(rows) >= 2:
-        (n1, _, _, r1), (n2, _, _, r2) = rows[0], rows[-1]
-        print(f"\nt({n2:,}) / t({n1:,}) = {r2['seconds'] / r1['seconds']:.2f} for {n2 / n1:.0f}x the events")
+    for store in stores:
+        mine = [(n, r) for n, s, _, _, r in rows if s == store]
+        if len(mine) >= 2:
+            (n1, r1), (n2, r2) = mine[0], mine[-1]
+            print(
+                f"copy {store}: t({n2:,}) / t({n1:,}) = {r2['seconds'] / r1['seconds']:.2f} for {n2 / n1:.0f}x the events"
+            )
     return 0
 
 

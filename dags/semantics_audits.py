@@ -64,6 +64,7 @@ def audit_dag(audit: audits.Audit):
             kafka_conn_id=audit.kafka_conn_id,
             source_conn_id=audit.outbox_conn_id,
             sink_conn_id=audit.sink_conn_id,
+            audit_conf=audit.spark_conf,
             depends_on_past=windowed,
         )
 

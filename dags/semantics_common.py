@@ -113,11 +113,13 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
         kafka_conn_id: str = "kafka_default",
         source_conn_id: str | None = None,
         sink_conn_id: str | None = None,
+        audit_conf: dict | None = None,
         **kwargs,
     ):
         super().__init__(application=app, conn_id=conn_id, name=app.removesuffix(".py"), **kwargs)
         self.ledger_conn_id, self.kafka_conn_id = ledger_conn_id, kafka_conn_id
         self.source_conn_id, self.sink_conn_id = source_conn_id, sink_conn_id
+        self.audit_conf = audit_conf  # an audit's `spark:` section, under the connection's settings
 
     def execute(self, context):
         from delivery_semantics.plumbing import endpoints

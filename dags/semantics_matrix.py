@@ -47,7 +47,7 @@ def semantics_matrix():
 
     @task(retries=0)
     def every_run(run_ids: list[str], params=None) -> list[str]:
-        return catalog.reconcile_args(list(run_ids), params.get("dedup_copy", True), params["messages"])
+        return catalog.reconcile_args(list(run_ids), params.get("dedup_copy"), params["messages"])
 
     @task(retries=0)
     def pipeline_pairs(params=None) -> list[dict]:

@@ -62,7 +62,7 @@ def one_run_dag(dag_id: str, form: dict, tags: list[str], producer_run: bool):
         @task(retries=0)
         def checker_args(ledger_run: str, params=None) -> list[str]:
             # A consumer run's form has no switch: it writes no copy.
-            return catalog.reconcile_args([ledger_run], params.get("dedup_copy", True))
+            return catalog.reconcile_args([ledger_run], params.get("dedup_copy"))
 
         reconciled = PlatformSparkSubmitOperator(
             task_id="reconcile", app="reconcile.py", application_args=checker_args(ledger_run)

@@ -1,6 +1,6 @@
 """The checker: reconciles a Kafka topic against a ledger by event id, per isolation level.
 
-    spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --run-id RUN [--run-id RUN2 ...] [--parallel-runs N]
+    spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --run-id RUN [--run-id RUN2 ...] [--parallel-runs N] [--dedup-copy lakehouse|postgres|off]
     spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --audit audits/NAME.yaml --reconciliation-id ID
     spark-submit --jars "$SEMANTICS_SPARK_JARS" spark_apps/reconcile.py --audit audits/NAME.yaml --window-end T [...]
 
@@ -26,8 +26,9 @@ sink, stale_overwrite (a record applied to its key's state after a newer version
 Three tables are written: a summary (one row per run and isolation level), the discrepancies
 (one row per affected event and kind) and an event-id-deduplicated copy of the data. Spark writes
 them to staging tables, and one database transaction merges them, so a rerun leaves every row as
-the first run did. With --no-dedup-copy the deduplicated copy is not written (a quarter of the
-time at 10M events). Nothing is collected to the driver except the few summary rows.
+the first run did. The deduplicated copy goes to the lakehouse (a Delta table partitioned by
+reconciliation, the default), to PostgreSQL with --dedup-copy postgres, or nowhere with
+--dedup-copy off (checker/dedup_copy.py). Nothing is collected to the driver except the few summary rows.
 
 Everything else comes by environment, made at submit time from Airflow connections and never on
 the command line: the results database SEMANTICS_JDBC_URL / _USER / _PASSWORD, an audit's outbox
@@ -39,18 +40,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from pyspark.sql import SparkSession
 
-from checker import cache, formats
-from checker.driver import reconcile
-from checker.incremental import reconcile_window
-from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_source
-from delivery_semantics import catalog
-from delivery_semantics.audit import audits, schemas, stores
+# The driver runs beside the sources (client mode). The --py-files zip (endpoints.spark_py_files)
+# is for the executors; here its packages would shadow the folders, whose data files (the audit
+# schema, the report's templates) cannot be read from inside a zip.
+sys.path[:] = [p for p in sys.path if not os.path.basename(p).startswith("semantics-py-")]
+
+from checker import cache, dedup_copy, formats  # noqa: E402 (after the path is set)
+from checker.driver import reconcile  # noqa: E402
+from checker.incremental import reconcile_window  # noqa: E402
+from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_source  # noqa: E402
+from delivery_semantics import catalog  # noqa: E402
+from delivery_semantics.audit import audits, schemas, stores  # noqa: E402
 
 PRINTED = (
     "reconciliation_id",
@@ -71,8 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reconciliation-id", help="with --audit: the id of this audit run")
     ap.add_argument("--window-end", action="append", help="with a continuous audit: a window's end (repeatable)")
     ap.add_argument(
-        "--no-dedup-copy", action="store_true", help="write no dedup_events rows (the deduplicated copy of the data)"
+        "--dedup-copy",
+        choices=dedup_copy.STORES,
+        default="lakehouse",
+        help="where the deduplicated copy of the data goes (checker/dedup_copy.py); an audit's dedup_copy: wins",
     )
+    ap.add_argument("--no-dedup-copy", dest="dedup_copy", action="store_const", const="off", help="--dedup-copy off")
     ap.add_argument(
         "--parallel-runs",
         type=_positive,
@@ -84,15 +95,21 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--audit needs --reconciliation-id, or --window-end for a continuous audit")
     name = f"audit-{args.reconciliation_id or args.window_end[0]}" if args.audit else f"reconcile-{args.run_id[0]}"
     builder = SparkSession.builder.appName(name)
+    audit = None
     if args.audit:
         try:
             audit = audits.load(args.audit)
         except audits.AuditError as e:
             print(f"reconcile: {e}", file=sys.stderr)
             return 2
-        # What the audit's stores need of the session before it starts (Delta's extension).
-        for key, value in stores.session_conf(audit).items():
-            builder = builder.config(key, value)
+    try:
+        copy = dedup_copy.DedupCopy.choose(args.dedup_copy, audit.dedup_copy if audit else None)
+    except ValueError as e:
+        print(f"reconcile: {e}", file=sys.stderr)
+        return 2
+    # What the stores need of the session before it starts (Delta's extension).
+    for key, value in {**copy.session_conf, **(stores.session_conf(audit) if audit else {})}.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
@@ -107,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def one(job) -> list[dict]:
             with cache.scope():  # one run's cached reads are not the next one's
-                return reconcile(spark, jdbc, *job, dedup_copy=not args.no_dedup_copy)
+                return reconcile(spark, jdbc, *job, copy=copy)
 
         with ThreadPoolExecutor(args.parallel_runs) as pool:
             futures = [pool.submit(one, job) for job in jobs]

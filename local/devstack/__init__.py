@@ -1,13 +1,13 @@
 """The local stack without Docker, for development, tests and CI: 3 KRaft brokers, Toxiproxy,
 PostgreSQL (and a second cluster with logical decoding for the connector pipelines' outbox),
 MariaDB (a team's MySQL outbox), two Kafka Connect clusters of two workers (exactly-once source
-support off and on), Airflow's database and, on demand, the Airflow UI processes and a mail
+support off and on), a Spark standalone master and worker, Airflow's database and, on demand, the Airflow UI processes and a mail
 catcher. Not part of what a deployment mounts (docker-compose.yaml runs
 its own services).
 
 Usage: local/stack {start,stop,status,reset,env,ui}
 
-One module per service, as kafkatest's services/ are: postgres, mariadb, kafka, connect, toxiproxy,
+One module per service, as kafkatest's services/ are: postgres, mariadb, kafka, connect, spark, toxiproxy,
 credentials (passwords, TLS), mail, airflow_processes; `base` is what they share, `environment` the
 connections they publish, `commands` the order they start in, and `nemesis_backend` the
 nemesis's backend over their processes.

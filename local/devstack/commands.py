@@ -56,6 +56,8 @@ from devstack.postgres import (
     start_postgres,
     stop_postgres,
 )
+from devstack.spark import SERVICES as SPARK_SERVICES
+from devstack.spark import spark_pid, start_spark, stop_spark
 from devstack.toxiproxy import TOXIPROXY_PORT, start_toxiproxy, stop_toxiproxy, toxiproxy_pid
 
 
@@ -93,6 +95,7 @@ def start() -> None:
     report("kafka", f"3 brokers up, bootstrap {bootstrap_servers()}")
     report("kafka", add_scram_user())
     report("connect", start_workers())
+    report("spark", start_spark())
     report("schema", migrate_schema())
     report("airflow-db", migrate_airflow())
     write_airflow_passwords()
@@ -102,6 +105,8 @@ def start() -> None:
 
 def stop() -> None:
     stop_ui()
+    stop_spark()
+    report("spark", "stopped")
     # Workers leave before the brokers go, together (each one's shutdown waits on its group).
     _stop_together(WORKERS, worker_pid, kill_worker)
     # Brokers shut down together: one at a time, the last ones would wait on a lost quorum.
@@ -156,6 +161,9 @@ def status_rows() -> list[tuple[str, str, str, str]]:
     for w in WORKERS:
         pid = worker_pid(w)
         rows.append((w.name, "up" if pid and port_open(w.rest_port) else "down", str(w.rest_port), str(pid or "-")))
+    for sp in SPARK_SERVICES:
+        pid = spark_pid(sp)
+        rows.append((sp.name, "up" if pid and port_open(sp.port) else "down", str(sp.port), str(pid or "-")))
     return rows
 
 

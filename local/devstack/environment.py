@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from devstack import connect, kafka, mail, mariadb, postgres, toxiproxy
+from devstack import connect, kafka, mail, mariadb, postgres, spark, toxiproxy
 from devstack.base import HOST, KAFKA_LIB, LOGS, REPO, SPARK_JARS, VAR
 
 # The nemesis's backend here, by module and class: the production nemesis does not import the
@@ -25,6 +25,7 @@ def environment() -> dict[str, str]:
         **connect.connections(),
         **toxiproxy.connections(),
         **mail.connections(),
+        **spark.connections(),
         # JSON, because a URI cannot carry local[2]
         "spark_default": {"conn_type": "spark", "host": "local[2]"},
     }

@@ -986,13 +986,32 @@ RECORD_FORMAT_PARAM = {
 }
 
 
-# The checker's deduplicated copy of a run's data (dedup_events), on unless a form turns it off.
-DEDUP_COPY_PARAM = {
-    "default": True,
-    "type": "boolean",
-    "description": "write the data deduplicated by event id (dedup_events); off: the same verdicts, "
-    "a quarter less of the checker's time at 10M events",
+# Where the checker's deduplicated copy of a run's data (one row per event id) goes.
+DEDUP_COPY_STORES = {
+    "lakehouse": "a Delta table, dedup_events under the lakehouse (SEMANTICS_LAKEHOUSE), partitioned by "
+    "reconciliation; a rerun replaces its partition",
+    "postgres": "the dedup_events table of the results database, written with COPY: for small runs",
+    "off": "no copy: the same verdicts, sooner",
 }
+DEFAULT_DEDUP_COPY = "lakehouse"
+DEDUP_COPY_PARAM = {
+    "default": DEFAULT_DEDUP_COPY,
+    "type": "string",
+    "enum": list(DEDUP_COPY_STORES),
+    "description": "where the data deduplicated by event id goes: "
+    + "; ".join(f"{k}: {v}" for k, v in DEDUP_COPY_STORES.items()),
+}
+
+
+def dedup_copy_store(value: str | bool | None) -> str:
+    """A form's dedup_copy as a store; true and false are what the field held before it named one."""
+    if value is None or value is True:
+        return DEFAULT_DEDUP_COPY
+    if value is False:
+        return "off"
+    if value not in DEDUP_COPY_STORES:
+        raise ValueError(f"dedup_copy {value!r} is not one of {', '.join(DEDUP_COPY_STORES)}")
+    return value
 
 
 # One checker application reconciles a matrix's runs two at a time: a run's many small stages
@@ -1003,12 +1022,13 @@ RECONCILE_SIDE_BY_SIDE = 2
 SIDE_BY_SIDE_MAX_EVENTS = 1_000_000
 
 
-def reconcile_args(run_ids: list[str], dedup_copy: bool = True, events_per_run: int | None = None) -> list[str]:
+def reconcile_args(
+    run_ids: list[str], dedup_copy: str | bool = DEFAULT_DEDUP_COPY, events_per_run: int | None = None
+) -> list[str]:
     """The checker's arguments for platform runs; with `events_per_run`, small runs are reconciled
     side by side."""
     args = [a for rid in run_ids for a in ("--run-id", rid)]
-    if not dedup_copy:
-        args.append("--no-dedup-copy")
+    args += ["--dedup-copy", dedup_copy_store(dedup_copy)]
     if len(run_ids) > 1 and events_per_run is not None and events_per_run <= SIDE_BY_SIDE_MAX_EVENTS:
         args += ["--parallel-runs", str(RECONCILE_SIDE_BY_SIDE)]
     return args

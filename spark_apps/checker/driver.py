@@ -8,6 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checker import anomalies, cache, results
+from checker.dedup_copy import DedupCopy
 from checker.sources import (
     Jdbc,
     Source,
@@ -22,15 +23,16 @@ from delivery_semantics import catalog
 from delivery_semantics.audit.stores import Store
 from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
 
+NO_COPY = DedupCopy("off")
+
 
 def reconcile(
-    spark: SparkSession, jdbc: Jdbc, src: Source, outbox: Store | None = None, dedup_copy: bool = True
+    spark: SparkSession, jdbc: Jdbc, src: Source, outbox: Store | None = None, copy: DedupCopy = NO_COPY
 ) -> list[dict]:
     """`jdbc` is the platform's database, which receives the results; `outbox` the store an
-    audit's outbox is read from. Without `dedup_copy` no `dedup_events` rows
-    are written (a quarter of the time at 10M events; docs/BENCHMARKS.md)."""
+    audit's outbox is read from; `copy` where the deduplicated copy goes (checker/dedup_copy.py)."""
     single_read = src.transactional is False and not src.sink
-    copy_wanted = src.judged_by_reader and dedup_copy
+    copy_wanted = src.judged_by_reader and copy.wanted
     ledger = read_ledger(jdbc, src, outbox)
     if not src.ledger_wrote_topic:
         ledger = anomalies.without_positions(ledger)  # positions in another topic
@@ -110,5 +112,5 @@ def reconcile(
         dedup = obs.first_copies().select(
             obs.event_id(), F.lit(src.reconciliation_id).alias("reconciliation_id"), *anomalies.FIRST_COPY
         )
-    results.write_results(spark, jdbc, src, summaries, all_disc, dedup, start, end, recorded_before)
+    results.write_results(spark, jdbc, src, summaries, all_disc, dedup, copy, start, end, recorded_before)
     return summaries

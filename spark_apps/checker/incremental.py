@@ -6,12 +6,17 @@ The lookups go through staging tables of this window's ids, joined in the databa
 tables' keys: a window's cost follows the window, not the audit's history. A window's rows depend
 only on the windows before it, so a rerun (or a backfill over recorded windows) writes them again
 unchanged. Windows run in order: a window before the latest recorded one, never run, is refused.
+
+State has a horizon (the audit's window.dedup_horizon, 7 days unless it says): `audit_sightings` is
+partitioned by audit and window, and a window's merge drops the partitions of the windows that
+ended more than the horizon before it, with the pending records of those windows. The lookups
+read no further back, so a window's cost and the state's size stay flat once the horizon is full.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -158,9 +163,10 @@ def reconcile_window(
             isolation,
             records,
             outbox,
-            **_earlier_state(jdbc, name, t, start, ids_table, keys_table),
+            **_earlier_state(jdbc, name, t, start, _ts(end - audit.dedup_horizon), ids_table, keys_table),
             sink=sink,
             topic_due_for_sink=topic_due_for_sink,
+            horizon=audit.dedup_horizon,
         )
 
         disc = discrepancies(w).coalesce(spark.sparkContext.defaultParallelism).cache()
@@ -179,18 +185,20 @@ def reconcile_window(
             jdbc.execute_in_transaction([(f"DROP TABLE IF EXISTS {t}", []) for t in staged])
 
 
-def _earlier_state(jdbc: Jdbc, name: str, t: str, start: str, ids_table: str, keys_table: str) -> dict:
-    """What the windows before the one ending at `t` left, for the window's staged ids and keys
-    only: the one place a window looks up its state, so a window's cost follows the window. `name`,
-    `t` and `start` are literals (_name, _ts), the tables the window's own."""
+def _earlier_state(jdbc: Jdbc, name: str, t: str, start: str, horizon: str, ids_table: str, keys_table: str) -> dict:
+    """What the windows before the one ending at `t`, back to the horizon, left, for the window's
+    staged ids and keys only: the one place a window looks up its state, so a window's cost follows
+    the window. `name`, `t`, `start` and `horizon` are literals (_name, _ts), the tables the window's own."""
+    earlier = f"s.audit = {name} AND s.window_end < {t} AND s.window_end >= {horizon}"
     return {
         "prior": jdbc.read(
             f"SELECT DISTINCT s.event_id, s.side FROM audit_sightings s JOIN {ids_table} i ON i.event_id = s.event_id "
-            f"WHERE s.audit = {name} AND s.window_end < {t}"
+            f"WHERE {earlier}"
         ).cache(),
         "open_losses": jdbc.read(
             f"SELECT l.event_id, l.stage, l.window_end AS lost_in_window, l.occurred_at FROM audit_discrepancies l "
             f"JOIN {ids_table} i ON i.event_id = l.event_id WHERE l.audit = {name} AND l.window_end < {t} "
+            f"AND l.window_end >= {horizon} "
             f"AND l.kind IN ({_LOSSES}) AND NOT EXISTS (SELECT 1 FROM audit_discrepancies r WHERE r.audit = l.audit "
             "AND r.event_id = l.event_id AND r.stage = l.stage AND r.kind = 'late' AND r.window_end > l.window_end "
             f"AND r.window_end < {t})"
@@ -201,7 +209,7 @@ def _earlier_state(jdbc: Jdbc, name: str, t: str, start: str, ids_table: str, ke
         ).cache(),
         "key_versions": jdbc.read(
             f"SELECT s.side, s.key, max(s.version) AS max_version FROM audit_sightings s JOIN {keys_table} k "
-            f"ON k.key = s.key WHERE s.audit = {name} AND s.window_end < {t} AND s.version IS NOT NULL "
+            f"ON k.key = s.key WHERE {earlier} AND s.version IS NOT NULL "
             "GROUP BY s.side, s.key"
         ).cache(),
     }
@@ -217,6 +225,7 @@ def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, tot
         "window_end": _iso(b.end),
         "window_start": _iso(b.start) if b.start else None,
         "grace_seconds": int(audit.grace.total_seconds()),
+        "dedup_horizon_seconds": int(audit.dedup_horizon.total_seconds()),
         "reconciliation_id": src.reconciliation_id,
         "topic": src.topic,
         "mode": audit.mode,
@@ -256,6 +265,55 @@ def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, tot
     return row
 
 
+def _state_inserts(a: str, t: str, stg_seen: str, stg_pending: str) -> list[tuple[str, list]]:
+    return [
+        (
+            'INSERT INTO audit_sightings (audit, side, event_id, window_end, copies, first_at, "partition", "offset", '
+            'key, version, created_at) SELECT ?, side, event_id, ?::timestamptz, copies, first_at, "partition", '
+            f'"offset", key, version, created_at FROM {stg_seen}',
+            [a, t],
+        ),
+        (
+            'INSERT INTO audit_pending (audit, window_end, event_id, first_at, copies, "partitions", "offsets") '
+            f'SELECT ?, ?::timestamptz, event_id, first_at, copies, "partitions", "offsets" FROM {stg_pending}',
+            [a, t],
+        ),
+    ]
+
+
+def _horizon_statements(jdbc: Jdbc, audit: audits.Audit, end: datetime, own: bool = True) -> list[tuple[str, list]]:
+    """The window's own sightings partition (with `own`), and the state beyond the horizon of the
+    window ending at `end` dropped: the partitions of windows that ended before end - horizon, what
+    the migration left in the default partition from then, and those windows' pending records."""
+    cutoff = end - audit.dedup_horizon
+    name = _name(audit)
+    stmts: list[tuple[str, list]] = []
+    if own:
+        stmts.append(
+            (
+                f"CREATE TABLE IF NOT EXISTS {audits.sightings_partition(audit.name, end)} PARTITION OF audit_sightings "
+                f"FOR VALUES FROM ({name}, {_ts(end)}) TO ({name}, {_ts(end + timedelta(microseconds=1))})",
+                [],
+            )
+        )
+    prefix = audits.sightings_partition(audit.name)
+    partitions = jdbc.scalar_rows(audits.SIGHTINGS_PARTITIONS.format(mark="?"), [prefix])
+    for (table,) in partitions:
+        ended = table[len(prefix) :]
+        if ended.isdigit() and int(ended) < cutoff.timestamp():
+            stmts.append((f"DROP TABLE IF EXISTS {table}", []))
+    stmts.append(
+        (
+            "DELETE FROM audit_sightings_default WHERE audit = ? AND window_end < ?::timestamptz",
+            [audit.name, _iso(cutoff)],
+        )
+    )
+    stmts.append(
+        ("DELETE FROM audit_pending WHERE audit = ? AND window_end < ?::timestamptz", [audit.name, _iso(cutoff)])
+    )
+    return stmts
+
+
 def _merge(jdbc: Jdbc, audit: audits.Audit, b: Bounds, row: dict, stg_disc, stg_seen, stg_pending, token) -> None:
     a, t = audit.name, row["window_end"]
     key = "audit = ? AND window_end = ?::timestamptz"
@@ -271,25 +329,24 @@ def _merge(jdbc: Jdbc, audit: audits.Audit, b: Bounds, row: dict, stg_disc, stg_
             )
     for table in ("audit_discrepancies", "audit_sightings", "audit_pending"):
         stmts.append((f"DELETE FROM {table} WHERE {key}", [a, t]))
-    stmts += [
+    stmts.append(
         (
             'INSERT INTO audit_discrepancies (audit, window_end, stage, kind, event_id, copies, "partitions", '
             '"offsets", occurred_at, delay_ms, lost_in_window) SELECT ?, ?::timestamptz, stage, kind, event_id, '
             f'copies, "partitions", "offsets", occurred_at, delay_ms, lost_in_window FROM {stg_disc}',
             [a, t],
-        ),
-        (
-            'INSERT INTO audit_sightings (audit, side, event_id, window_end, copies, first_at, "partition", "offset", '
-            'key, version, created_at) SELECT ?, side, event_id, ?::timestamptz, copies, first_at, "partition", '
-            f'"offset", key, version, created_at FROM {stg_seen}',
-            [a, t],
-        ),
-        (
-            'INSERT INTO audit_pending (audit, window_end, event_id, first_at, copies, "partitions", "offsets") '
-            f'SELECT ?, ?::timestamptz, event_id, first_at, copies, "partitions", "offsets" FROM {stg_pending}',
-            [a, t],
-        ),
-    ]
+        )
+    )
+    latest = jdbc.scalar_rows(
+        "SELECT extract(epoch FROM max(window_end))::bigint FROM audit_windows WHERE audit = ?", [a]
+    )[0][0]
+    if latest is not None and b.end.timestamp() < int(latest) - audit.dedup_horizon.total_seconds():
+        # A rerun of a window the latest one's horizon has passed: its results are rewritten, but
+        # the state it would leave was dropped, and stays dropped.
+        stmts += _horizon_statements(jdbc, audit, datetime.fromtimestamp(int(latest), UTC), own=False)
+    else:
+        stmts += _horizon_statements(jdbc, audit, b.end)
+        stmts += _state_inserts(a, t, stg_seen, stg_pending)
     cols = [c for c in row]
     casts = {"window_end": "::timestamptz", "window_start": "::timestamptz"}
     stmts.append(

@@ -10,7 +10,9 @@ import json
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from checker import dedup_copy
 from checker.anomalies import Observation
+from checker.dedup_copy import DedupCopy
 from checker.sources import Jdbc, Source
 from delivery_semantics import catalog
 
@@ -79,7 +81,8 @@ def write_results(
     src: Source,
     summaries: list[dict],
     disc: DataFrame,
-    dedup: DataFrame,
+    dedup: DataFrame | None,
+    copy: DedupCopy,
     start: dict,
     end: dict,
     recorded_before: bool,
@@ -88,10 +91,19 @@ def write_results(
     stg_disc, stg_dedup = f"stg_discrepancies_{token}", f"stg_dedup_{token}"
     rid = src.reconciliation_id
     jdbc.write(disc, stg_disc)
-    if dedup is not None:
-        jdbc.write(dedup, stg_dedup)
+    stmts: list[tuple[str, list]] = []
     try:
-        stmts: list[tuple[str, list]] = []
+        if dedup is not None and copy.store == "lakehouse":
+            version, rows = dedup_copy.write_lakehouse(spark, copy, dedup, rid)
+            # Switching stores: the reconciliation's copy is where dedup_copies says, and only there.
+            stmts.append(("DELETE FROM dedup_events WHERE reconciliation_id = ?", [rid]))
+            stmts.append(_copy_recorded(rid, copy, version, rows))
+        elif dedup is not None:
+            jdbc.execute_in_transaction([(f"CREATE UNLOGGED TABLE {stg_dedup} (LIKE dedup_events)", [])])
+            rows = dedup_copy.copy_into(
+                dedup.select(*dedup_copy.COLUMNS), jdbc.url, jdbc.user, jdbc.password, stg_dedup
+            )
+            stmts.append(_copy_recorded(rid, copy, None, rows))
         if not recorded_before:
             for p in sorted(end):
                 stmts.append(
@@ -121,7 +133,7 @@ def write_results(
                     [s[c] for c in cols],
                 )
             )
-        if dedup is not None:
+        if dedup is not None and copy.store == "postgres":
             # First copy by offset wins; a later version of an event replaces it only if it is newer.
             stmts.append(
                 (
@@ -141,3 +153,13 @@ def write_results(
         jdbc.execute_in_transaction(
             [(f"DROP TABLE IF EXISTS {stg_disc}", []), (f"DROP TABLE IF EXISTS {stg_dedup}", [])]
         )
+
+
+def _copy_recorded(rid: str, copy: DedupCopy, version: int | None, rows: int) -> tuple[str, list]:
+    return (
+        "INSERT INTO dedup_copies (reconciliation_id, store, location, delta_version, row_count) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (reconciliation_id) DO UPDATE SET store = EXCLUDED.store, "
+        "location = EXCLUDED.location, delta_version = EXCLUDED.delta_version, "
+        "row_count = EXCLUDED.row_count, written_at = now()",
+        [rid, copy.store, copy.location, version, rows],
+    )

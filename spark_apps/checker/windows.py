@@ -62,6 +62,10 @@ class AuditWindow:
     key_versions: DataFrame | None = None
     sink: DataFrame | None = None  # event_id, key, version, applied_at: rows applied in [start, end)
     topic_due_for_sink: DataFrame | None = None  # event_id, first_at: first seen earlier, at [start - g, end - g)
+    # How long the earlier windows' sightings are kept (None: for ever). A record with no outbox row
+    # whose timestamp is older than that cannot be judged: its first copy may have been seen and
+    # forgotten. It is counted as beyond_horizon, and not reported.
+    horizon: timedelta | None = None
 
     # ------------------------------------------------------------------ time ranges
 
@@ -166,11 +170,17 @@ class AuditWindow:
         """The events read in this window."""
         return self.events.where(rules.in_topic()).withColumn("seen_before", F.coalesce("read_before", F.lit(False)))
 
+    def _past_horizon(self) -> Column:
+        if self.horizon is None or self.start is None:  # the first window forgot nothing
+            return F.lit(False)
+        first_at = F.coalesce("carried_first_at", "first_at")
+        return F.coalesce(first_at < F.lit(self.end - self.horizon), F.lit(False))
+
     def _unmatched(self, rule) -> DataFrame:
         """Records with no outbox row that `rule` picks: this window's new ones and the carried
-        ones, which keep their first sighting."""
+        ones, which keep their first sighting. Those beyond the horizon are left out."""
         carried = F.coalesce("carried", F.lit(False))
-        return self.events.where(rule(EARLIER)).select(
+        return self.events.where(rule(EARLIER) & ~self._past_horizon()).select(
             "event_id",
             *(
                 F.when(carried, F.col(f"carried_{c}")).otherwise(F.col(c)).alias(c)
@@ -366,6 +376,7 @@ class AuditWindow:
             "delivered": self.events.where(F.coalesce("due", F.lit(False)) & rules.read_ever(EARLIER)),
             "pending_outbox": self.outbox.where(~self._past_grace("created_at")).join(seen, "event_id", "left_anti"),
             "pending_records": self.pending(),
+            "beyond_horizon": self.events.where(rules.unmatched(EARLIER) & self._past_horizon()),
             **({"sink_rows": self.sink} if self.sink is not None else {}),
         }
         extra = F.when(F.col("seen_before"), F.col("copies")).when(F.col("copies") > 1, F.col("copies") - 1)
@@ -384,6 +395,7 @@ class AuditWindow:
                 "duplicate_copies",
                 "pending_outbox",
                 "pending_records",
+                "beyond_horizon",
             )
         } | {"sink_rows": got.get("sink_rows", 0) if self.sink is not None else None}
 

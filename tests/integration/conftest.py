@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -95,3 +96,14 @@ def healthy_cluster_after(kafka_conf):
     assert len(md.brokers) == 3
     for t in md.topics:
         topics.wait_for_full_isr(kafka_conf, t, timeout=120)
+
+
+def spark_cluster_apps() -> list[str]:
+    """The names of the applications the stack's Spark standalone master has run and runs."""
+    import urllib.request
+
+    from devstack.spark import MASTER_UI_PORT
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{MASTER_UI_PORT}/json/", timeout=5) as r:
+        state = json.loads(r.read())
+    return [a["name"] for a in state.get("completedapps", []) + state.get("activeapps", [])]

@@ -19,13 +19,18 @@ import psycopg2
 import pytest
 import yaml
 from confluent_kafka import Producer
-from conftest import REPO, recreate_topic, run
+from conftest import REPO, recreate_topic, run, spark_cluster_apps
 
 import devstack
 from delivery_semantics.audit import audits
 from delivery_semantics.plumbing import reconcile
-from delivery_semantics.plumbing.endpoints import database, kafka_config, ledger_database, spark_application_env
-from delivery_semantics.reporting import report
+from delivery_semantics.plumbing.endpoints import (
+    database,
+    kafka_config,
+    ledger_database,
+    spark_application_env,
+)
+from delivery_semantics.reporting import dedup, report
 from delivery_semantics.workload import load
 
 ORDERS = REPO / "audits" / "orders.yaml"
@@ -229,19 +234,34 @@ def test_an_audit_over_mutual_tls_finds_the_same_and_shows_no_key_or_keystore_pa
 
 def test_two_reconciliations_of_the_same_events_each_write_their_deduplicated_copy(orders):
     """The copy is keyed per reconciliation: the second audit run of the same topic and outbox
-    writes its own rows, not none because the first took every event id."""
+    writes its own rows, not none because the first took every event id. The second runs on the
+    stack's Spark standalone cluster (`spark_standalone`), and finds what local mode found."""
     audit, _ = orders
     tag = uuid.uuid4().hex[:6]
-    copies = {}
-    for rid in (f"audit:orders:first-{tag}", f"audit:orders:second-{tag}"):
-        res = reconcile.run(audit=audit, reconciliation_id=rid)
-        assert res.returncode == 0, res.error
-        copies[rid] = {
-            r["event_id"]
-            for r in report.query("SELECT event_id FROM dedup_events WHERE reconciliation_id = %s", (rid,))
-        }
-    first, second = copies.values()
-    assert len(first) == 26 and second == first  # every event id read, the malformed record aside
+    first_id, second_id = f"audit:orders:first-{tag}", f"audit:orders:second-{tag}"
+    res = reconcile.run(audit=audit, reconciliation_id=first_id)
+    assert res.returncode == 0, res.error
+    res = reconcile.run(audit=audit, reconciliation_id=second_id, spark_conn_id="spark_standalone")
+    assert res.returncode == 0, res.error
+    assert f"audit-{second_id}" in spark_cluster_apps() and f"audit-{first_id}" not in spark_cluster_apps()
+
+    def found(rid: str) -> tuple[list, list, list]:
+        summary = report.query(
+            "SELECT * FROM reconcile_summary WHERE reconciliation_id = %s ORDER BY isolation", (rid,)
+        )
+        disc = report.query(
+            "SELECT isolation, kind, event_id, copies, partitions, offsets FROM reconcile_discrepancies "
+            "WHERE reconciliation_id = %s ORDER BY 1, 2, 3",
+            (rid,),
+        )
+        copy = [{k: v for k, v in r.items() if k != "reconciliation_id"} for r in dedup.rows(rid)]
+        skip = ("reconciliation_id", "first_reconciled_at")
+        return [{k: v for k, v in r.items() if k not in skip} for r in summary], disc, copy
+
+    local, cluster = found(first_id), found(second_id)
+    assert len(local[2]) == 26, "every event id read, the malformed record aside"
+    assert local[1], "the planted discrepancies"
+    assert cluster == local
 
 
 # --------------------------------------------------------------------------- platform runs over SASL_SSL

@@ -351,7 +351,11 @@ def test_five_windows_find_exactly_what_was_planted(pipeline):
     )
     assert sorted(r["event_id"] for r in still_open) == [e("Z"), e("Z")]
     delays = report.query("SELECT * FROM v_audit_delays WHERE audit = %s ORDER BY window_end", (AUDIT.name,))
-    assert [d["window_end"] for d in delays] == T[1:]
+    # The 3-hour horizon: the fifth window's merge dropped the first window's sightings, by partition.
+    assert [d["window_end"] for d in delays] == T[2:]
+    partitions = report.query(audits.SIGHTINGS_PARTITIONS.format(mark="%s"), (audits.sightings_partition(AUDIT.name),))
+    assert [r["relname"] for r in partitions] == [audits.sightings_partition(AUDIT.name, t) for t in T[2:]]
+    assert {w["window_end"]: w["dedup_horizon_seconds"] for w in map(_window, T[1:])} == dict.fromkeys(T[1:], 3 * 3600)
     assert all(d["outbox_topic_p50_ms"] == minutes for d in delays[:1])  # the relay's minute
     trend = report.query(
         "SELECT at, events, lost, late FROM v_audit_trends WHERE audit = %s AND source = 'window' ORDER BY at",

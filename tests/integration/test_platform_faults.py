@@ -20,6 +20,7 @@ from delivery_semantics import catalog
 from delivery_semantics.history.ledger import Ledger, LedgerUnavailable
 from delivery_semantics.plumbing import orchestration, reconcile
 from delivery_semantics.plumbing.endpoints import spark_application_env
+from delivery_semantics.reporting import dedup
 from delivery_semantics.reporting.report import query
 from delivery_semantics.workload import load, readback
 
@@ -162,11 +163,16 @@ def test_a_killed_produce_task_is_resumed_by_its_retry(kafka_conf):
 
 def _results(rid: str) -> dict[str, list]:
     order = {"reconcile_summary": "isolation", "reconcile_discrepancies": "isolation, kind, event_id"}
-    order |= {"dedup_events": "event_id", "reconcile_offsets": '"partition"'}
-    return {
+    order |= {"reconcile_offsets": '"partition"'}
+    out = {
         t: [tuple(r.values()) for r in query(f"SELECT * FROM {t} WHERE reconciliation_id = %s ORDER BY {o}", (rid,))]
         for t, o in order.items()
     }
+    try:  # the copy a reconciliation's results record, from its store (the lakehouse by default)
+        out["dedup_copy"] = [tuple(r.values()) for r in dedup.rows(rid)]
+    except dedup.NoCopy:
+        out["dedup_copy"] = []
+    return out
 
 
 def _staged(rid: str) -> list[str]:
@@ -182,7 +188,7 @@ def test_a_checker_killed_once_it_staged_its_results_leaves_no_result_and_the_re
     s = load.start(load.LoadSpec(mode="at_least_once", messages=3000, seed=8))
     rid = s.run_id
     proc = subprocess.Popen(
-        reconcile.command(catalog.reconcile_args([rid], True)),
+        reconcile.command(catalog.reconcile_args([rid])),
         cwd=REPO,
         env={**os.environ, **spark_application_env()},
         stdout=subprocess.DEVNULL,
@@ -198,7 +204,7 @@ def test_a_checker_killed_once_it_staged_its_results_leaves_no_result_and_the_re
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(60)
-    empty = {t: [] for t in ("reconcile_summary", "reconcile_discrepancies", "dedup_events", "reconcile_offsets")}
+    empty = {t: [] for t in ("reconcile_summary", "reconcile_discrepancies", "reconcile_offsets", "dedup_copy")}
     assert _results(rid) == empty, "a killed checker leaves no result"
     assert _staged(rid), "only its staging tables"
 
@@ -209,7 +215,7 @@ def test_a_checker_killed_once_it_staged_its_results_leaves_no_result_and_the_re
     assert reconcile.run(run_id=rid).returncode == 0
     assert _results(rid) == after_first
     summary = {r[1]: r for r in after_first["reconcile_summary"]}
-    assert set(summary) == {"read_committed", "read_uncommitted"} and len(after_first["dedup_events"]) == 3000
+    assert set(summary) == {"read_committed", "read_uncommitted"} and len(after_first["dedup_copy"]) == 3000
     [row] = query(
         "SELECT records_read, delivered_once FROM reconcile_summary WHERE reconciliation_id = %s "
         "AND isolation = 'read_uncommitted'",

@@ -11,10 +11,12 @@ import psycopg2
 import psycopg2.extras
 import pytest
 from confluent_kafka import Producer
+from conftest import spark_cluster_apps
 
 from delivery_semantics.history.ledger import Ledger, Outcome
 from delivery_semantics.plumbing import reconcile, topics
 from delivery_semantics.plumbing.endpoints import ledger_database
+from delivery_semantics.reporting import dedup
 from delivery_semantics.workload import load
 from delivery_semantics.workload.generator import Event
 
@@ -163,10 +165,10 @@ def _summary(rid: str) -> dict[str, dict]:
 
 
 def _snapshot(rid: str) -> dict[str, list]:
+    """The results' rows, and the deduplicated copy's from whichever store holds it."""
     tables = {
         "reconcile_summary": "isolation",
         "reconcile_discrepancies": "isolation, kind, event_id",
-        "dedup_events": "event_id",
         "reconcile_offsets": '"partition"',
     }
     with _db() as c, c.cursor() as cur:
@@ -174,7 +176,10 @@ def _snapshot(rid: str) -> dict[str, list]:
         for t, order in tables.items():
             cur.execute(f"SELECT * FROM {t} WHERE reconciliation_id = %s ORDER BY {order}", (rid,))
             out[t] = [tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in cur.fetchall()]
-        return out
+    out["dedup_copy"] = [
+        {k: bytes(v) if isinstance(v, memoryview) else v for k, v in r.items()} for r in dedup.rows(rid)
+    ]
+    return out
 
 
 def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
@@ -223,7 +228,12 @@ def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
     assert rc["end_offsets"] == {"0": 30}
 
 
-def test_a_rerun_leaves_every_table_row_for_row_unchanged(planted, kafka_conf_module):
+def test_a_rerun_on_a_standalone_cluster_with_the_copy_in_postgres_leaves_every_row_unchanged(
+    planted, kafka_conf_module
+):
+    """The first reconciliation ran in local mode with the lakehouse copy; the rerun runs on the
+    stack's Spark standalone master and worker (`spark_standalone`), its executors writing the copy
+    to PostgreSQL with COPY. Every row is the same."""
     rid = planted["run_id"]
     if not _summary(rid):
         assert reconcile.run(run_id=rid).returncode == 0
@@ -232,7 +242,9 @@ def test_a_rerun_leaves_every_table_row_for_row_unchanged(planted, kafka_conf_mo
     p = Producer(kafka_conf_module)
     p.produce(planted["topic"], key="late", value=b"x", headers=[("event_id", b"late-1")])
     p.flush(30)
-    r = reconcile.run(run_id=rid)
+    assert dedup.where(rid)["store"] == "lakehouse", "the default copy"
+    assert f"reconcile-{rid}" not in spark_cluster_apps()
+    r = reconcile.run(run_id=rid, dedup_copy="postgres", spark_conn_id="spark_standalone")
     assert r.returncode == 0, r.error
     after = _snapshot(rid)
     assert after == before
@@ -240,13 +252,15 @@ def test_a_rerun_leaves_every_table_row_for_row_unchanged(planted, kafka_conf_mo
     with _db() as c, c.cursor() as cur:
         cur.execute("SELECT count(*) FROM reconcile_jobs WHERE reconciliation_id = %s", (rid,))
         assert cur.fetchone()[0] >= 2
+        cur.execute("SELECT count(*) FROM dedup_events WHERE reconciliation_id = %s", (rid,))
+        assert cur.fetchone()[0] == len(before["dedup_copy"])
+    assert dedup.where(rid)["store"] == "postgres"
+    assert f"reconcile-{rid}" in spark_cluster_apps(), "the rerun ran on the standalone cluster"
 
 
 def test_dedup_table_keeps_the_first_copy_by_offset(planted):
     rid, e = planted["run_id"], planted["e"]
-    with _db() as c, c.cursor() as cur:
-        cur.execute('SELECT event_id, "offset" FROM dedup_events WHERE reconciliation_id = %s', (rid,))
-        rows = dict(cur.fetchall())
+    rows = {r["event_id"]: r["offset"] for r in dedup.rows(rid)}
     assert (rows[e(10)], rows[e(11)], rows[e(19)]) == (10, 12, 26)  # first copies; e19's committed one
     assert e(12) not in rows and e(13) not in rows and rows[f"{rid}-u1"] == 20
     # read_committed, as the transactional mode's readers read: 21 distinct event ids
@@ -257,13 +271,14 @@ def test_without_the_dedup_copy_the_verdicts_are_the_same_and_no_copy_is_written
     s = load.start(load.LoadSpec(mode="at_least_once", messages=2000, seed=6))
 
     def state() -> tuple[dict, int]:
-        with _db() as c, c.cursor() as cur:
-            cur.execute("SELECT count(*) FROM dedup_events WHERE reconciliation_id = %s", (s.run_id,))
-            copies = cur.fetchone()[0]
+        try:
+            copies = len(dedup.rows(s.run_id))
+        except dedup.NoCopy:
+            copies = 0
         counted = ("records_read", "delivered_once", "duplicate_events", "lost_acked", "verdict")
         return {iso: [row[k] for k in counted] for iso, row in _summary(s.run_id).items()}, copies
 
-    r = reconcile.run(run_id=s.run_id, dedup_copy=False)
+    r = reconcile.run(run_id=s.run_id, dedup_copy="off")
     assert r.returncode == 0, r.error
     without, copies = state()
     assert copies == 0

@@ -220,22 +220,35 @@ def test_forms_take_their_bounds_from_the_limits():
     assert "consumer_crash" not in catalog.matrix_form()["scenarios"]["default"]
 
 
-def test_the_forms_dedup_copy_switch_becomes_the_checkers_flag():
-    assert catalog.single_run_form()["dedup_copy"]["default"] is True
-    assert catalog.matrix_form()["dedup_copy"]["type"] == "boolean"
-    assert catalog.reconcile_args(["r1", "r2"], True) == ["--run-id", "r1", "--run-id", "r2"]
-    assert catalog.reconcile_args(["r1"], False) == ["--run-id", "r1", "--no-dedup-copy"]
-    assert catalog.reconcile_args(["c1"]) == ["--run-id", "c1"], "a consumer run's form has no switch"
+def test_the_forms_dedup_copy_field_names_the_checkers_store():
+    field = catalog.single_run_form()["dedup_copy"]
+    assert (field["default"], field["enum"]) == ("lakehouse", ["lakehouse", "postgres", "off"])
+    assert catalog.matrix_form()["dedup_copy"] == field
+    copy = ["--dedup-copy", "lakehouse"]
+    assert catalog.reconcile_args(["r1", "r2"]) == ["--run-id", "r1", "--run-id", "r2", *copy]
+    assert catalog.reconcile_args(["r1"], "postgres") == ["--run-id", "r1", "--dedup-copy", "postgres"]
+    # What the field held before it named a store: a DAG run triggered with the old conf.
+    assert catalog.reconcile_args(["r1"], True) == ["--run-id", "r1", *copy]
+    assert catalog.reconcile_args(["r1"], False) == ["--run-id", "r1", "--dedup-copy", "off"]
+    with pytest.raises(ValueError, match="'s3' is not one of lakehouse, postgres, off"):
+        catalog.reconcile_args(["r1"], "s3")
     side_by_side = ["--parallel-runs", str(catalog.RECONCILE_SIDE_BY_SIDE)]
-    assert catalog.reconcile_args(["r1", "r2"], True, 100_000) == ["--run-id", "r1", "--run-id", "r2", *side_by_side]
-    assert catalog.reconcile_args(["r1", "r2"], False, 10_000_000) == [
+    assert catalog.reconcile_args(["r1", "r2"], True, 100_000) == [
         "--run-id",
         "r1",
         "--run-id",
         "r2",
-        "--no-dedup-copy",
-    ], "large runs one at a time"
-    assert catalog.reconcile_args(["r1"], True, 100_000) == ["--run-id", "r1"], "one run has nothing beside it"
+        *copy,
+        *side_by_side,
+    ]
+    assert catalog.reconcile_args(["r1", "r2"], "off", 10_000_000) == [
+        "--run-id",
+        "r1",
+        "--run-id",
+        "r2",
+        "--dedup-copy",
+        "off",
+    ], "large runs go one at a time"
 
 
 def test_transactions_grow_with_the_run_so_that_commits_keep_a_paced_runs_pace():

@@ -164,6 +164,7 @@ def test_the_window_totals(window):
         "duplicate_copies": 2,  # d's second copy, and s's copy
         "pending_outbox": 1,  # n
         "pending_records": 1,  # p
+        "beyond_horizon": 0,  # no horizon
         "sink_rows": len(SINK),
     }
 
@@ -192,3 +193,35 @@ def test_the_first_window_reads_everything_before_its_end(spark):
     got = {(r["kind"], r["event_id"]) for r in windows.discrepancies(w).collect()}
     assert got == {("lost_acked", "b")}
     assert w.totals()["outbox_due"] == 2
+
+
+def test_a_record_older_than_the_horizon_with_no_outbox_row_is_counted_not_reported(spark):
+    """With a one-hour horizon, the window ending at 13:00 remembers sightings back to 12:00. A
+    record stamped 11:00 with no outbox row may be a copy of an event seen and forgotten: it is
+    beyond the horizon, neither unexpected nor pending. A copy of an event seen within the horizon
+    is still a duplicate, and a new record past the grace with no outbox row still unexpected."""
+    df = spark.createDataFrame
+    w = AuditWindow(
+        end=T2,
+        start=T1,
+        grace=GRACE,
+        isolation="read_committed",
+        records=df(
+            [
+                ("old", "k1", 1, 0, 0, at(11, 0)),
+                ("s", "k2", 1, 0, 1, at(12, 10)),
+                ("u", "k3", 1, 0, 2, at(12, 35)),
+                ("a", "k4", 1, 0, 3, at(12, 40)),
+            ],
+            "event_id string, key string, seq bigint, partition int, offset bigint, record_at timestamp",
+        ),
+        outbox=df([("a", "acked", at(12, 39))], "event_id string, status string, created_at timestamp"),
+        prior=df([("s", "topic")], "event_id string, side string"),
+        open_losses=df([], "event_id string, stage string, lost_in_window timestamp, occurred_at timestamp"),
+        carried=df([], "event_id string, first_at timestamp, copies int, partitions array<int>, offsets array<bigint>"),
+        horizon=timedelta(hours=1),
+    )
+    got = {(r["kind"], r["event_id"]) for r in windows.discrepancies(w).collect()}
+    assert got == {("duplicate", "s"), ("unexpected", "u")}
+    assert w.totals()["beyond_horizon"] == 1
+    assert [r["event_id"] for r in w.pending().collect()] == []

@@ -10,6 +10,7 @@ This module imports only yaml and jsonschema at its top: the DAG file parses it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -24,6 +25,8 @@ from delivery_semantics.files import field_path, first_error, read_yaml
 SCHEMA_PATH = Path(__file__).with_name("audit.schema.json")
 AUDIT_SCENARIO = "audit"
 DEFAULT_SINK_STRATEGY = "process_then_commit"
+# A continuous audit keeps a week of sightings unless it says otherwise (window.dedup_horizon).
+DEFAULT_DEDUP_HORIZON = "7d"
 # The consumer strategies a sink table can be judged against: the copier's output is a topic.
 SINK_STRATEGIES = ("commit_before_process", "process_then_commit", "process_then_commit_dedup")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -91,6 +94,25 @@ class Audit:
     @property
     def grace(self) -> timedelta:
         return parse_duration(self.spec["window"]["grace"])
+
+    @property
+    def dedup_horizon(self) -> timedelta:
+        """How long a continuous audit keeps its sightings to find later copies of an event id."""
+        return parse_duration(self.spec["window"].get("dedup_horizon", DEFAULT_DEDUP_HORIZON))
+
+    @property
+    def dedup_copy(self) -> dict:
+        """The audit's `dedup_copy:` section, a relative lakehouse path made the audit folder's."""
+        section = dict(self.spec.get("dedup_copy") or {})
+        path = section.get("path")
+        if path and "://" not in path and not Path(path).is_absolute():
+            section["path"] = str((self.path.resolve().parent / path).resolve())
+        return section
+
+    @property
+    def spark_conf(self) -> dict[str, str]:
+        """The audit's `spark:` section, as spark-submit takes it."""
+        return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in self.spec.get("spark", {}).items()}
 
     @property
     def sink(self) -> dict | None:
@@ -166,6 +188,12 @@ def validate(spec, where: str) -> None:
         raise AuditError(
             f"{where}: mode: {spec['mode']!r} is not a delivery mode or a connector pipeline; use one of "
             f"{', '.join([*catalog.MODES, *catalog.PIPELINES])}"
+        )
+    window = spec.get("window") or {}
+    if "dedup_horizon" in window and parse_duration(window["dedup_horizon"]) <= parse_duration(window["grace"]):
+        raise AuditError(
+            f"{where}: window.dedup_horizon: {window['dedup_horizon']} must be longer than the grace "
+            f"({window['grace']}): a window's sightings are needed until its late records are due"
         )
     if spec.get("transactional") and not mode.transactional:
         raise AuditError(f"{where}: transactional: true, but mode {mode.name} does not write transactions")
@@ -288,6 +316,22 @@ def window_end(text: str | datetime) -> datetime:
             "a window never ends after now"
         )
     return end
+
+
+# A continuous audit's sightings partitions, by the prefix sightings_partition(name) gives; `mark`
+# is the driver's parameter marker (? for JDBC, %s for psycopg2).
+SIGHTINGS_PARTITIONS = (
+    "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+    "WHERE i.inhparent = 'audit_sightings'::regclass AND starts_with(c.relname, {mark}) ORDER BY 1"
+)
+
+
+def sightings_partition(audit_name: str, window_end: datetime | None = None) -> str:
+    """The audit_sightings partition of one window (the audit's hash and the window's end, epoch
+    seconds), or without a window the prefix all of the audit's share."""
+    tag = hashlib.sha1(audit_name.encode()).hexdigest()[:12]
+    prefix = f"audit_sightings_{tag}_"
+    return prefix if window_end is None else f"{prefix}{int(window_end.timestamp())}"
 
 
 def reconciliation_id(audit: Audit, run_id: str | None = None) -> str:

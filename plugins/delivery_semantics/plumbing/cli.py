@@ -4,12 +4,13 @@
     load resume --run-id RUN [--producer P]
     consumer_workload run --strategy process_then_commit --source-run RUN [--scenario consumer_crash]
     consumer_workload resume --consumer-run-id CRUN
-    reconcile --run-id RUN [--run-id RUN2 ...] [--no-dedup-copy] | --mapping FILE
+    reconcile --run-id RUN [--run-id RUN2 ...] [--dedup-copy lakehouse|postgres|off] | --mapping FILE
     audit run NAME|FILE [--reconciliation-id ID]   (audits/NAME.yaml; see docs/RECONCILE.md)
     audit run NAME|FILE --window-end T [--window-end T2 ...]   (a continuous audit's windows, in order)
     audit validate [NAME|FILE ...] | audit list
     report [--runs R1,R2 | --matrix-run ID] [--html PATH]
     pipeline run --pipeline debezium_outbox [--scenario connect_worker_kill] [--events N] ...
+    dedup show RECONCILIATION_ID [--limit N] | dedup sql "SELECT ... FROM dedup_events ..."
 
 Bad input is refused with a one-line message and exit 2 before any side effect. `consumer_session`
 is the consumer process a consumer run starts; it is not for people.
@@ -192,25 +193,29 @@ def _reconcile_parser(sub) -> None:
     g.add_argument("--run-id", action="append", help="a platform run (repeatable)")
     g.add_argument("--mapping", help="an audit file (YAML or JSON), run once: the same as `audit run FILE`")
     ap.add_argument("--reconciliation-id", help="with --mapping: the id of this run")
-    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--master", help="where Spark runs (default: the spark_default connection's master, or local[2])")
     ap.add_argument(
-        "--no-dedup-copy",
-        action="store_true",
-        help="with --run-id: write no dedup_events rows (a quarter of the time at 10M events)",
+        "--dedup-copy",
+        choices=list(catalog.DEDUP_COPY_STORES),
+        help="with --run-id: where the deduplicated copy goes (default lakehouse; an audit names its own)",
     )
+    ap.add_argument("--no-dedup-copy", dest="dedup_copy", action="store_const", const="off", help="--dedup-copy off")
 
 
 def _reconcile(args) -> int:
     from delivery_semantics.plumbing import reconcile
 
     if args.mapping:
-        if args.no_dedup_copy:
-            print("reconcile: --no-dedup-copy is for --run-id; an audit always writes its copy", file=sys.stderr)
+        if args.dedup_copy:
+            print("reconcile: --dedup-copy is for --run-id; an audit names its own in dedup_copy:", file=sys.stderr)
             return 2
         return _audit_run(args.mapping, args.reconciliation_id, args.master)
     with _progress(len(args.run_id), "reconciled run") as on_result:
         result = reconcile.run(
-            run_id=args.run_id, master=args.master, dedup_copy=not args.no_dedup_copy, on_result=on_result
+            run_id=args.run_id,
+            master=args.master,
+            dedup_copy=args.dedup_copy or catalog.DEFAULT_DEDUP_COPY,
+            on_result=on_result,
         )
     return _reconciled(result)
 
@@ -258,7 +263,7 @@ def _audit_parser(sub) -> None:
         action="append",
         help="a continuous audit: reconcile the window ending at this ISO 8601 time (repeatable, run in order)",
     )
-    run.add_argument("--master", default="local[2]")
+    run.add_argument("--master", help="where Spark runs (default: the spark_default connection's master, or local[2])")
     val = cmds.add_parser("validate", help="validate audit files against the schema (default: every one)")
     val.add_argument("audits", nargs="*")
     val.add_argument("--endpoints", action="store_true", help="also check the connections, Kafka and the outbox")
@@ -329,7 +334,7 @@ def _pipeline_parser(sub) -> None:
     run.add_argument("--events", type=int, default=3000)
     run.add_argument("--txn-size", type=int, default=10, help="outbox rows per database transaction")
     run.add_argument("--rate", type=int, help="events a second (default: paced over 30 s under a fault)")
-    run.add_argument("--master", default="local[2]")
+    run.add_argument("--master", help="where Spark runs (default: the spark_default connection's master, or local[2])")
     run.add_argument("--json", action="store_true")
 
 
@@ -351,6 +356,45 @@ def _pipeline(args) -> int:
         print(f"pipeline: {e}", file=sys.stderr)
         return 1
     print(json.dumps(row, default=str) if args.json else pipeline.summary_line(row))
+    return 0
+
+
+def _dedup_parser(sub) -> None:
+    ap = sub.add_parser("dedup", help="the deduplicated copies (the lakehouse's Delta table, or PostgreSQL's)")
+    cmds = ap.add_subparsers(dest="action", required=True)
+    show = cmds.add_parser("show", help="one reconciliation's copy, a JSON line per event id")
+    show.add_argument("reconciliation_id")
+    show.add_argument("--limit", type=_count, help="at most this many rows")
+    q = cmds.add_parser("sql", help="a DuckDB query on the lakehouse's table, named dedup_events")
+    q.add_argument("statement")
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(text)
+
+
+def _dedup(args) -> int:
+    from delivery_semantics.reporting import dedup
+
+    try:
+        if args.action == "show":
+            for row in dedup.rows(args.reconciliation_id, args.limit):
+                value = row.get("value")
+                row["value"] = bytes(value).decode("utf-8", "backslashreplace") if value is not None else None
+                print(json.dumps(row, default=str))
+            return 0
+        names, rows = dedup.sql(args.statement)
+    except dedup.NoCopy as e:
+        print(f"dedup: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # DuckDB's and deltalake's own errors: one line, the query's fault
+        print(f"dedup: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print("\t".join(names))
+    for r in rows:
+        print("\t".join("" if v is None else str(v) for v in r))
     return 0
 
 
@@ -407,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         _audit_parser,
         _report_parser,
         _pipeline_parser,
+        _dedup_parser,
     ):
         add(sub)
     args = ap.parse_args(argv)
@@ -420,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         "audit": _audit,
         "report": _report,
         "pipeline": _pipeline,
+        "dedup": _dedup,
     }[args.command](args)
 
 

@@ -7,10 +7,12 @@ secrets backend) when running inside a task. Nothing here logs a password.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -332,21 +334,62 @@ def _pythonpath_with_package() -> str:
 
 # --------------------------------------------------------------------------- Spark
 
-# Local mode has 2 cores; the default 200 shuffle partitions would be 200 tiny tasks.
-SPARK_CONF = {
-    "spark.sql.shuffle.partitions": "8",
+# Spark settings, lowest first: these defaults (local mode's, or a cluster's), SEMANTICS_SPARK_CONF
+# (a JSON object in the environment), an audit's `spark:` section, and the `conf` of the Spark
+# connection's extra, which says where the application runs and with what.
+SPARK_CONF_ANYWHERE = {
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
     "spark.log.level": "WARN",
-    "spark.driver.memory": "2g",
+    # AQE sizes the shuffles from what they hold: a few partitions for a small run, more for 10M events.
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    "spark.sql.adaptive.advisoryPartitionSizeInBytes": "64m",
     # The checker caches lean reads (ids as numbers, no payloads): compressing them costs more CPU
     # than it saves. At 10M events, 100 s instead of 104-108 s (docs/BENCHMARKS.md).
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
+}
+# Local mode has 2 cores; the default 200 shuffle partitions would be 200 tiny tasks.
+SPARK_CONF_LOCAL = {
+    **SPARK_CONF_ANYWHERE,
+    "spark.sql.shuffle.partitions": "8",
+    "spark.driver.memory": "2g",
     # In local mode the tasks run in the driver's JVM. The checker allocates a short-lived row per
     # record read; the throughput collector spends less on that than G1, the JVM's default, with
     # its write barriers: at 10M events, 39.8-42.6 s against 44.0-45.3 s (docs/BENCHMARKS.md).
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
 }
+# On a cluster AQE coalesces each shuffle from 32 partitions: a small run does not pay for 200 tasks a
+# stage (a 27-record run took minutes on the stack's standalone worker with Spark's 200), and a big
+# one raises it in the connection's conf (docs/SCALE.md). The driver only holds the summaries.
+SPARK_CONF_CLUSTER = {**SPARK_CONF_ANYWHERE, "spark.sql.shuffle.partitions": "32", "spark.driver.memory": "1g"}
+
+
+def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
+    """Where the Spark connection says applications run (local[2] when there is none)."""
+    try:
+        c = get_connection(conn_id)
+    except EndpointError:
+        return "local[2]"
+    host = c.host or "local[2]"
+    return f"{host}:{c.port}" if c.port and not host.startswith(("local", "yarn", "k8s")) else host
+
+
+def spark_conf(master: str, audit_conf: dict | None = None, conn_id: str = SPARK_CONN_ID) -> dict[str, str]:
+    """The settings of a platform Spark application running at `master`, lowest layer first."""
+    base = SPARK_CONF_LOCAL if master.startswith("local") else SPARK_CONF_CLUSTER
+    try:
+        env = json.loads(os.environ.get("SEMANTICS_SPARK_CONF") or "{}")
+    except json.JSONDecodeError as e:
+        raise EndpointError(f"SEMANTICS_SPARK_CONF is not a JSON object: {e}") from None
+    try:
+        extra = get_connection(conn_id).extra.get("conf") or {}
+    except EndpointError:
+        extra = {}
+    for name, layer in (("SEMANTICS_SPARK_CONF", env), (f"connection {conn_id!r} extra conf", extra)):
+        if not isinstance(layer, dict):
+            raise EndpointError(f"{name} must be an object of Spark settings")
+    return {k: str(v) for k, v in {**base, **env, **(audit_conf or {}), **extra}.items()}
 
 
 def spark_jars() -> str:
@@ -359,6 +402,31 @@ def spark_jars() -> str:
     if not found:
         raise EndpointError("no Spark jars: set SEMANTICS_SPARK_JARS or run local/setup")
     return ",".join(found)
+
+
+def spark_py_files() -> str:
+    """The checker's Python packages (spark_apps/checker and delivery_semantics) as one zip for
+    --py-files: a cluster's executors import them in their Python workers (the COPY writer, the
+    Protobuf decoder). Made once per content, in the temporary folder."""
+    roots = [(spark_apps_dir(), "checker"), (Path(__file__).resolve().parents[2], "delivery_semantics")]
+    files = sorted(
+        (root, p)
+        for root, package in roots
+        for p in (root / package).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+    digest = hashlib.sha1()
+    for root, p in files:
+        digest.update(str(p.relative_to(root)).encode())
+        digest.update(p.read_bytes())
+    target = Path(tempfile.gettempdir()) / f"semantics-py-{digest.hexdigest()[:16]}.zip"
+    if not target.exists():
+        partial = target.with_suffix(f".{os.getpid()}.part")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
+            for root, p in files:
+                z.write(p, str(p.relative_to(root)))
+        partial.replace(target)
+    return str(target)
 
 
 def spark_application_env(
@@ -378,6 +446,7 @@ def spark_application_env(
         "PYTHONPATH": _pythonpath_with_package(),
         # Python UDFs (the Protobuf decoder) need pandas, pyarrow and protobuf: this interpreter's.
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "SEMANTICS_LAKEHOUSE": lakehouse(),
     }
     from delivery_semantics.audit import stores
 
@@ -392,11 +461,18 @@ def prepare_spark_submit(op) -> None:
     the application, the cached jars, the Spark settings, and the application's environment."""
     op.application = str(spark_apps_dir() / op.application)
     op.jars = op.jars or spark_jars()
-    op.conf = {**SPARK_CONF, **(op.conf or {})}
+    op.conf = spark_conf(spark_master(op._conn_id), op.audit_conf, op._conn_id)
+    op.py_files = op.py_files or spark_py_files()
     op.env_vars = {
         **(op.env_vars or {}),
         **spark_application_env(op.ledger_conn_id, op.kafka_conn_id, op.source_conn_id, op.sink_conn_id),
     }
+
+
+def lakehouse() -> str:
+    """Where the platform's lakehouse tables (the deduplicated copies) live: SEMANTICS_LAKEHOUSE, a
+    folder every Spark executor can write or a URI such as s3a://bucket/semantics, or var/lakehouse."""
+    return os.environ.get("SEMANTICS_LAKEHOUSE") or str(Path(__file__).resolve().parents[3] / "var" / "lakehouse")
 
 
 def spark_apps_dir() -> Path:

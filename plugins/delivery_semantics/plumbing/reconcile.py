@@ -12,7 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from delivery_semantics import catalog
-from delivery_semantics.plumbing.endpoints import SPARK_CONF, spark_application_env, spark_apps_dir, spark_jars
+from delivery_semantics.plumbing.endpoints import (
+    SPARK_CONN_ID,
+    spark_application_env,
+    spark_apps_dir,
+    spark_conf,
+    spark_jars,
+    spark_master,
+    spark_py_files,
+)
 
 
 @dataclass
@@ -36,11 +44,18 @@ class Reconciled:
 
 
 def command(
-    app_args: list[str], master: str = "local[2]", conf: dict | None = None, app: str = "reconcile.py"
+    app_args: list[str],
+    master: str | None = None,
+    conf: dict | None = None,
+    app: str = "reconcile.py",
+    audit_conf: dict | None = None,
+    spark_conn_id: str = SPARK_CONN_ID,
 ) -> list[str]:
-    """spark-submit of an application of spark_apps/ with the platform's jars and settings."""
-    cmd = ["spark-submit", "--master", master, "--jars", spark_jars()]
-    for k, v in {**SPARK_CONF, **(conf or {})}.items():
+    """spark-submit of an application of spark_apps/ with the platform's jars and settings, at the
+    Spark connection's master unless given one; `conf` over them all."""
+    master = master or spark_master(spark_conn_id)
+    cmd = ["spark-submit", "--master", master, "--jars", spark_jars(), "--py-files", spark_py_files()]
+    for k, v in {**spark_conf(master, audit_conf, spark_conn_id), **(conf or {})}.items():
         cmd += ["--conf", f"{k}={v}"]
     return [*cmd, str(spark_apps_dir() / app), *app_args]
 
@@ -51,11 +66,12 @@ def run(
     audit=None,
     reconciliation_id: str | None = None,
     window_ends: list[str] | None = None,
-    master: str = "local[2]",
+    master: str | None = None,
     env: dict | None = None,
     conf: dict | None = None,
     timeout: float = 3600,
-    dedup_copy: bool = True,
+    dedup_copy: str | bool = catalog.DEFAULT_DEDUP_COPY,
+    spark_conn_id: str = SPARK_CONN_ID,
     on_result: Callable[[dict], None] | None = None,
 ) -> Reconciled:
     """Platform runs by id (one application for all), one run of an audit (an audits.Audit), or
@@ -78,7 +94,9 @@ def run(
     else:
         args = catalog.reconcile_args([run_id] if isinstance(run_id, str) else list(run_id), dedup_copy)
         app_env = spark_application_env()
-    cmd = command(args, master, conf)
+    cmd = command(
+        args, master, conf, audit_conf=audit.spark_conf if audit is not None else None, spark_conn_id=spark_conn_id
+    )
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

@@ -468,7 +468,7 @@ def totals(ledger: Ledger, pipeline: Pipeline, scenario: str, audit: str) -> dic
 # --------------------------------------------------------------------------- a run
 
 
-def run(spec: PipelineSpec, *, nemesis: Nemesis | None = None, master: str = "local[2]") -> dict:
+def run(spec: PipelineSpec, *, nemesis: Nemesis | None = None, master: str | None = None) -> dict:
     """A whole pipeline run; returns its pipeline_runs row. Bad input and unreachable endpoints
     are refused (PipelineError, EndpointError) before anything is made."""
     pipeline, scenario, spec = validate(spec)

@@ -1,0 +1,60 @@
+"""The deduplicated copies, read without Spark: `dedup_copies` says where each reconciliation's is
+(a partition of the lakehouse's Delta table, or rows of PostgreSQL's dedup_events), deltalake reads
+Delta as Arrow, and DuckDB runs SQL on it with no extension to download.
+
+    local/semantics dedup show RECONCILIATION_ID [--limit N]
+    local/semantics dedup sql "SELECT reconciliation_id, count(*) FROM dedup_events GROUP BY 1"
+"""
+
+from __future__ import annotations
+
+from delivery_semantics.plumbing.endpoints import lakehouse
+from delivery_semantics.reporting.report import query
+
+COLUMNS = ("event_id", "reconciliation_id", "key", "seq", "publish_at", "partition", "offset", "value")
+
+
+class NoCopy(LookupError):
+    """The reconciliation wrote no deduplicated copy (off, or not reconciled)."""
+
+
+def where(reconciliation_id: str) -> dict:
+    rows = query("SELECT * FROM dedup_copies WHERE reconciliation_id = %s", (reconciliation_id,))
+    if not rows:
+        raise NoCopy(f"no deduplicated copy is recorded for {reconciliation_id!r} (dedup_copies)")
+    return rows[0]
+
+
+def lakehouse_table(location: str | None = None):
+    """The lakehouse's dedup_events as a pyarrow dataset (every reconciliation's partition)."""
+    import deltalake
+
+    return deltalake.DeltaTable(location or f"{lakehouse().rstrip('/')}/dedup_events").to_pyarrow_dataset()
+
+
+def rows(reconciliation_id: str, limit: int | None = None) -> list[dict]:
+    """A reconciliation's copy, one dict per event id, from wherever it was written, by event id."""
+    copy = where(reconciliation_id)
+    cols = ", ".join(f'"{c}"' for c in COLUMNS)
+    if copy["store"] == "postgres":
+        sql = f"SELECT {cols} FROM dedup_events WHERE reconciliation_id = %s ORDER BY event_id"
+        return query(sql + (f" LIMIT {int(limit)}" if limit else ""), (reconciliation_id,))
+    import duckdb
+
+    dedup_events = lakehouse_table(copy["location"])  # noqa: F841 (DuckDB finds it by name)
+    sql = f"SELECT {cols} FROM dedup_events WHERE reconciliation_id = ? ORDER BY event_id"
+    rel = duckdb.execute(sql + (f" LIMIT {int(limit)}" if limit else ""), [reconciliation_id])
+    names = [d[0] for d in rel.description]
+    return [dict(zip(names, r, strict=True)) for r in rel.fetchall()]
+
+
+def sql(statement: str) -> tuple[list[str], list[tuple]]:
+    """A read-only DuckDB query with `dedup_events` as the lakehouse's table."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("dedup_events", lakehouse_table())
+    # The query reads the registered table only: no files, no extensions, no writes.
+    con.execute("SET enable_external_access = false")
+    rel = con.execute(statement)
+    return [d[0] for d in rel.description], rel.fetchall()

@@ -1,0 +1,134 @@
+"""Where the deduplicated copy of a reconciliation's data goes (the consumer-side remedy: one row
+per event id, its first copy by offset).
+
+- `lakehouse` (the default): a Delta table at <lakehouse>/dedup_events, partitioned by
+  reconciliation_id. A rerun replaces its own partition in one Delta commit (replaceWhere), so it
+  is idempotent, and no other reconciliation's rows are touched. It is written before the results'
+  database transaction, which records it in `dedup_copies` (its Delta version and row count): a
+  checker killed in between leaves a partition that nothing records, which its rerun replaces.
+- `postgres`: the `dedup_events` table, for small runs. Each Spark task streams its rows into a
+  staging table with COPY (Arrow batches written as CSV), and the results' transaction merges them.
+- `off`: no copy; the verdicts are the same.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from delivery_semantics import catalog
+from delivery_semantics.audit.stores import lakehouse
+
+STORES = tuple(catalog.DEDUP_COPY_STORES)
+TABLE = "dedup_events"
+COLUMNS = ("event_id", "reconciliation_id", "key", "seq", "publish_at", "partition", "offset", "value")
+
+
+@dataclass(frozen=True)
+class DedupCopy:
+    store: str
+    lakehouse: str | None = None  # the folder or URI the lakehouse tables live under
+
+    @classmethod
+    def choose(cls, store: str, audit_section: dict | None = None) -> DedupCopy:
+        """The store the checker was given, unless an audit's `dedup_copy:` section names its own;
+        the lakehouse at the audit's `path`, or SEMANTICS_LAKEHOUSE."""
+        section = audit_section or {}
+        store = section.get("store", store)
+        lakehouse = section.get("path") or os.environ.get("SEMANTICS_LAKEHOUSE")
+        if store == "lakehouse" and not lakehouse:
+            raise ValueError("the lakehouse copy needs SEMANTICS_LAKEHOUSE or the audit's dedup_copy.path")
+        return cls(store, lakehouse if store == "lakehouse" else None)
+
+    @property
+    def wanted(self) -> bool:
+        return self.store != "off"
+
+    @property
+    def location(self) -> str:
+        if self.store == "lakehouse":
+            return f"{self.lakehouse.rstrip('/')}/{TABLE}"
+        return TABLE
+
+    @property
+    def session_conf(self) -> dict[str, str]:
+        return lakehouse.SESSION_CONF["delta"] if self.store == "lakehouse" else {}
+
+
+def write_lakehouse(spark: SparkSession, copy: DedupCopy, rows: DataFrame, reconciliation_id: str) -> tuple[int, int]:
+    """The reconciliation's partition, replaced in one commit; its Delta version and row count."""
+    (
+        rows.select(*COLUMNS)
+        .write.format("delta")
+        .mode("overwrite")
+        .partitionBy("reconciliation_id")
+        .option("replaceWhere", f"reconciliation_id = {sql_string(reconciliation_id)}")
+        .save(copy.location)
+    )
+    last = spark.sql(f"DESCRIBE HISTORY delta.`{copy.location.replace('`', '``')}` LIMIT 1").first()
+    return int(last["version"]), int(last["operationMetrics"].get("numOutputRows", 0))
+
+
+def copy_into(rows: DataFrame, jdbc_url: str, user: str, password: str, table: str) -> int:
+    """`rows` appended to an existing PostgreSQL `table` (the checker's own name) with COPY, by
+    every task in parallel; the rows copied."""
+    dsn = libpq_params(jdbc_url, user, password)
+    columns = ", ".join(f'"{c}"' for c in rows.columns)
+    statement = f"COPY {table} ({columns}) FROM STDIN WITH (FORMAT csv)"
+    # As PostgreSQL's own text: bytea as \x and hex, a timestamp in UTC (the session's zone).
+    as_text = rows.select(
+        *[
+            F.concat(F.lit("\\x"), F.lower(F.hex(c))).alias(c)
+            if t == "binary"
+            else F.concat(F.col(c).cast("string"), F.lit("+00")).alias(c)
+            if t == "timestamp"
+            else F.col(c)
+            for c, t in rows.dtypes
+        ]
+    )
+
+    def copy_batches(batches):
+        import psycopg2
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        copied = 0
+        with psycopg2.connect(**dsn) as conn, conn.cursor() as cur:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                buf = io.BytesIO()
+                # Quoted unless null: COPY reads an unquoted empty field as NULL, a quoted one as "".
+                pcsv.write_csv(batch, buf, pcsv.WriteOptions(include_header=False, quoting_style="all_valid"))
+                buf.seek(0)
+                cur.copy_expert(statement, buf)
+                copied += batch.num_rows
+        yield pa.RecordBatch.from_pydict({"copied": [copied]})
+
+    done = as_text.mapInArrow(copy_batches, "copied long").collect()
+    return sum(r["copied"] for r in done)
+
+
+def libpq_params(jdbc_url: str, user: str, password: str) -> dict:
+    """psycopg2's keywords from a PostgreSQL JDBC URL (host, port, database, and the SSL settings
+    libpq shares with pgjdbc)."""
+    if not jdbc_url.startswith("jdbc:postgresql://"):
+        raise ValueError("the postgres copy needs a PostgreSQL results database")
+    u = urlsplit(jdbc_url[len("jdbc:") :])
+    params = {"host": u.hostname, "port": u.port or 5432, "dbname": u.path.lstrip("/"), "user": user}
+    params["password"] = password
+    for k, v in parse_qsl(u.query):
+        if k in ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout"):
+            params[k] = v
+    return params
+
+
+def sql_string(text: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + re.sub(r"(['\\])", r"\\\1", text) + "'"

@@ -1,0 +1,126 @@
+"""Where the checker runs and what it keeps: Spark settings in layers, the deduplicated copy's
+store, and a continuous audit's horizon, as audit files and connections give them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import REPO
+
+from checker.dedup_copy import DedupCopy, libpq_params, sql_string
+from delivery_semantics.audit import audits
+from delivery_semantics.plumbing import endpoints
+from delivery_semantics.plumbing.endpoints import EndpointError, spark_conf, spark_master
+
+ORDERS = REPO / "audits" / "orders.yaml"
+STREAM = REPO / "audits" / "orders_stream.yaml"
+
+
+def _audit(tmp_path, edit, base=ORDERS):
+    spec = yaml.safe_load(base.read_text())
+    edit(spec)
+    path = tmp_path / "a.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_spark_settings_layer_defaults_environment_audit_and_connection(monkeypatch):
+    monkeypatch.delenv("SEMANTICS_SPARK_CONF", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    local = spark_conf("local[2]")
+    assert (local["spark.sql.shuffle.partitions"], local["spark.driver.memory"]) == ("8", "2g")
+    assert local["spark.sql.adaptive.enabled"] == "true", "AQE sizes the shuffles"
+    cluster = spark_conf("spark://127.0.0.1:7077")
+    assert cluster["spark.sql.shuffle.partitions"] == "32", "a cluster's AQE coalesces from 32"
+    assert "spark.driver.extraJavaOptions" not in cluster and cluster["spark.sql.adaptive.enabled"] == "true"
+
+    monkeypatch.setenv("SEMANTICS_SPARK_CONF", json.dumps({"spark.driver.memory": "3g", "spark.executor.cores": 2}))
+    audit = {"spark.driver.memory": "4g", "spark.sql.shuffle.partitions": "32"}
+    conn = {"conn_type": "spark", "host": "spark://m", "port": 7077, "extra": {"conf": {"spark.driver.memory": "5g"}}}
+    assert spark_conf("local[2]", audit)["spark.driver.memory"] == "4g", "the audit over the environment"
+    assert spark_conf("local[2]")["spark.executor.cores"] == "2", "the environment over the defaults"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(conn))
+    layered = spark_conf(spark_master(), audit)
+    assert spark_master() == "spark://m:7077"
+    assert (layered["spark.driver.memory"], layered["spark.sql.shuffle.partitions"]) == ("5g", "32")
+
+    monkeypatch.setenv("SEMANTICS_SPARK_CONF", "spark.driver.memory=3g")
+    with pytest.raises(EndpointError, match="SEMANTICS_SPARK_CONF is not a JSON object"):
+        spark_conf("local[2]")
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT")
+    monkeypatch.setattr(endpoints, "get_connection", _no_connection)
+    assert spark_master() == "local[2]", "no Spark connection: local mode"
+
+
+def _no_connection(conn_id):
+    raise EndpointError(f"connection {conn_id!r} is not set")
+
+
+def test_an_audits_spark_section_and_copy_store_are_read_and_checked(tmp_path):
+    spark = {"spark.executor.memory": "4g", "spark.sql.adaptive.enabled": True, "spark.executor.instances": 3}
+    path = _audit(tmp_path, lambda s: s.update(spark=spark, dedup_copy={"store": "lakehouse", "path": "lake"}))
+    audit = audits.load(path)
+    assert audit.spark_conf == {
+        "spark.executor.memory": "4g",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.executor.instances": "3",
+    }
+    assert audit.dedup_copy == {"store": "lakehouse", "path": str(tmp_path / "lake")}, "the audit's folder's"
+    for edit, message in [
+        (lambda s: s.update(spark={"executor.memory": "4g"}), r"spark: 'executor.memory' is not a Spark setting"),
+        (lambda s: s.update(dedup_copy={"store": "s3"}), r"dedup_copy.store: 's3' is not one of"),
+    ]:
+        bad = _audit(tmp_path, edit)
+        with pytest.raises(audits.AuditError, match=f"^{bad}: {message}"):
+            audits.load(bad)
+
+
+def test_a_continuous_audit_keeps_a_week_of_sightings_unless_it_says_otherwise(tmp_path):
+    assert audits.load(STREAM).dedup_horizon.days == 7
+    assert (
+        audits.load(
+            _audit(tmp_path, lambda s: s["window"].update(dedup_horizon="36h"), STREAM)
+        ).dedup_horizon.total_seconds()
+        == 36 * 3600
+    )
+    for edit, message in [
+        (lambda s: s["window"].update(dedup_horizon="1 week"), r"window.dedup_horizon: '1 week' is not a duration"),
+        (
+            lambda s: s["window"].update(grace="2h", dedup_horizon="2h"),
+            r"window.dedup_horizon: 2h must be longer than the grace \(2h\)",
+        ),
+    ]:
+        bad = _audit(tmp_path, edit, STREAM)
+        with pytest.raises(audits.AuditError, match=f"^{bad}: {message}"):
+            audits.load(bad)
+
+
+def test_the_copy_goes_to_the_lakehouse_unless_told_and_needs_one(monkeypatch):
+    monkeypatch.setenv("SEMANTICS_LAKEHOUSE", "/data/lake/")
+    assert DedupCopy.choose("lakehouse").location == "/data/lake/dedup_events"
+    assert DedupCopy.choose("lakehouse", {"path": "s3a://b/semantics"}).location == "s3a://b/semantics/dedup_events"
+    assert DedupCopy.choose("lakehouse", {"store": "postgres"}) == DedupCopy("postgres")
+    assert not DedupCopy.choose("off").wanted and DedupCopy.choose("off").session_conf == {}
+    assert "io.delta.sql.DeltaSparkSessionExtension" in DedupCopy.choose("lakehouse").session_conf.values()
+    monkeypatch.delenv("SEMANTICS_LAKEHOUSE")
+    with pytest.raises(ValueError, match="the lakehouse copy needs SEMANTICS_LAKEHOUSE"):
+        DedupCopy.choose("lakehouse")
+    monkeypatch.delenv("SEMANTICS_LAKEHOUSE", raising=False)
+    assert endpoints.lakehouse().endswith("var/lakehouse"), "the platform's default"
+
+
+def test_a_partition_is_named_as_a_spark_literal_and_the_copy_connects_as_libpq():
+    assert sql_string("audit:o:manual__x") == "'audit:o:manual__x'"
+    assert sql_string("a'b\\c") == "'a\\'b\\\\c'"
+    assert libpq_params("jdbc:postgresql://db:5433/semantics?sslmode=require&ApplicationName=x", "u", "p") == {
+        "host": "db",
+        "port": 5433,
+        "dbname": "semantics",
+        "user": "u",
+        "password": "p",
+        "sslmode": "require",
+    }
+    with pytest.raises(ValueError, match="needs a PostgreSQL results database"):
+        libpq_params("jdbc:mariadb://db/x", "u", "p")
