@@ -16,7 +16,7 @@ read no further back, so a window's cost and the state's size stay flat once the
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -292,7 +292,7 @@ def _horizon_statements(jdbc: Jdbc, audit: audits.Audit, end: datetime, own: boo
         stmts.append(
             (
                 f"CREATE TABLE IF NOT EXISTS {audits.sightings_partition(audit.name, end)} PARTITION OF audit_sightings "
-                f"FOR VALUES FROM ({name}, {_ts(end)}) TO ({name}, {_ts(end + timedelta(microseconds=1))})",
+                f"FOR VALUES FROM ({name}, {_ts(end)}) TO ({name}, {_ts(end)} + interval '1 microsecond')",
                 [],
             )
         )

@@ -247,18 +247,22 @@ def test_second_start_changes_nothing():
     before = {name: pid for name, _, _, pid in devstack.status_rows()}
     res = run([STACK, "start"], timeout=300)
     assert res.returncode == 0, res.stderr
-    # PostgreSQL, its change-data-capture cluster, MariaDB, Toxiproxy, 3 brokers, Kafka Connect
-    assert res.stdout.count("already running") == 8
+    # PostgreSQL, its change-data-capture cluster, MariaDB, Toxiproxy, 3 brokers, Kafka Connect, Spark
+    assert res.stdout.count("already running") == 9
     assert "connect      already running; connect (exactly.once.source.support=disabled)" in res.stdout
+    assert "spark        spark://127.0.0.1:7077, 1 worker of 2 cores and 2g (already running)" in res.stdout
     assert "already migrated" in res.stdout
     rows = {name: state for name, state, _, _ in devstack.status_rows()}
-    assert {n: rows[n] for n in ("postgres-cdc", "connect-1", "connect-2", "connect-eos-1", "connect-eos-2")} == {
-        "postgres-cdc": "up",
-        "connect-1": "up",
-        "connect-2": "up",
-        "connect-eos-1": "up",
-        "connect-eos-2": "up",
-    }
+    services = (
+        "postgres-cdc",
+        "connect-1",
+        "connect-2",
+        "connect-eos-1",
+        "connect-eos-2",
+        "spark-master",
+        "spark-worker",
+    )
+    assert {n: rows[n] for n in services} == dict.fromkeys(services, "up")
     assert {name: pid for name, _, _, pid in devstack.status_rows()} == before
 
 
