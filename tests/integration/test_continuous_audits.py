@@ -196,6 +196,8 @@ def _dags_test(t: datetime):
 def pipeline():
     for table in STATE_TABLES:
         report.query(f"DELETE FROM {table} WHERE audit = %s RETURNING 1", (AUDIT.name,))
+    with psycopg2.connect(**database("ledger_db").psycopg2_kwargs()) as c, c.cursor() as cur:
+        audits.drop_sightings_partitions(cur, AUDIT.name)
     end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     T = [end - timedelta(hours=5 - i) for i in range(6)]  # T[0] .. T[5] = end
     p = Pipeline(uuid.uuid4().hex[:6])

@@ -334,6 +334,16 @@ def sightings_partition(audit_name: str, window_end: datetime | None = None) -> 
     return prefix if window_end is None else f"{prefix}{int(window_end.timestamp())}"
 
 
+def drop_sightings_partitions(cur, audit_name: str) -> int:
+    """Drops every sightings partition of an audit (a psycopg2 cursor): forgetting its state, as a
+    test or a benchmark that starts the audit over does. Returns how many."""
+    cur.execute(SIGHTINGS_PARTITIONS.format(mark="%s"), (sightings_partition(audit_name),))
+    tables = [t for (t,) in cur.fetchall()]
+    for t in tables:
+        cur.execute(f'DROP TABLE "{t}"')
+    return len(tables)
+
+
 def reconciliation_id(audit: Audit, run_id: str | None = None) -> str:
     """One id per audit run: rerunning the same Airflow run reads the same offsets and rewrites
     the same rows."""
