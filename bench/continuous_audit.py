@@ -189,23 +189,30 @@ def main() -> int:
         assert abs(s["records_read"] - args.events) < args.events // 1000, s
         assert (s["lost_acked"], s["duplicate_events"], s["sink_lost"], s["open_discrepancies"]) == (0, 0, 0, 0), s
         state = state_size()
+        state["phases"] = s.get("phases", {})
         rows.append((end, wall, s["elapsed_s"], s["outbox_due"], s["sink_rows"], state))
         print(
             f"  window {len(rows)} ending {end:%H:%M}: {wall:.1f} s spark-submit, {s['elapsed_s']:.1f} s in the "
             f"application; state {state['sightings']} sightings in {state['partitions']} partitions, "
-            f"{state['bytes'] / 1e6:.0f} MB, {state['pending']} pending",
+            f"{state['bytes'] / 1e6:.0f} MB, {state['pending']} pending; phases {state['phases']}",
             flush=True,
         )
 
     first, last_row = rows[0], rows[-1]
     cpu = platform.processor() or platform.machine()
     print(f"\n{date.today()} on {cpu}, {args.windows} windows of {args.events} events, sink {args.sink}")
-    print("| window | spark-submit s | in application s | outbox due | sink rows | sightings | partitions | state MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    phases = list(rows[0][5]["phases"])
+    print(
+        "| window | spark-submit s | in application s | "
+        + " | ".join(p.removesuffix("_s").replace("_", " ") + " s" for p in phases)
+        + " | outbox due | sink rows | sightings | partitions | state MB |"
+    )
+    print("|---" * (9 + len(phases)) + "|")
     for i, (_end, wall, inapp, due, sink_rows, st) in enumerate(rows, 1):
         print(
-            f"| {i} | {wall:.1f} | {inapp:.1f} | {due} | {sink_rows} | {st['sightings']} | {st['partitions']} "
-            f"| {st['bytes'] / 1e6:.0f} |"
+            f"| {i} | {wall:.1f} | {inapp:.1f} | "
+            + " | ".join(f"{st['phases'].get(p, 0):.1f}" for p in phases)
+            + f" | {due} | {sink_rows} | {st['sightings']} | {st['partitions']} | {st['bytes'] / 1e6:.0f} |"
         )
     print(f"\nlast / first: {last_row[1] / first[1]:.2f} (spark-submit), {last_row[2] / first[2]:.2f} (in application)")
     print(json.dumps({"ratio_wall": last_row[1] / first[1], "ratio_app": last_row[2] / first[2]}))

@@ -162,9 +162,13 @@ def _windows(spark, jdbc, kafka, audit, ends: list[str], outbox) -> int:
     for end in ends_at:
         src = audit_source(audit, audits.window_id(audit, end), kafka, record_format)
         started = time.monotonic()
-        row = reconcile_window(spark, jdbc, src, audit, end, outbox, sink)
+        timings: dict = {}
+        row = reconcile_window(spark, jdbc, src, audit, end, outbox, sink, timings)
         spark.catalog.clearCache()
-        print("WINDOW " + json.dumps({**row, "elapsed_s": round(time.monotonic() - started, 2)}), flush=True)
+        print(
+            "WINDOW " + json.dumps({**row, "elapsed_s": round(time.monotonic() - started, 2), "phases": timings}),
+            flush=True,
+        )
     return 0
 
 

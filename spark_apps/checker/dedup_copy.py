@@ -16,6 +16,8 @@ from __future__ import annotations
 import io
 import os
 import re
+import secrets
+import time
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
@@ -61,18 +63,37 @@ class DedupCopy:
         return lakehouse.SESSION_CONF["delta"] if self.store == "lakehouse" else {}
 
 
-def write_lakehouse(spark: SparkSession, copy: DedupCopy, rows: DataFrame, reconciliation_id: str) -> tuple[int, int]:
+# What Delta's optimistic concurrency says when another writer committed first: two reconciliations
+# writing their partitions at once (side-by-side runs of one application, or parallel tasks), or
+# both creating the table. The write is idempotent, so it is tried again.
+_CONFLICTS = ("Concurrent", "ProtocolChanged", "MetadataChanged", "DELTA_TABLE_ALREADY_EXISTS", "already exists")
+
+
+def write_lakehouse(
+    spark: SparkSession, copy: DedupCopy, rows: DataFrame, reconciliation_id: str, attempts: int = 6
+) -> tuple[int, int]:
     """The reconciliation's partition, replaced in one commit; its Delta version and row count."""
-    (
+    # The commit carries the reconciliation and a token of this write, to be found in the history.
+    mark = f"{reconciliation_id} #{secrets.token_hex(6)}"
+    writer = (
         rows.select(*COLUMNS)
         .write.format("delta")
         .mode("overwrite")
         .partitionBy("reconciliation_id")
         .option("replaceWhere", f"reconciliation_id = {sql_string(reconciliation_id)}")
-        .save(copy.location)
+        .option("userMetadata", mark)
     )
-    last = spark.sql(f"DESCRIBE HISTORY delta.`{copy.location.replace('`', '``')}` LIMIT 1").first()
-    return int(last["version"]), int(last["operationMetrics"].get("numOutputRows", 0))
+    for attempt in range(attempts):
+        try:
+            writer.save(copy.location)
+            break
+        except Exception as e:
+            if attempt == attempts - 1 or not any(c in str(e) for c in _CONFLICTS):
+                raise
+            time.sleep(0.5 * 2**attempt)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{copy.location.replace('`', '``')}` LIMIT 50")
+    mine = history.where(F.col("userMetadata") == mark).first()
+    return int(mine["version"]), int(mine["operationMetrics"].get("numOutputRows", 0))
 
 
 def copy_into(rows: DataFrame, jdbc_url: str, user: str, password: str, table: str) -> int:

@@ -16,6 +16,7 @@ read no further back, so a window's cost and the state's size stay flat once the
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
@@ -102,8 +103,20 @@ def reconcile_window(
     end: datetime,
     outbox_store: Store,
     sink_store: Store | None,
+    timings: dict | None = None,
 ) -> dict:
-    """One window of a continuous audit, read, classified and merged. Returns its audit_windows row."""
+    """One window of a continuous audit, read, classified and merged. Returns its audit_windows row;
+    `timings` gets the seconds of each phase (docs/SCALE.md): reading the window and staging its
+    ids and keys, classifying (with the lookups of the earlier state), staging this window's state,
+    and the merge."""
+    timings = {} if timings is None else timings
+    clock = [time.monotonic()]
+
+    def lap(phase: str) -> None:
+        now = time.monotonic()
+        timings[phase] = round(now - clock[0], 2)
+        clock[0] = now
+
     b = Bounds(jdbc, src, audit, end)
     grace = audit.grace
     isolation = catalog.judged(audit.mode).isolation
@@ -156,6 +169,7 @@ def reconcile_window(
             [(f"CREATE INDEX ON {table} ({col})", []) for table, col in ((ids_table, "event_id"), (keys_table, "key"))]
             + [(f"ANALYZE {table}", []) for table in (ids_table, keys_table)]
         )
+        lap("read_and_stage_ids_s")
         w = AuditWindow(
             end,
             b.start,
@@ -175,10 +189,13 @@ def reconcile_window(
             for r in disc.groupBy("stage", "kind").agg(F.count(F.lit(1)).alias("n")).collect()
         }
         row = _window_row(src, audit, b, isolation, w.totals(), counted)
+        lap("classify_with_lookups_s")
         stg_disc = stage(disc, "disc")
         stg_seen = stage(w.sightings(), "seen")
         stg_pending = stage(w.pending(), "pending")
+        lap("stage_state_s")
         _merge(jdbc, audit, b, row, stg_disc, stg_seen, stg_pending, token)
+        lap("merge_s")
         return row
     finally:
         if staged:

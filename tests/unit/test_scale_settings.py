@@ -4,6 +4,7 @@ store, and a continuous audit's horizon, as audit files and connections give the
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -124,3 +125,61 @@ def test_a_partition_is_named_as_a_spark_literal_and_the_copy_connects_as_libpq(
     }
     with pytest.raises(ValueError, match="needs a PostgreSQL results database"):
         libpq_params("jdbc:mariadb://db/x", "u", "p")
+
+
+_CONCURRENT_COPIES = r"""
+import json, sys, threading
+from pyspark.sql import SparkSession
+from checker.dedup_copy import DedupCopy, write_lakehouse
+from delivery_semantics.audit.stores.lakehouse import SESSION_CONF
+
+builder = SparkSession.builder.master("local[2]").config("spark.jars", sys.argv[2])
+for k, v in SESSION_CONF["delta"].items():
+    builder = builder.config(k, v)
+spark = builder.config("spark.ui.enabled", "false").getOrCreate()
+spark.sparkContext.setLogLevel("ERROR")
+copy = DedupCopy("lakehouse", sys.argv[1])
+cols = "event_id string, reconciliation_id string, key string, seq bigint, publish_at timestamp, partition int, offset bigint, value binary"
+
+def rows(rid, n):
+    return spark.createDataFrame([(f"{rid}-{i}", rid, "k", i, None, 0, i, b"v") for i in range(n)], cols)
+
+written = {}
+def write(rid, n):
+    written[rid] = write_lakehouse(spark, copy, rows(rid, n), rid)
+# Two reconciliations at once on a table that does not exist yet: both create it.
+threads = [threading.Thread(target=write, args=(rid, n)) for rid, n in (("audit:o:a'1", 3), ("r2", 5))]
+for t in threads: t.start()
+for t in threads: t.join()
+write("r2", 4)  # a rerun replaces its own partition
+counts = {r["reconciliation_id"]: r["n"] for r in spark.read.format("delta").load(copy.location).groupBy("reconciliation_id").count().withColumnRenamed("count", "n").collect()}
+print("RESULT " + json.dumps({"counts": counts, "written": written}))
+"""
+
+
+def test_two_copies_written_at_once_each_land_whole_and_a_rerun_replaces_its_own(tmp_path):
+    """The lakehouse copy's Delta write, in a Spark with Delta's runtime: two reconciliations'
+    partitions written at once on a table neither found (each creates it), then a rerun of one
+    with fewer rows. Each partition holds exactly its rows, and each write names its own commit."""
+    import subprocess
+    import sys
+
+    from delivery_semantics.plumbing.endpoints import spark_jars
+
+    script = tmp_path / "copies.py"
+    script.write_text(_CONCURRENT_COPIES)
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'spark_apps'}:{REPO / 'plugins'}"}
+    res = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "lake"), spark_jars()],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads(next(ln for ln in res.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+    assert result["counts"] == {"audit:o:a'1": 3, "r2": 4}
+    versions = {rid: v for rid, (v, _) in result["written"].items()}
+    assert versions["r2"] == 2 and versions["audit:o:a'1"] in (0, 1), "the table's first two commits, then the rerun"
+    assert result["written"]["r2"][1] == 4, "the rerun's commit and its rows"
+    assert result["written"]["audit:o:a'1"][1] == 3
