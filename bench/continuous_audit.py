@@ -4,6 +4,7 @@ runs it. The ratio of the last window's time to the first's says whether the cos
 window or the history (issue 15 asks for at most 1.3 at 10 windows of 1M).
 
     bench/run continuous_audit [--windows 10] [--events 1000000] [--no-sink] [--reuse] [--horizon-windows 10]
+                               [--one-application]
 
 With --horizon-windows H the audit's window.dedup_horizon is H hours (H windows): after each window
 the state tables' rows and bytes are printed, and they stop growing after window H + 1.
@@ -164,6 +165,7 @@ def main() -> int:
     ap.add_argument("--no-sink", dest="sink", action="store_false")
     ap.add_argument("--reuse", action="store_true", help="the pipeline built before, in the same hour")
     ap.add_argument("--horizon-windows", type=int, help="the audit's dedup_horizon, in windows (hours)")
+    ap.add_argument("--one-application", action="store_true", help="all windows in one spark-submit, in order")
     args = ap.parse_args()
     if args.windows < 2 or args.events < 1:
         ap.error("--windows must be at least 2 and --events at least 1")
@@ -179,17 +181,14 @@ def main() -> int:
         build(args.windows, args.events, args.sink, ends)
 
     rows = []
-    for end in ends:
-        t = time.monotonic()
-        r = reconcile.run(audit=audit, window_ends=[end.isoformat()])
-        wall = time.monotonic() - t
-        assert r.returncode == 0, r.error
-        s = r.summaries[0]
+
+    def record(s: dict, wall: float) -> None:
         # A record stamped in the window's last second may land in the next one: a clean pipeline.
-        assert abs(s["records_read"] - args.events) < args.events // 1000, s
+        assert abs(s["records_read"] - args.events) < max(2, args.events // 1000), s
         assert (s["lost_acked"], s["duplicate_events"], s["sink_lost"], s["open_discrepancies"]) == (0, 0, 0, 0), s
         state = state_size()
         state["phases"] = s.get("phases", {})
+        end = ends[len(rows)]
         rows.append((end, wall, s["elapsed_s"], s["outbox_due"], s["sink_rows"], state))
         print(
             f"  window {len(rows)} ending {end:%H:%M}: {wall:.1f} s spark-submit, {s['elapsed_s']:.1f} s in the "
@@ -197,6 +196,22 @@ def main() -> int:
             f"{state['bytes'] / 1e6:.0f} MB, {state['pending']} pending; phases {state['phases']}",
             flush=True,
         )
+
+    if args.one_application:
+        # Every window in one spark-submit, in order, as a backfill runs them: no JVM start per window.
+        r = reconcile.run(
+            audit=audit,
+            window_ends=[e.isoformat() for e in ends],
+            timeout=6 * 3600,
+            on_result=lambda s: record(s, s["elapsed_s"]),
+        )
+        assert r.returncode == 0, r.error
+    else:
+        for end in ends:
+            t = time.monotonic()
+            r = reconcile.run(audit=audit, window_ends=[end.isoformat()])
+            assert r.returncode == 0, r.error
+            record(r.summaries[0], time.monotonic() - t)
 
     first, last_row = rows[0], rows[-1]
     cpu = platform.processor() or platform.machine()

@@ -205,7 +205,9 @@ def test_java_producer_crash_without_idempotence_loses_no_acked_event(ledger, ka
 
 # Records in Avro (Confluent's wire format), as teams with a schema registry write them: the same
 # faults do the same, and the Spark checker, decoding with from_avro, finds exactly the duplicated
-# event ids that a plain consumer's read-back finds.
+# event ids that a plain consumer's read-back finds. In the slow suite for CI's budget: the Avro
+# decoder's known-answer test is test_record_formats.py's, and lost_ack's is the text runs' above.
+@pytest.mark.slow
 def test_avro_lost_ack_duplicates_found_by_id_by_the_checker(ledger, kafka_conf):
     from delivery_semantics.plumbing import reconcile
     from delivery_semantics.reporting import report

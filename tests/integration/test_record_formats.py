@@ -62,7 +62,10 @@ def _text(audit):
 FORMATS = {"orders_avro": _avro, "orders_protobuf": _protobuf, "orders_text": _text}
 
 
-@pytest.mark.parametrize("name", list(FORMATS))
+# Text, the simplest decoder, is in the slow suite for CI's budget: its decoding is in the unit tier.
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "orders_text" else n for n in FORMATS]
+)
 def test_an_audit_of_each_format_finds_every_planted_case_by_id(name):
     audit = audits.load(REPO / "audits" / f"{name}.yaml")
     conf = kafka_config(audit.kafka_conn_id)
