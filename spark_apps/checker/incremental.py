@@ -364,6 +364,10 @@ def _merge(jdbc: Jdbc, audit: audits.Audit, b: Bounds, row: dict, stg_disc, stg_
     else:
         stmts += _horizon_statements(jdbc, audit, b.end)
         stmts += _state_inserts(a, t, stg_seen, stg_pending)
+        # A new partition has no statistics until autovacuum gets to it, and the next window's
+        # lookups would be planned as if it were empty (a nested loop over 100k sightings took
+        # minutes): analysed now, in the merge.
+        stmts.append((f"ANALYZE {audits.sightings_partition(audit.name, b.end)}", []))
     cols = [c for c in row]
     casts = {"window_end": "::timestamptz", "window_start": "::timestamptz"}
     stmts.append(
