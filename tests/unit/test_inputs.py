@@ -151,7 +151,7 @@ def _cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
             ["consumer_workload", "run", "--strategy", "process_then_commit", "--source-run", "r1", "--crashes", "0"],
             "crashes must be an integer in [1, 5]",
         ),
-        (["reconcile", "--mapping", "audits/orders.yaml", "--no-dedup-copy"], "--no-dedup-copy is for --run-id"),
+        (["reconcile", "--mapping", "audits/orders.yaml", "--no-dedup-copy"], "--dedup-copy is for --run-id"),
         (
             ["audit", "run", "orders_stream", "--window-end", "2999-01-01T00:00:00Z"],
             "audit: the window end 2999-01-01T00:00:00+00:00 is in the future",

@@ -461,7 +461,7 @@ def prepare_spark_submit(op) -> None:
     the application, the cached jars, the Spark settings, and the application's environment."""
     op.application = str(spark_apps_dir() / op.application)
     op.jars = op.jars or spark_jars()
-    op.conf = spark_conf(spark_master(op._conn_id), op.audit_conf, op._conn_id)
+    op.conf = {**spark_conf(spark_master(op._conn_id), op.audit_conf, op._conn_id), **(op.conf or {})}
     op.py_files = op.py_files or spark_py_files()
     op.env_vars = {
         **(op.env_vars or {}),
