@@ -116,9 +116,7 @@ def test_at_least_once_pipeline_duplicates_after_a_worker_kill_and_loses_nothing
 
 @pytest.mark.faults
 # coordinator_kill is in the slow suite (CI's budget; it passed in every run of issue 41's notes).
-@pytest.mark.parametrize(
-    "scenario", ["connect_worker_kill", pytest.param("coordinator_kill", marks=pytest.mark.slow)]
-)
+@pytest.mark.parametrize("scenario", ["connect_worker_kill", pytest.param("coordinator_kill", marks=pytest.mark.slow)])
 def test_exactly_once_pipeline_keeps_every_event_once_under_connector_faults(scenario, healthy_cluster_after):
     row = run_pipeline("debezium_outbox_eos", scenario)
     topic, _ = check_against_independent_reads(row)
