@@ -79,7 +79,8 @@ def test_an_audits_spark_section_and_copy_store_are_read_and_checked(tmp_path):
 
 
 def test_a_continuous_audit_keeps_a_week_of_sightings_unless_it_says_otherwise(tmp_path):
-    assert audits.load(STREAM).dedup_horizon.days == 7
+    assert audits.load(STREAM).dedup_horizon.total_seconds() == 3 * 3600, "the sample keeps 3h"
+    assert audits.load(_audit(tmp_path, lambda s: s["window"].pop("dedup_horizon"), STREAM)).dedup_horizon.days == 7
     assert (
         audits.load(
             _audit(tmp_path, lambda s: s["window"].update(dedup_horizon="36h"), STREAM)
