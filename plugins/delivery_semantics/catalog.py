@@ -994,6 +994,8 @@ DEDUP_COPY_STORES = {
     "off": "no copy: the same verdicts, sooner",
 }
 DEFAULT_DEDUP_COPY = "lakehouse"
+# A copy's row, in every store: one event id of one reconciliation, its first copy by offset.
+DEDUP_COPY_COLUMNS = ("event_id", "reconciliation_id", "key", "seq", "publish_at", "partition", "offset", "value")
 DEDUP_COPY_PARAM = {
     "default": DEFAULT_DEDUP_COPY,
     "type": "string",

@@ -29,7 +29,7 @@ from delivery_semantics.audit.stores import lakehouse
 
 STORES = tuple(catalog.DEDUP_COPY_STORES)
 TABLE = "dedup_events"
-COLUMNS = ("event_id", "reconciliation_id", "key", "seq", "publish_at", "partition", "offset", "value")
+COLUMNS = catalog.DEDUP_COPY_COLUMNS
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,11 @@ Delta as Arrow, and DuckDB runs SQL on it with no extension to download.
 
 from __future__ import annotations
 
+from delivery_semantics import catalog
 from delivery_semantics.plumbing.endpoints import lakehouse
 from delivery_semantics.reporting.report import query
 
-COLUMNS = ("event_id", "reconciliation_id", "key", "seq", "publish_at", "partition", "offset", "value")
+COLUMNS = catalog.DEDUP_COPY_COLUMNS
 
 
 class NoCopy(LookupError):
