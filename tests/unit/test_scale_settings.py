@@ -137,7 +137,7 @@ from delivery_semantics.audit.stores.lakehouse import SESSION_CONF
 builder = SparkSession.builder.master("local[2]").config("spark.jars", sys.argv[2])
 for k, v in SESSION_CONF["delta"].items():
     builder = builder.config(k, v)
-spark = builder.config("spark.ui.enabled", "false").getOrCreate()
+spark = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
 copy = DedupCopy("lakehouse", sys.argv[1])
 cols = "event_id string, reconciliation_id string, key string, seq bigint, publish_at timestamp, partition int, offset bigint, value binary"
@@ -153,6 +153,9 @@ threads = [threading.Thread(target=write, args=(rid, n)) for rid, n in (("audit:
 for t in threads: t.start()
 for t in threads: t.join()
 write("r2", 4)  # a rerun replaces its own partition
+# Past Delta's checkpoint interval (10 commits): the table is then read from a Parquet checkpoint.
+for n in range(1, 11):
+    write("r3", n)
 counts = {r["reconciliation_id"]: r["n"] for r in spark.read.format("delta").load(copy.location).groupBy("reconciliation_id").count().withColumnRenamed("count", "n").collect()}
 print("RESULT " + json.dumps({"counts": counts, "written": written}))
 """
@@ -161,7 +164,8 @@ print("RESULT " + json.dumps({"counts": counts, "written": written}))
 def test_two_copies_written_at_once_each_land_whole_and_a_rerun_replaces_its_own(tmp_path):
     """The lakehouse copy's Delta write, in a Spark with Delta's runtime: two reconciliations'
     partitions written at once on a table neither found (each creates it), then a rerun of one
-    with fewer rows. Each partition holds exactly its rows, and each write names its own commit."""
+    with fewer rows, then reruns past the checkpoint Delta writes every ten commits. Each partition
+    holds exactly its rows, and each write names its own commit."""
     import subprocess
     import sys
 
@@ -177,10 +181,18 @@ def test_two_copies_written_at_once_each_land_whole_and_a_rerun_replaces_its_own
         env=env,
         timeout=600,
     )
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 0, next((ln for ln in res.stderr.splitlines() if "Error" in ln), res.stderr[-3000:])
     result = json.loads(next(ln for ln in res.stdout.splitlines() if ln.startswith("RESULT "))[7:])
-    assert result["counts"] == {"audit:o:a'1": 3, "r2": 4}
+    assert result["counts"] == {"audit:o:a'1": 3, "r2": 4, "r3": 10}
     versions = {rid: v for rid, (v, _) in result["written"].items()}
     assert versions["r2"] == 2 and versions["audit:o:a'1"] in (0, 1), "the table's first two commits, then the rerun"
     assert result["written"]["r2"][1] == 4, "the rerun's commit and its rows"
     assert result["written"]["audit:o:a'1"][1] == 3
+    assert result["written"]["r3"] == [12, 10], "the tenth rerun is the thirteenth commit, read past a checkpoint"
+    table = tmp_path / "lake" / "dedup_events"
+    assert list((table / "_delta_log").glob("*.checkpoint*")), "Delta wrote a checkpoint"
+    # The query path without Spark reads the same table, checkpoint and all.
+    from delivery_semantics.reporting.dedup import lakehouse_table
+
+    rids = lakehouse_table(str(table)).to_table(columns=["reconciliation_id"]).column(0).to_pylist()
+    assert {r: rids.count(r) for r in set(rids)} == {"audit:o:a'1": 3, "r2": 4, "r3": 10}
