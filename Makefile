@@ -25,7 +25,7 @@ unit: setup
 
 integration: start
 	bash local/setup --with-browser
-	bash local/pytest tests/integration -m "not slow" --durations=20
+	bash local/pytest tests/integration -m "not slow" --durations=60
 
 test: unit integration
 

@@ -175,7 +175,7 @@ def main() -> int:
     for table in STATE_TABLES:
         report.query(f"DELETE FROM {table} WHERE audit = %s RETURNING 1", (NAME,))
     with psycopg2.connect(**database("ledger_db").psycopg2_kwargs()) as db, db.cursor() as cur:
-        audits.drop_sightings_partitions(cur, NAME)
+        audits.forget_state(cur, NAME)
     if not args.reuse:
         print(f"building {args.windows} windows of {args.events} events (sink: {args.sink})", flush=True)
         build(args.windows, args.events, args.sink, ends)

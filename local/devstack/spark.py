@@ -78,8 +78,13 @@ def spark_pid(s: SparkService) -> int | None:
 
 
 def connections() -> dict[str, dict]:
-    # The worker has 2 cores: a few shuffle partitions, as local mode has, over the cluster default.
-    conf = {"spark.sql.shuffle.partitions": "8", "spark.executor.memory": "1g"}
+    # The worker has 2 cores: a few shuffle and Delta state partitions, as local mode has, over the
+    # cluster defaults.
+    conf = {
+        "spark.sql.shuffle.partitions": "8",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.executor.memory": "1g",
+    }
     return {CONN_ID: {"conn_type": "spark", "host": f"spark://{HOST}", "port": MASTER_PORT, "extra": {"conf": conf}}}
 
 

@@ -197,7 +197,7 @@ def pipeline():
     for table in STATE_TABLES:
         report.query(f"DELETE FROM {table} WHERE audit = %s RETURNING 1", (AUDIT.name,))
     with psycopg2.connect(**database("ledger_db").psycopg2_kwargs()) as c, c.cursor() as cur:
-        audits.drop_sightings_partitions(cur, AUDIT.name)
+        audits.forget_state(cur, AUDIT.name)
     end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     T = [end - timedelta(hours=5 - i) for i in range(6)]  # T[0] .. T[5] = end
     p = Pipeline(uuid.uuid4().hex[:6])
@@ -399,3 +399,29 @@ def test_the_continuous_audit_commands_in_the_docs_run(pipeline):
         assert res.returncode == 0, (line, res.stderr[-2000:])
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     assert _window(hour)["window_start"] == pipeline["T"][5]
+
+
+def test_an_audit_that_stops_is_forgotten_by_command_and_its_results_stay(pipeline):
+    """`audit forget NAME` drops the state the last windows kept (sightings partitions, pending
+    records) and keeps every window's results; forgetting again is refused, with nothing left."""
+    results = {
+        t: report.query(f"SELECT count(*) AS n FROM {t} WHERE audit = %s", (AUDIT.name,))[0]["n"]
+        for t in (
+            "audit_windows",
+            "audit_discrepancies",
+        )
+    }
+    prefix = audits.sightings_partition(AUDIT.name)
+    assert report.query(audits.SIGHTINGS_PARTITIONS.format(mark="%s"), (prefix,)), "the horizon's partitions"
+    res = run([str(REPO / "local" / "semantics"), "audit", "forget", AUDIT.name])
+    assert res.returncode == 0, res.stderr
+    assert "sightings partitions" in res.stdout and "results are kept" in res.stdout
+    assert report.query(audits.SIGHTINGS_PARTITIONS.format(mark="%s"), (prefix,)) == []
+    assert report.query("SELECT count(*) AS n FROM audit_sightings WHERE audit = %s", (AUDIT.name,))[0]["n"] == 0
+    assert report.query("SELECT count(*) AS n FROM audit_pending WHERE audit = %s", (AUDIT.name,))[0]["n"] == 0
+    assert {
+        t: report.query(f"SELECT count(*) AS n FROM {t} WHERE audit = %s", (AUDIT.name,))[0]["n"] for t in results
+    } == results
+    again = run([str(REPO / "local" / "semantics"), "audit", "forget", AUDIT.name])
+    assert again.returncode == 2 and "has no state to forget" in again.stderr
+    assert again.stderr.strip().count("\n") == 0

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 from conftest import run
 
 from delivery_semantics import catalog
+from delivery_semantics.audit import audits
 from delivery_semantics.plumbing.connect import ConnectCluster
 from delivery_semantics.plumbing.endpoints import database, kafka_config
 from delivery_semantics.reporting import report
@@ -126,9 +127,14 @@ def test_exactly_once_pipeline_keeps_every_event_once_under_connector_faults(sce
     # The faults were really injected: the worker of the source task, or its transaction coordinator.
     actions = [e["action"] for e in row["timeline"]["events"]]
     assert ("kill_worker" if scenario == "connect_worker_kill" else "kill") in actions, actions
+    # The run's audit is done: its totals are recorded and its state forgotten, its results kept.
+    prefix = audits.sightings_partition(row["audit"])
+    assert report.query(audits.SIGHTINGS_PARTITIONS.format(mark="%s"), (prefix,)) == []
+    assert report.query("SELECT count(*) AS n FROM audit_windows WHERE audit = %s", (row["audit"],))[0]["n"] >= 1
 
 
 @pytest.mark.faults
+@pytest.mark.slow  # CI's budget: the exactly-once pipeline above and the demo's pipeline stay in CI
 def test_at_least_once_pipeline_loses_nothing_when_the_outbox_database_restarts(healthy_cluster_after):
     row = run_pipeline("debezium_outbox", "outbox_db_restart")
     check_against_independent_reads(row)

@@ -267,31 +267,22 @@ def test_dedup_table_keeps_the_first_copy_by_offset(planted):
     assert len(rows) == 21
 
 
-def test_without_the_dedup_copy_the_verdicts_are_the_same_and_no_copy_is_written():
-    s = load.start(load.LoadSpec(mode="at_least_once", messages=2000, seed=6))
+def test_a_clean_run_is_all_zeros_and_kept_with_or_without_the_dedup_copy():
+    """Reconciled without the copy, then with it (the default): the same verdicts, all zeros, and
+    the copy only the second time, one row per event."""
+    s = load.start(load.LoadSpec(mode="idempotent", messages=3000, seed=5))
 
-    def state() -> tuple[dict, int]:
+    def copies() -> int:
         try:
-            copies = len(dedup.rows(s.run_id))
+            return len(dedup.rows(s.run_id))
         except dedup.NoCopy:
-            copies = 0
-        counted = ("records_read", "delivered_once", "duplicate_events", "lost_acked", "verdict")
-        return {iso: [row[k] for k in counted] for iso, row in _summary(s.run_id).items()}, copies
+            return 0
 
     r = reconcile.run(run_id=s.run_id, dedup_copy="off")
     assert r.returncode == 0, r.error
-    without, copies = state()
-    assert copies == 0
-    assert without["read_committed"][:4] == [2000, 2000, 0, 0]
-    assert reconcile.run(run_id=s.run_id).returncode == 0
-    assert state() == (without, 2000)
-
-
-def test_a_clean_run_is_all_zeros_and_kept():
-    s = load.start(load.LoadSpec(mode="idempotent", messages=3000, seed=5))
-    r = reconcile.run(run_id=s.run_id)
-    assert r.returncode == 0, r.error
-    for iso, row in _summary(s.run_id).items():
+    assert copies() == 0
+    without = _summary(s.run_id)
+    for iso, row in without.items():
         assert row["records_read"] == 3000 and row["delivered_once"] == 3000
         for k in (
             "duplicate_events",
@@ -307,6 +298,13 @@ def test_a_clean_run_is_all_zeros_and_kept():
         assert row["verdict"] == ("kept" if iso == "read_uncommitted" else "n/a")
         assert row["meets_expectation"] is True
     assert _discrepancies(s.run_id) == {}
+    r = reconcile.run(run_id=s.run_id)
+    assert r.returncode == 0, r.error
+    counted = ("records_read", "delivered_once", "duplicate_events", "lost_acked", "verdict", "meets_expectation")
+    assert {i: [row[k] for k in counted] for i, row in _summary(s.run_id).items()} == {
+        i: [row[k] for k in counted] for i, row in without.items()
+    }
+    assert copies() == 3000
 
 
 def test_unreachable_kafka_fails_with_a_clear_message(planted):

@@ -133,11 +133,12 @@ import json, sys, threading
 from pyspark.sql import SparkSession
 from checker.dedup_copy import DedupCopy, write_lakehouse
 from delivery_semantics.audit.stores.lakehouse import SESSION_CONF
+from delivery_semantics.plumbing.endpoints import SPARK_CONF_LOCAL
 
 builder = SparkSession.builder.master("local[2]").config("spark.jars", sys.argv[2])
-for k, v in SESSION_CONF["delta"].items():
+for k, v in {**SESSION_CONF["delta"], **SPARK_CONF_LOCAL}.items():
     builder = builder.config(k, v)
-spark = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate()
+spark = builder.config("spark.ui.enabled", "false").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
 copy = DedupCopy("lakehouse", sys.argv[1])
 cols = "event_id string, reconciliation_id string, key string, seq bigint, publish_at timestamp, partition int, offset bigint, value binary"

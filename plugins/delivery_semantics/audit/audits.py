@@ -334,14 +334,18 @@ def sightings_partition(audit_name: str, window_end: datetime | None = None) -> 
     return prefix if window_end is None else f"{prefix}{int(window_end.timestamp())}"
 
 
-def drop_sightings_partitions(cur, audit_name: str) -> int:
-    """Drops every sightings partition of an audit (a psycopg2 cursor): forgetting its state, as a
-    test or a benchmark that starts the audit over does. Returns how many."""
+def forget_state(cur, audit_name: str) -> dict[str, int]:
+    """Drops an audit's state (a psycopg2 cursor): its sightings partitions, its sightings in the
+    default partition and its pending records. Its windows' results stay. For an audit that will
+    not run again (a pipeline run's, once totalled), or one that starts over. Returns the counts."""
     cur.execute(SIGHTINGS_PARTITIONS.format(mark="%s"), (sightings_partition(audit_name),))
     tables = [t for (t,) in cur.fetchall()]
     for t in tables:
         cur.execute(f'DROP TABLE "{t}"')
-    return len(tables)
+    cur.execute("DELETE FROM audit_sightings_default WHERE audit = %s", (audit_name,))
+    default_rows = cur.rowcount
+    cur.execute("DELETE FROM audit_pending WHERE audit = %s", (audit_name,))
+    return {"partitions": len(tables), "default_sightings": default_rows, "pending": cur.rowcount}
 
 
 def reconciliation_id(audit: Audit, run_id: str | None = None) -> str:

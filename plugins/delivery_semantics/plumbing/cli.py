@@ -268,6 +268,12 @@ def _audit_parser(sub) -> None:
     val.add_argument("audits", nargs="*")
     val.add_argument("--endpoints", action="store_true", help="also check the connections, Kafka and the outbox")
     cmds.add_parser("list", help="the audit files, their topic, mode and schedule")
+    forget = cmds.add_parser(
+        "forget",
+        help="drop a continuous audit's state (sightings, pending records) and keep its results: "
+        "for an audit that stopped running, or one to start over",
+    )
+    forget.add_argument("audit", help="the audit's name (its file may be gone)")
 
 
 def _audit(args) -> int:
@@ -275,6 +281,8 @@ def _audit(args) -> int:
 
     if args.action == "run":
         return _audit_run(args.audit, args.reconciliation_id, args.master, args.window_end)
+    if args.action == "forget":
+        return _audit_forget(args.audit)
     if args.action == "list":
         for name, a in audits.discover():
             print(
@@ -292,6 +300,30 @@ def _audit(args) -> int:
             print(f"audit: {e}", file=sys.stderr)
             failed = 2
     return failed
+
+
+def _audit_forget(name: str) -> int:
+    import psycopg2
+
+    from delivery_semantics.audit import audits
+    from delivery_semantics.plumbing.endpoints import EndpointError, ledger_database
+
+    try:
+        with psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c, c.cursor() as cur:
+            dropped = audits.forget_state(cur, name)
+            if not any(dropped.values()):
+                c.rollback()
+                print(f"audit: {name!r} has no state to forget (no sightings or pending records)", file=sys.stderr)
+                return 2
+    except (EndpointError, psycopg2.OperationalError) as e:
+        print(f"audit: the platform's database: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(
+        f"audit {name}: forgot {dropped['partitions']} sightings partitions, {dropped['default_sightings']} "
+        f"older sightings and {dropped['pending']} pending records; its windows' results are kept. "
+        "Its next window starts with no state."
+    )
+    return 0
 
 
 def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str, window_ends=None) -> int:

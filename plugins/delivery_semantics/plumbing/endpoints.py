@@ -358,6 +358,9 @@ SPARK_CONF_LOCAL = {
     # record read; the throughput collector spends less on that than G1, the JVM's default, with
     # its write barriers: at 10M events, 39.8-42.6 s against 44.0-45.3 s (docs/BENCHMARKS.md).
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+    # Delta rebuilds a table's state in 50 tasks by default, at each write of the lakehouse copy:
+    # on 2 cores, 13 writes took 147 s, and 69 s in 2 tasks.
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
 # On a cluster AQE coalesces each shuffle from 32 partitions: a small run does not pay for 200 tasks a
 # stage (a 27-record run took minutes on the stack's standalone worker with Spark's 200), and a big

@@ -587,6 +587,9 @@ def _run(spec, pipeline, scenario, names, cluster, kafka_conf, outbox_db, sink_d
         **totals(ledger, pipeline, scenario.name, names.audit),
     }
     ledger.update_pipeline_run(names.run_id, **fields)
+    # The run's audit never runs again: its totals are recorded, its state would only stay.
+    with ledger.conn, ledger.conn.cursor() as cur:
+        audits.forget_state(cur, names.audit)
     return ledger.get_pipeline_run(names.run_id)
 
 
