@@ -404,24 +404,22 @@ def test_the_continuous_audit_commands_in_the_docs_run(pipeline):
 def test_an_audit_that_stops_is_forgotten_by_command_and_its_results_stay(pipeline):
     """`audit forget NAME` drops the state the last windows kept (sightings partitions, pending
     records) and keeps every window's results; forgetting again is refused, with nothing left."""
-    results = {
-        t: report.query(f"SELECT count(*) AS n FROM {t} WHERE audit = %s", (AUDIT.name,))[0]["n"]
-        for t in (
-            "audit_windows",
-            "audit_discrepancies",
-        )
-    }
-    prefix = audits.sightings_partition(AUDIT.name)
-    assert report.query(audits.SIGHTINGS_PARTITIONS.format(mark="%s"), (prefix,)), "the horizon's partitions"
+
+    def rows(table: str) -> int:
+        return report.query(f"SELECT count(*) AS n FROM {table} WHERE audit = %s", (AUDIT.name,))[0]["n"]
+
+    def partitions() -> list:
+        return report.query(audits.SIGHTINGS_PARTITIONS.format(mark="%s"), (audits.sightings_partition(AUDIT.name),))
+
+    results = {t: rows(t) for t in ("audit_windows", "audit_discrepancies")}
+    assert partitions(), "the horizon's partitions"
     res = run([str(REPO / "local" / "semantics"), "audit", "forget", AUDIT.name])
     assert res.returncode == 0, res.stderr
     assert "sightings partitions" in res.stdout and "results are kept" in res.stdout
-    assert report.query(audits.SIGHTINGS_PARTITIONS.format(mark="%s"), (prefix,)) == []
-    assert report.query("SELECT count(*) AS n FROM audit_sightings WHERE audit = %s", (AUDIT.name,))[0]["n"] == 0
-    assert report.query("SELECT count(*) AS n FROM audit_pending WHERE audit = %s", (AUDIT.name,))[0]["n"] == 0
-    assert {
-        t: report.query(f"SELECT count(*) AS n FROM {t} WHERE audit = %s", (AUDIT.name,))[0]["n"] for t in results
-    } == results
+    assert partitions() == []
+    assert rows("audit_sightings") == 0
+    assert rows("audit_pending") == 0
+    assert {t: rows(t) for t in results} == results
     again = run([str(REPO / "local" / "semantics"), "audit", "forget", AUDIT.name])
     assert again.returncode == 2 and "has no state to forget" in again.stderr
     assert again.stderr.strip().count("\n") == 0
