@@ -20,14 +20,21 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from delivery_semantics.plumbing.endpoints import SPARK_CONF_LOCAL, kafka_config, spark_jars, spark_kafka_options
 from delivery_semantics.reporting import report
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark_apps"))
+from checker.sources import READ_FETCH
+
+KINDS = ("spark", "python", "parquet")
 
 SPLITS_PER_PARTITION = 2  # as the checker splits 3 partitions on 2 cores
 
@@ -52,7 +59,7 @@ def marks(conf: dict, topic: str) -> dict[int, tuple[int, int]]:
 
 def spark_read(spark: SparkSession, conf: dict, topic: str, options: dict) -> DataFrame:
     reader = spark.read.format("kafka").options(**spark_kafka_options(conf))
-    defaults = {"kafka.max.partition.fetch.bytes": str(8 << 20), "minPartitions": "6"}
+    defaults = {**READ_FETCH, "minPartitions": "6"}
     return (
         reader.options(**{**defaults, **options})
         .option("subscribe", topic)
@@ -107,20 +114,29 @@ def fields(records: DataFrame) -> DataFrame:
     return records.select(parts[0].alias("event_id"), parts[1].cast("bigint").alias("seq"), "partition", "offset")
 
 
+def refuse(message: str) -> None:
+    print(f"topic_read: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", required=True, help="a completed platform run whose topic is intact")
     ap.add_argument("--variants", default="spark,spark,python")
     args = ap.parse_args()
-    rows = report.query("SELECT topic, messages FROM runs WHERE run_id = %s", (args.run,))
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v.partition(":")[0] not in KINDS]
+    if unknown:
+        refuse(f"unknown variant {unknown[0]!r}: one of {', '.join(KINDS)}, with :options")
+    rows = report.query("SELECT topic FROM runs WHERE run_id = %s", (args.run,))
     if not rows:
-        raise SystemExit(f"topic_read: no run {args.run!r}")
+        refuse(f"no run {args.run!r}")
     topic, conf = rows[0]["topic"], kafka_config()
     ranges = marks(conf, topic)
     records = sum(hi - lo for lo, hi in ranges.values())
     spark = session()
     print(f"{topic}: {records:,} records in {len(ranges)} partitions")
-    for variant in args.variants.split(","):
+    for variant in variants:
         kind, _, rest = variant.partition(":")
         out = None
         started = time.monotonic()
@@ -129,13 +145,11 @@ def main() -> None:
             got = fields(spark_read(spark, conf, topic, options)).agg(F.count("event_id"), F.sum("seq")).first()
         elif kind == "python":
             got = fields(python_read(spark, conf, topic, ranges)).agg(F.count("event_id"), F.sum("seq")).first()
-        elif kind == "parquet":
+        else:
             out = tempfile.mkdtemp(prefix="topic-read-")
             spark_read(spark, conf, topic, {}).write.mode("overwrite").option("compression", rest or "snappy").parquet(
                 out
             )
-        else:
-            raise SystemExit(f"topic_read: unknown variant {variant!r}")
         seconds = time.monotonic() - started
         if out:
             got = (spark.read.parquet(out).count(),)
