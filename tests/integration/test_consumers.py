@@ -28,31 +28,57 @@ def input_run(stack_env) -> str:
     return s.run_id
 
 
-def consume(strategy: str, input_run: str, scenario: str = "consumer_crash", crashes: int = 1):
-    """Runs the consumer workload and the checker; returns (consumer run row, crash records,
-    summaries by isolation)."""
-    s = consumer_workload.start(ConsumerSpec(strategy, input_run, scenario=scenario, crashes=crashes))
-    assert s.status == "completed"
-    run = query("SELECT * FROM consumer_runs WHERE consumer_run_id = %s", (s.consumer_run_id,))[0]
+# Each test's consumer run: (strategy, scenario, crashes). They run first, one after another, and
+# the checker reconciles them all in one Spark application, as the matrix DAG does.
+CONSUMER_RUNS = {
+    "commit_before_process": ("commit_before_process", "consumer_crash", 1),
+    "process_then_commit": ("process_then_commit", "consumer_crash", 1),
+    "dedup_two_crashes": ("process_then_commit_dedup", "consumer_crash", 2),
+    "transactional_copy": ("transactional_copy", "consumer_crash", 2),
+    "no_crash": ("process_then_commit", "none", 1),
+}
+
+
+@pytest.fixture(scope="module")
+def consumed(input_run) -> dict:
+    """Each of CONSUMER_RUNS run and checked: (consumer run row, crash records, summaries by
+    isolation, its v_run_results row)."""
+    runs = {}
+    for name, (strategy, scenario, crashes) in CONSUMER_RUNS.items():
+        s = consumer_workload.start(ConsumerSpec(strategy, input_run, scenario=scenario, crashes=crashes))
+        assert s.status == "completed", name
+        runs[name] = query("SELECT * FROM consumer_runs WHERE consumer_run_id = %s", (s.consumer_run_id,))[0]
+    r = reconcile.run(run_id=[run["consumer_run_id"] for run in runs.values()])
+    assert r.returncode == 0, r.error
+    out = {}
+    for name, run in runs.items():
+        cid = run["consumer_run_id"]
+        summaries = {x["isolation"]: x for x in r.summaries if x["reconciliation_id"] == cid}
+        row = query("SELECT * FROM v_run_results WHERE run_id = %s", (cid,))[0]
+        out[name] = (run, summaries, row)
+    return out
+
+
+def consume(consumed: dict, name: str):
+    """A consumer run of CONSUMER_RUNS and what the checker found: (consumer run row, crash
+    records, summaries by isolation, its v_run_results row)."""
+    run, summaries, row = consumed[name]
+    _strategy, scenario, crashes = CONSUMER_RUNS[name]
     killed = [e for e in run["timeline"] if e["action"] == "consumer_killed"]
     assert len(killed) == run["crashes"] == (crashes if scenario == "consumer_crash" else 0)
     assert all(e["signal"] == "SIGKILL" for e in killed)
     assert run["sessions"] == run["crashes"] + 1, "each crash is followed by a new process in the same group"
-    r = reconcile.run(run_id=s.consumer_run_id)
-    assert r.returncode == 0, r.error
-    summaries = {x["isolation"]: x for x in r.summaries}
-    row = query("SELECT * FROM v_run_results WHERE run_id = %s", (s.consumer_run_id,))[0]
     # Every poll of every session, the killed ones too, is in the poll log, and none skipped a
     # record or went back: a crash ends a session, it does not make its polls skip.
     polls = query(
         "SELECT count(DISTINCT session) AS sessions, sum(cardinality(offsets)) AS polled FROM consumer_polls "
         "WHERE consumer_run_id = %s",
-        (s.consumer_run_id,),
+        (run["consumer_run_id"],),
     )[0]
     assert (polls["sessions"], polls["polled"]) == (run["sessions"], run["processed"])
     rc = summaries["read_committed"]
     assert (rc["poll_skips"], rc["nonmonotonic_polls"]) == (0, 0)
-    print(f"\n{strategy} + {scenario}: {summaries}\n crashes: {killed}")
+    print(f"\n{name}: {summaries}\n crashes: {killed}")
     return run, killed, summaries, row
 
 
@@ -68,8 +94,8 @@ def sink_copies(consumer_run_id: str) -> Counter:
     )
 
 
-def test_commit_before_process_loses_the_batch_it_committed_before_the_crash(input_run):
-    run, killed, summaries, row = consume("commit_before_process", input_run)
+def test_commit_before_process_loses_the_batch_it_committed_before_the_crash(consumed):
+    run, killed, summaries, row = consume(consumed, "commit_before_process")
     lost_batch = killed[0]["batch"]
     s = summaries["read_committed"]
     assert lost_batch > 0
@@ -80,8 +106,8 @@ def test_commit_before_process_loses_the_batch_it_committed_before_the_crash(inp
     assert (len(copies), max(copies.values())) == (MESSAGES - lost_batch, 1)
 
 
-def test_process_then_commit_duplicates_the_batch_written_before_the_crash(input_run):
-    run, killed, summaries, row = consume("process_then_commit", input_run)
+def test_process_then_commit_duplicates_the_batch_written_before_the_crash(consumed):
+    run, killed, summaries, row = consume(consumed, "process_then_commit")
     redelivered = killed[0]["batch"]
     s = summaries["read_committed"]
     assert s["duplicate_events"] == redelivered > 0, "the batch written but not committed is written again"
@@ -92,8 +118,8 @@ def test_process_then_commit_duplicates_the_batch_written_before_the_crash(input
     assert (len(copies), sum(copies.values())) == (MESSAGES, MESSAGES + redelivered)
 
 
-def test_dedup_sink_stays_exactly_once_and_fresh_across_two_crashes(input_run):
-    run, killed, summaries, row = consume("process_then_commit_dedup", input_run, crashes=2)
+def test_dedup_sink_stays_exactly_once_and_fresh_across_two_crashes(consumed, input_run):
+    run, killed, summaries, row = consume(consumed, "dedup_two_crashes")
     s = summaries["read_committed"]
     assert run["processed"] == MESSAGES + sum(k["batch"] for k in killed), "the crashed batches were redelivered"
     assert (s["duplicate_events"], s["lost_acked"], s["lost_unacked"], s["stale_overwrites"]) == (0, 0, 0, 0)
@@ -116,8 +142,8 @@ def test_dedup_sink_stays_exactly_once_and_fresh_across_two_crashes(input_run):
     )
 
 
-def test_transactional_copier_output_is_exactly_once_for_read_committed(input_run):
-    run, killed, summaries, row = consume("transactional_copy", input_run, crashes=2)
+def test_transactional_copier_output_is_exactly_once_for_read_committed(consumed, input_run):
+    run, killed, summaries, row = consume(consumed, "transactional_copy")
     rc, ru = summaries["read_committed"], summaries["read_uncommitted"]
     assert (rc["delivered_once"], rc["duplicate_events"], rc["lost_acked"], rc["aborted_visible"]) == (
         MESSAGES,
@@ -143,8 +169,8 @@ def _acked(run_id: str):
         lg.close()
 
 
-def test_without_a_crash_process_then_commit_is_exactly_once(input_run):
-    _run, _, summaries, row = consume("process_then_commit", input_run, scenario="none")
+def test_without_a_crash_process_then_commit_is_exactly_once(consumed, input_run):
+    _run, _, summaries, row = consume(consumed, "no_crash")
     s = summaries["read_committed"]
     assert (s["delivered_once"], s["duplicate_events"], s["lost_acked"], s["stale_overwrites"]) == (MESSAGES, 0, 0, 0)
     assert (row["verdict"], row["meets_expectation"], row["side"], row["source_run_id"]) == (

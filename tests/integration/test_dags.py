@@ -23,6 +23,7 @@ def dags_test(dag_id: str, conf: dict, name: str, timeout: float = 1200):
 # inside its open transaction and resumed: the matrix DAG below runs the other modes through Airflow, test_faults.py the crash
 # of one producer of two from the command line, and test_audits.py reconciles all five modes on
 # both listeners.
+@pytest.mark.slow  # CI's budget: test_faults.py crashes one of two producers, the demo runs the DAGs
 def test_single_run_dag_with_two_mapped_producers_one_killed_in_a_transaction_is_exactly_once():
     conf = {"mode": "transactional", "scenario": "producer_crash", "messages": 2000, "producers": 2}
     res, out = dags_test("semantics_single_run", conf, "single-transactional")

@@ -166,6 +166,7 @@ def test_incompatible_pairs_are_refused_before_anything_starts(mode, scenario, r
 # The Java client (kafka-clients in a JVM) under the same faults: the same load session, ledger and
 # checks, another producer. Its defaults differ from librdkafka's (idempotence on), the presets set
 # the semantics keys explicitly.
+@pytest.mark.slow  # CI's budget: the demo's matrix runs both Java pairs under lost_ack
 def test_java_lost_ack_duplicates_without_idempotence(ledger, kafka_conf):
     s, seen, tl = run_pair("at_least_once_all", "lost_ack", ledger, kafka_conf, client="java")
     assert ledger.get_run(s.run_id)["producer_config"]["enable.idempotence"] == "false"
@@ -174,6 +175,7 @@ def test_java_lost_ack_duplicates_without_idempotence(ledger, kafka_conf):
     assert seen.lost_acked == 0 and seen.acked == MESSAGES
 
 
+@pytest.mark.slow  # CI's budget: the demo's matrix runs both Java pairs under lost_ack
 def test_java_lost_ack_no_duplicates_with_idempotence(ledger, kafka_conf):
     s, seen, tl = run_pair("idempotent", "lost_ack", ledger, kafka_conf, client="java")
     assert ledger.get_run(s.run_id)["client"] == "java"

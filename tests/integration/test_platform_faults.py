@@ -184,7 +184,7 @@ def test_a_checker_killed_once_it_staged_its_results_leaves_no_result_and_the_re
     """spark-submit killed (SIGKILL, its whole process group) as soon as its first staging table
     exists, so during the staging writes or the merge: no summary, discrepancy, copy or offset row
     of the run is written, only the staging tables are left over; the rerun drops them and writes
-    the same rows as a rerun of its own."""
+    every row. (That a rerun then changes no row is test_reconcile.py's standalone rerun.)"""
     s = load.start(load.LoadSpec(mode="at_least_once", messages=3000, seed=8))
     rid = s.run_id
     proc = subprocess.Popen(
@@ -212,8 +212,7 @@ def test_a_checker_killed_once_it_staged_its_results_leaves_no_result_and_the_re
     assert first.returncode == 0, first.error
     assert _staged(rid) == [], "the rerun dropped what the killed attempt staged"
     after_first = _results(rid)
-    assert reconcile.run(run_id=rid).returncode == 0
-    assert _results(rid) == after_first
+    assert after_first["reconcile_offsets"], "the offset range it read"
     summary = {r[1]: r for r in after_first["reconcile_summary"]}
     assert set(summary) == {"read_committed", "read_uncommitted"} and len(after_first["dedup_copy"]) == 3000
     [row] = query(
