@@ -34,12 +34,10 @@ def stack_env():
         )
     if "SEMANTICS_SPARK_CONF" not in os.environ:
         archive = spark_class_archive()
+        jvm = f"{SMALL_RUN_JVM} -XX:SharedArchiveFile={archive}" if archive else SMALL_RUN_JVM
         # No test looks at an application's web UI, and its server takes a second or two to start.
         os.environ["SEMANTICS_SPARK_CONF"] = json.dumps(
-            {
-                "spark.driver.extraJavaOptions": f"{SMALL_RUN_JVM} -XX:SharedArchiveFile={archive}",
-                "spark.ui.enabled": "false",
-            }
+            {"spark.driver.extraJavaOptions": jvm, "spark.ui.enabled": "false"}
         )
     ARTIFACTS.mkdir(exist_ok=True)
     return os.environ
@@ -51,7 +49,7 @@ def stack_env():
 SMALL_RUN_JVM = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
 
 
-def spark_class_archive() -> Path:
+def spark_class_archive() -> Path | None:
     """A class-data-sharing archive of what a small reconciliation loads (Spark, Kafka's source,
     Delta), for the driver JVM to map instead of loading and verifying each class again: a 3,000-
     event reconcile with the copy took 38.3/39.1 s with it against 52.9 s without. Made once per
@@ -69,13 +67,19 @@ def spark_class_archive() -> Path:
     archive = REPO / "var" / "spark" / f"classes-{key.hexdigest()[:16]}.jsa"
     if not archive.exists():
         archive.parent.mkdir(parents=True, exist_ok=True)
+        for stale in archive.parent.glob("classes-*.jsa"):  # another JVM's or jar set's, 200 MB each
+            stale.unlink()
         partial = archive.with_suffix(f".{os.getpid()}.part")
         s = load.start(load.LoadSpec(mode="idempotent", messages=300, seed=1))
         r = reconcile.run(
             run_id=s.run_id,
             conf={"spark.driver.extraJavaOptions": f"{SMALL_RUN_JVM} -XX:ArchiveClassesAtExit={partial}"},
         )
-        assert r.returncode == 0 and partial.exists(), f"no class archive: {r.error}"
+        if r.returncode != 0 or not partial.exists():
+            # Only the suite's speed depends on it: the tests that need a reconcile say what failed.
+            print(f"no Spark class archive, the suite runs without it: {r.error}", file=sys.stderr)
+            partial.unlink(missing_ok=True)
+            return None
         partial.replace(archive)
     return archive
 
