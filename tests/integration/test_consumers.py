@@ -41,8 +41,8 @@ CONSUMER_RUNS = {
 
 @pytest.fixture(scope="module")
 def consumed(input_run) -> dict:
-    """Each of CONSUMER_RUNS run and checked: (consumer run row, crash records, summaries by
-    isolation, its v_run_results row)."""
+    """Each of CONSUMER_RUNS run, then all reconciled in one application: by name, (consumer run
+    row, summaries by isolation, its v_run_results row)."""
     runs = {}
     for name, (strategy, scenario, crashes) in CONSUMER_RUNS.items():
         s = consumer_workload.start(ConsumerSpec(strategy, input_run, scenario=scenario, crashes=crashes))
