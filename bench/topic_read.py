@@ -5,6 +5,8 @@ settings), timed one after another, to tell the Kafka source's cost from what th
                     cores), the value's fields split out, summed
   spark:K=V;K=V     the same with other options of the source (minPartitions=12,
                     kafka.check.crcs=false, kafka.fetch.max.bytes=134217728)
+  platform          the checker's platform reader (spark_apps/java): Kafka's consumer in each
+                    task, the value's fields cut out in the JVM (the same splits)
   python            librdkafka in each task through mapInArrow (the same splits), the value's
                     fields split out by Spark
   parquet:CODEC     the spark read written as Parquet with CODEC (snappy, none, lz4_raw, zstd):
@@ -34,7 +36,7 @@ from delivery_semantics.reporting import report
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark_apps"))
 from checker.sources import READ_FETCH
 
-KINDS = ("spark", "python", "parquet")
+KINDS = ("spark", "platform", "python", "parquet")
 
 SPLITS_PER_PARTITION = 2  # as the checker splits 3 partitions on 2 cores
 
@@ -66,6 +68,22 @@ def spark_read(spark: SparkSession, conf: dict, topic: str, options: dict) -> Da
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")
         .load()
+    )
+
+
+def platform_read(spark: SparkSession, conf: dict, topic: str, ranges: dict) -> DataFrame:
+    splits = []
+    for p, (lo, hi) in ranges.items():
+        step = max(1, -(-(hi - lo) // SPLITS_PER_PARTITION))
+        splits += [f"{p}:{a}:{min(hi, a + step)}" for a in range(lo, hi, step)]
+    return (
+        spark.read.format("deliverysemantics.PlatformTopicSource")
+        .options(**{**READ_FETCH, **spark_kafka_options(conf)})
+        .option("topic", topic)
+        .option("layout", "value")
+        .option("ranges", ",".join(splits))
+        .load()
+        .select("event_id", F.col("seq").try_cast("bigint").alias("seq"), "partition", "offset")
     )
 
 
@@ -143,6 +161,8 @@ def main() -> None:
         if kind == "spark":
             options = dict(kv.split("=", 1) for kv in rest.split(";") if kv)
             got = fields(spark_read(spark, conf, topic, options)).agg(F.count("event_id"), F.sum("seq")).first()
+        elif kind == "platform":
+            got = platform_read(spark, conf, topic, ranges).agg(F.count("event_id"), F.sum("seq")).first()
         elif kind == "python":
             got = fields(python_read(spark, conf, topic, ranges)).agg(F.count("event_id"), F.sum("seq")).first()
         else:

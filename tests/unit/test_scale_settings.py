@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 
 import pytest
 import yaml
@@ -197,3 +198,23 @@ def test_two_copies_written_at_once_each_land_whole_and_a_rerun_replaces_its_own
 
     rids = lakehouse_table(str(table)).to_table(columns=["reconciliation_id"]).column(0).to_pylist()
     assert {r: rids.count(r) for r in set(rids)} == {"audit:o:a'1": 3, "r2": 4, "r3": 10}
+
+
+def test_the_spark_jars_are_a_folder_or_a_list_and_carry_the_platform_reader(monkeypatch, tmp_path):
+    fetched = REPO / ".cache" / "spark" / "jars"
+    monkeypatch.setenv("SEMANTICS_SPARK_JARS", str(fetched))
+    monkeypatch.delenv("SEMANTICS_SPARK_READER_JAR", raising=False)
+    *jars, reader = endpoints.spark_jars().split(",")
+    assert jars == sorted(str(p) for p in fetched.glob("*.jar"))
+    assert "deliverysemantics/PlatformTopicSource.class" in zipfile.ZipFile(reader).namelist()
+    # The same source and jars: the same build, never compiled again.
+    assert endpoints.spark_jars().split(",")[-1] == reader
+    monkeypatch.setenv("SEMANTICS_SPARK_JARS", ",".join(jars[:2]))
+    monkeypatch.setenv("SEMANTICS_SPARK_READER_JAR", "/opt/reader.jar")
+    assert endpoints.spark_jars().split(",") == [*jars[:2], "/opt/reader.jar"]
+    monkeypatch.delenv("SEMANTICS_SPARK_READER_JAR")
+    with pytest.raises(EndpointError, match="no kafka-clients jar"):
+        endpoints.spark_jars()
+    monkeypatch.setenv("SEMANTICS_SPARK_JARS", str(tmp_path))
+    with pytest.raises(EndpointError, match="no Spark jars"):
+        endpoints.spark_jars()

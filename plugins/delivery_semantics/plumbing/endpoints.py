@@ -396,15 +396,45 @@ def spark_conf(master: str, audit_conf: dict | None = None, conn_id: str = SPARK
 
 
 def spark_jars() -> str:
-    """Comma-separated jars for spark-submit: the Kafka source and the JDBC driver, fetched once."""
-    jars = os.environ.get("SEMANTICS_SPARK_JARS")
-    if jars:
-        return jars
-    cached = Path(__file__).resolve().parents[3] / ".cache" / "spark" / "jars"
-    found = sorted(str(p) for p in cached.glob("*.jar"))
+    """Comma-separated jars for spark-submit: the Kafka source, Delta, Avro, the JDBC drivers
+    (fetched once, or the jars or folder in SEMANTICS_SPARK_JARS), and the checker's platform topic
+    reader (spark_apps/java, compiled against them on first use unless SEMANTICS_SPARK_READER_JAR
+    names it)."""
+    given = os.environ.get("SEMANTICS_SPARK_JARS")
+    if given and Path(given).is_dir():
+        found = sorted(str(p) for p in Path(given).glob("*.jar"))
+    elif given:
+        found = given.split(",")
+    else:
+        found = sorted(
+            str(p) for p in (Path(__file__).resolve().parents[3] / ".cache" / "spark" / "jars").glob("*.jar")
+        )
     if not found:
         raise EndpointError("no Spark jars: set SEMANTICS_SPARK_JARS or run local/setup")
-    return ",".join(found)
+    return ",".join([*found, platform_reader_jar(found)])
+
+
+PLATFORM_READER = Path(__file__).resolve().parents[3] / "spark_apps" / "java" / "PlatformTopicSource.java"
+
+
+def platform_reader_jar(jars: list[str]) -> str:
+    """The checker's reader of platform runs' topics, as a jar, compiled against Spark's own jars
+    (pyspark's) and the Kafka client among `jars`."""
+    given = os.environ.get("SEMANTICS_SPARK_READER_JAR")
+    if given:
+        return given
+    import pyspark
+
+    from delivery_semantics.plumbing import javac
+
+    spark_own = sorted(str(p) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    kafka = [j for j in jars if Path(j).name.startswith("kafka-clients-")]
+    if not kafka:
+        raise EndpointError("no kafka-clients jar among the Spark jars (SEMANTICS_SPARK_JARS)")
+    try:
+        return str(javac.jar(PLATFORM_READER, os.pathsep.join(spark_own + kafka)))
+    except javac.JavacError as e:
+        raise EndpointError(str(e)) from None
 
 
 def spark_py_files() -> str:

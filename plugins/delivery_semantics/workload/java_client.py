@@ -3,7 +3,7 @@ JVM of its own, driven over its stdin and stdout (the protocol is in that file).
 is the same as librdkafka's: every event is in the ledger before it is asked for here, and each
 report becomes an outcome with its partition and offset.
 
-The runner is compiled on first use into SEMANTICS_JAVA_BUILD (var/java unless set), against the
+The runner is compiled on first use (plumbing/javac.py) against the
 kafka-clients jars in SEMANTICS_KAFKA_CLIENT_JARS (a folder), which needs a JDK; an image with a
 JRE only compiles it when it is built and names the folder in SEMANTICS_JAVA_CLASSES.
 The JVM is a child of the load process: when that process dies, its stdin closes and the JVM halts
@@ -13,7 +13,6 @@ at once, with nothing more sent or committed, as a crash of the producer's proce
 from __future__ import annotations
 
 import base64
-import hashlib
 import itertools
 import os
 import queue
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from delivery_semantics.catalog import ModeError
 from delivery_semantics.history.ledger import Outcome
+from delivery_semantics.plumbing import javac
 from delivery_semantics.workload.client import (
     AbortRequired,
     ProducerClient,
@@ -78,27 +78,10 @@ def build() -> Path:
     """The compiled runner's folder, compiled now when the source or the jars changed."""
     if os.environ.get("SEMANTICS_JAVA_CLASSES"):
         return Path(os.environ["SEMANTICS_JAVA_CLASSES"])
-    jars = classpath()
-    stamp = hashlib.sha256(SOURCE.read_bytes() + jars.encode()).hexdigest()[:16]
-    root = Path(os.environ.get("SEMANTICS_JAVA_BUILD") or Path(__file__).resolve().parents[3] / "var" / "java")
-    out = root / stamp
-    if (out / f"{MAIN_CLASS}.class").is_file():
-        return out
-    tmp = Path(tempfile.mkdtemp(prefix=f"{stamp}.", dir=root if root.is_dir() else None))
     try:
-        done = subprocess.run(
-            ["javac", "-nowarn", "-d", str(tmp), "-cp", jars, str(SOURCE)], capture_output=True, text=True, check=False
-        )
-    except FileNotFoundError:
-        raise JavaClientError("javac is not installed: the Java client's runner is compiled on first use") from None
-    if done.returncode != 0:
-        raise JavaClientError(f"javac failed: {(done.stderr or done.stdout).strip().splitlines()[0]}")
-    root.mkdir(parents=True, exist_ok=True)
-    try:
-        tmp.rename(out)
-    except OSError:  # another process compiled it first
-        pass
-    return out
+        return javac.classes(SOURCE, classpath())
+    except javac.JavacError as e:
+        raise JavaClientError(str(e)) from None
 
 
 def command(mode: str, conf: dict | None = None) -> list[str]:

@@ -1,0 +1,68 @@
+"""The project's Java sources compiled on first use: the Java load client's runner
+(clients/java) and the checker's platform topic reader (spark_apps/java). Each build is kept under
+SEMANTICS_JAVA_BUILD (var/java unless set) in a folder named by a hash of the source and the
+classpath, so a changed source or jar builds again and an unchanged one never does. Needs a JDK;
+an image with a JRE only builds them when it is built and names the results in its environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+class JavacError(RuntimeError):
+    """A source cannot be compiled; the message says why."""
+
+
+def _root() -> Path:
+    return Path(os.environ.get("SEMANTICS_JAVA_BUILD") or REPO / "var" / "java")
+
+
+def classes(source: Path, classpath: str) -> Path:
+    """The folder of `source`'s compiled classes, compiled now unless it already was."""
+    stamp = hashlib.sha256(source.read_bytes() + classpath.encode()).hexdigest()[:16]
+    root = _root()
+    out = root / stamp
+    if out.is_dir():
+        return out
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{stamp}.", dir=root))
+    try:
+        done = subprocess.run(
+            ["javac", "-nowarn", "-d", str(tmp), "-cp", classpath, str(source)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise JavacError(f"javac is not installed: {source.name} is compiled on first use") from None
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        raise JavacError(f"javac failed on {source.name}: {lines[0] if lines else done.returncode}")
+    try:
+        tmp.rename(out)
+    except OSError:  # another process compiled it first
+        pass
+    return out
+
+
+def jar(source: Path, classpath: str) -> Path:
+    """`source` compiled and packed as a jar (for spark-submit's --jars), next to its classes."""
+    folder = classes(source, classpath)
+    out = folder.with_suffix(".jar")
+    if out.is_file():
+        return out
+    fd, tmp = tempfile.mkstemp(prefix=f"{out.name}.", dir=folder.parent)
+    os.close(fd)
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for p in sorted(folder.rglob("*.class")):
+            z.write(p, p.relative_to(folder).as_posix())
+    os.replace(tmp, out)
+    return out
