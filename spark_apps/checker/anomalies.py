@@ -478,24 +478,26 @@ class Observation:
         read = self.joined if self.ledger is not None else self.copies
         return read.where(F.col("copies") > 1).select(*ID_KEY)
 
-    def first_copies(self, columns: tuple[str, ...] = FIRST_COPY) -> DataFrame:
+    def first_copies(self, columns: tuple[str, ...] = FIRST_COPY, records: DataFrame | None = None) -> DataFrame:
         """One row per event read: its first copy by offset (ID_KEY and `columns`; with
         FIRST_COPY, the consumer-side remedy). Only the duplicated events are grouped; the others
-        are their one copy, with no shuffle."""
+        are their one copy, with no shuffle. `records`: the same records read again with the
+        columns the cached ones left out (the payloads)."""
 
         def first_of(records: DataFrame) -> DataFrame:
             return (
                 records.groupBy(*ID_KEY).agg(F.min_by(F.struct(*columns), "offset").alias("f")).select(*ID_KEY, "f.*")
             )
 
+        identified = self.identified if records is None else records.where(F.col("n").isNotNull())
         duplicated = self.totals["duplicated_events"] if self.ledger is not None else self.duplicated.count()
         if duplicated == 0:
-            return self.identified.select(*ID_KEY, *columns)
+            return identified.select(*ID_KEY, *columns)
         if duplicated > BROADCAST_MAX_ROWS:
-            return first_of(self.identified)
+            return first_of(identified)
         dups = F.broadcast(self.duplicated)
-        once = self.identified.join(dups, list(ID_KEY), "left_anti").select(*ID_KEY, *columns)
-        return once.unionByName(first_of(self.identified.join(dups, list(ID_KEY), "left_semi")))
+        once = identified.join(dups, list(ID_KEY), "left_anti").select(*ID_KEY, *columns)
+        return once.unionByName(first_of(identified.join(dups, list(ID_KEY), "left_semi")))
 
 
 def _fingerprint(name: str, *columns: Column) -> tuple[Column, Column]:

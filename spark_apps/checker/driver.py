@@ -14,6 +14,7 @@ from checker.sources import (
     Source,
     committed_transactions,
     fixed_offsets,
+    read_by_platform_reader,
     read_ledger,
     read_polls,
     read_sink,
@@ -33,6 +34,7 @@ def reconcile(
     audit's outbox is read from; `copy` where the deduplicated copy goes (checker/dedup_copy.py)."""
     single_read = src.transactional is False and not src.sink
     copy_wanted = src.judged_by_reader and copy.wanted
+    reread = copy_wanted and not src.sink and read_by_platform_reader(src)
     ledger = read_ledger(jdbc, src, outbox)
     if not src.ledger_wrote_topic:
         ledger = anomalies.without_positions(ledger)  # positions in another topic
@@ -46,7 +48,9 @@ def reconcile(
         # What is cached is what the kinds read: the id's text is rebuilt from ID_KEY for the rows
         # reported, and the payload only goes to the deduplicated copy. At 10M events the
         # payloads alone outgrow the cache and spill to disk. The timestamps too only go to the copy.
-        dropped = {"event_id"} if copy_wanted else {"event_id", "value", "publish_at", "record_at"}
+        # The platform reader reads the records again for the copy in less time than caching
+        # their payloads costs (docs/BENCHMARKS.md).
+        dropped = {"event_id"} if copy_wanted and not reread else {"event_id", "value", "publish_at", "record_at"}
         reads = {
             iso: cache.keep(read_topic(spark, src, iso, start, end).drop(*dropped))
             for iso in ((READ_UNCOMMITTED,) if single_read else src.isolations)
@@ -109,7 +113,13 @@ def reconcile(
     if copy_wanted:
         mode = catalog.judged(src.judged_as or "")
         _, counts, obs = classified[mode.isolation if mode else READ_COMMITTED]
-        dedup = obs.first_copies().select(
+        again = None
+        if reread:
+            # The records the cached read saw, to the last of each partition: with read_committed
+            # a transaction open then and ended since shows no more of itself the second time.
+            seen = reads[obs.isolation].groupBy("partition").agg(F.max("offset").alias("last")).collect()
+            again = read_topic(spark, src, obs.isolation, start, {r["partition"]: r["last"] + 1 for r in seen})
+        dedup = obs.first_copies(records=again).select(
             obs.event_id(), F.lit(src.reconciliation_id).alias("reconciliation_id"), *anomalies.FIRST_COPY
         )
     results.write_results(spark, jdbc, src, summaries, all_disc, dedup, copy, start, end, recorded_before)

@@ -411,6 +411,10 @@ def topic_offsets(src: Source, at_millis: int | None = None) -> dict[int, tuple[
 PLATFORM_READER_LAYOUTS = (generator.VALUE_LAYOUT, generator.HEADERS_LAYOUT)
 
 
+def read_by_platform_reader(src: Source) -> bool:
+    return src.layout in PLATFORM_READER_LAYOUTS and os.environ.get("SEMANTICS_TOPIC_READER") != "kafka"
+
+
 def read_topic(
     spark: SparkSession, src: Source, isolation: str, start: dict, end: dict, via: str | None = None
 ) -> DataFrame:
@@ -420,9 +424,7 @@ def read_topic(
     10M-record topic, docs/BENCHMARKS.md), anything else by Spark's Kafka source; `via` ("platform"
     or "kafka") forces one, for the test that holds them to the same rows, and so does
     SEMANTICS_TOPIC_READER=kafka for the benchmark that compares them."""
-    if via is None and os.environ.get("SEMANTICS_TOPIC_READER") == "kafka":
-        via = "kafka"
-    via = via or ("platform" if src.layout in PLATFORM_READER_LAYOUTS else "kafka")
+    via = via or ("platform" if read_by_platform_reader(src) else "kafka")
     cores, offsets = spark.sparkContext.defaultParallelism, sum(end[p] - start[p] for p in end)
     # One task per partition leaves cores idle when the partitions do not divide among them
     # (3 on 2 cores: two rounds, the second half empty). Each partition is split into as many
