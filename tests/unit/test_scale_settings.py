@@ -218,3 +218,15 @@ def test_the_spark_jars_are_a_folder_or_a_list_and_carry_the_platform_reader(mon
     monkeypatch.setenv("SEMANTICS_SPARK_JARS", str(tmp_path))
     with pytest.raises(EndpointError, match="no Spark jars"):
         endpoints.spark_jars()
+
+
+def test_a_java_source_that_does_not_compile_is_one_line_and_leaves_nothing(monkeypatch, tmp_path):
+    from delivery_semantics.plumbing import javac
+
+    monkeypatch.setenv("SEMANTICS_JAVA_BUILD", str(tmp_path / "build"))
+    broken = tmp_path / "Broken.java"
+    broken.write_text("public class Broken { int x = ; }\n")
+    with pytest.raises(javac.JavacError, match=r"^javac failed on Broken.java: .*Broken.java") as e:
+        javac.jar(broken, "")
+    assert "\n" not in str(e.value)
+    assert list((tmp_path / "build").iterdir()) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 import zipfile
@@ -42,14 +43,16 @@ def classes(source: Path, classpath: str) -> Path:
             check=False,
         )
     except FileNotFoundError:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise JavacError(f"javac is not installed: {source.name} is compiled on first use") from None
     if done.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
         lines = (done.stderr or done.stdout).strip().splitlines()
         raise JavacError(f"javac failed on {source.name}: {lines[0] if lines else done.returncode}")
     try:
         tmp.rename(out)
     except OSError:  # another process compiled it first
-        pass
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
