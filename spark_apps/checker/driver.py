@@ -117,8 +117,10 @@ def reconcile(
         if reread:
             # The records the cached read saw, to the last of each partition: with read_committed
             # a transaction open then and ended since shows no more of itself the second time.
+            # A partition it saw nothing of is read over an empty range: no task.
             seen = reads[obs.isolation].groupBy("partition").agg(F.max("offset").alias("last")).collect()
-            again = read_topic(spark, src, obs.isolation, start, {r["partition"]: r["last"] + 1 for r in seen})
+            last = {r["partition"]: r["last"] + 1 for r in seen}
+            again = read_topic(spark, src, obs.isolation, start, {p: last.get(p, start[p]) for p in end})
         dedup = obs.first_copies(records=again).select(
             obs.event_id(), F.lit(src.reconciliation_id).alias("reconciliation_id"), *anomalies.FIRST_COPY
         )

@@ -180,3 +180,26 @@ def test_a_proto_file_that_does_not_compile_is_one_line(tmp_path):
         schemas.load(audit)
     assert "record.schemas.1: bad.proto: not a .proto schema:" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("layout", ["value", "headers"])
+def test_the_platform_reader_over_empty_ranges_reads_nothing_in_the_checkers_columns(spark, layout):
+    """What the copy reads again of partitions the kinds saw nothing of: no task, no broker."""
+    from checker import sources
+
+    run = {"run_id": "r1", "topic": "t", "mode": "idempotent", "scenario": "none", "messages": 0}
+    src = sources.platform_source({**run, "record_layout": layout}, sources.Kafka({}, {}))
+    df = sources.read_topic(spark, src, "read_committed", {0: 5, 1: 7}, {0: 5, 1: 7})
+    assert df.collect() == []
+    assert df.dtypes == [
+        ("event_id", "string"),
+        ("key", "string"),
+        ("seq", "bigint"),
+        ("publish_at", "timestamp"),
+        ("partition", "int"),
+        ("offset", "bigint"),
+        ("value", "binary"),
+        ("record_at", "timestamp"),
+        ("n", "bigint"),
+        ("id_rest", "string"),
+    ]
