@@ -7,6 +7,7 @@ settings), timed one after another, to tell the Kafka source's cost from what th
                     kafka.check.crcs=false, kafka.fetch.max.bytes=134217728)
   platform          the checker's platform reader (spark_apps/java): Kafka's consumer in each
                     task, the value's fields cut out in the JVM (the same splits)
+  platform:K=V;K=V  the same with other consumer settings (kafka.max.poll.records=5000)
   python            librdkafka in each task through mapInArrow (the same splits), the value's
                     fields split out by Spark
   parquet:CODEC     the spark read written as Parquet with CODEC (snappy, none, lz4_raw, zstd):
@@ -71,14 +72,14 @@ def spark_read(spark: SparkSession, conf: dict, topic: str, options: dict) -> Da
     )
 
 
-def platform_read(spark: SparkSession, conf: dict, topic: str, ranges: dict) -> DataFrame:
+def platform_read(spark: SparkSession, conf: dict, topic: str, ranges: dict, options: dict) -> DataFrame:
     splits = []
     for p, (lo, hi) in ranges.items():
         step = max(1, -(-(hi - lo) // SPLITS_PER_PARTITION))
         splits += [f"{p}:{a}:{min(hi, a + step)}" for a in range(lo, hi, step)]
     return (
         spark.read.format("deliverysemantics.PlatformTopicSource")
-        .options(**{**READ_FETCH, **spark_kafka_options(conf)})
+        .options(**{**READ_FETCH, **spark_kafka_options(conf), **options})
         .option("topic", topic)
         .option("layout", "value")
         .option("ranges", ",".join(splits))
@@ -162,7 +163,8 @@ def main() -> None:
             options = dict(kv.split("=", 1) for kv in rest.split(";") if kv)
             got = fields(spark_read(spark, conf, topic, options)).agg(F.count("event_id"), F.sum("seq")).first()
         elif kind == "platform":
-            got = platform_read(spark, conf, topic, ranges).agg(F.count("event_id"), F.sum("seq")).first()
+            options = dict(kv.split("=", 1) for kv in rest.split(";") if kv)
+            got = platform_read(spark, conf, topic, ranges, options).agg(F.count("event_id"), F.sum("seq")).first()
         elif kind == "python":
             got = fields(python_read(spark, conf, topic, ranges)).agg(F.count("event_id"), F.sum("seq")).first()
         else:
