@@ -429,11 +429,12 @@ def read_topic(
     # One task per partition leaves cores idle when the partitions do not divide among them
     # (3 on 2 cores: two rounds, the second half empty). Each partition is split into as many
     # ranges as there are cores, once the ranges stay large.
-    splits = len(end) * cores if cores > 1 and offsets // (len(end) * cores) >= MIN_SPLIT_RECORDS else None
+    split = cores > 1 and bool(end) and offsets // (len(end) * cores) >= MIN_SPLIT_RECORDS
+    tasks_per_partition = cores if split else 1
     if via == "platform":
-        records = _platform_read(spark, src, isolation, start, end, splits)
+        records = _platform_read(spark, src, isolation, start, end, tasks_per_partition)
     else:
-        records = _kafka_read(spark, src, isolation, start, end, splits)
+        records = _kafka_read(spark, src, isolation, start, end, tasks_per_partition)
     # A blank id is none. Tested on the column, not on the header lookup that makes it, which
     # Spark would repeat; an id with the run's prefix is not blank.
     eid = F.col("event_id")
@@ -444,7 +445,7 @@ def read_topic(
 
 
 def _kafka_read(
-    spark: SparkSession, src: Source, isolation: str, start: dict, end: dict, splits: int | None
+    spark: SparkSession, src: Source, isolation: str, start: dict, end: dict, tasks_per_partition: int
 ) -> DataFrame:
     starting = json.dumps({src.topic: {str(p): o for p, o in start.items()}})
     ending = json.dumps({src.topic: {str(p): o for p, o in end.items()}})
@@ -458,8 +459,8 @@ def _kafka_read(
         .option("kafka.isolation.level", isolation)
         .option("failOnDataLoss", "false")
     )
-    if splits:
-        reader = reader.option("minPartitions", str(splits))
+    if tasks_per_partition > 1:
+        reader = reader.option("minPartitions", str(len(end) * tasks_per_partition))
     df = src.record_format.decode(reader.load(), [src.event_id, src.key, src.seq, src.publish_at])
     return df.select(
         formats.field(src.event_id, "string").alias("event_id"),
@@ -474,16 +475,15 @@ def _kafka_read(
 
 
 def _platform_read(
-    spark: SparkSession, src: Source, isolation: str, start: dict, end: dict, splits: int | None
+    spark: SparkSession, src: Source, isolation: str, start: dict, end: dict, tasks_per_partition: int
 ) -> DataFrame:
     """The platform reader's text fields, cast as `formats.field` casts them."""
     if src.layout not in PLATFORM_READER_LAYOUTS:
         raise ValueError(f"the platform reader does not read the {src.layout!r} layout")
-    per_partition = max(1, (splits or len(end)) // max(1, len(end)))
     ranges = []
     for p in sorted(end):
         lo, hi = start.get(p, 0), end[p]
-        step = max(1, -(-(hi - lo) // per_partition))
+        step = max(1, -(-(hi - lo) // tasks_per_partition))
         ranges += [f"{p}:{a}:{min(hi, a + step)}" for a in range(lo, hi, step)]
     df = (
         spark.read.format("deliverysemantics.PlatformTopicSource")
