@@ -18,7 +18,6 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.Table;
@@ -203,6 +202,7 @@ public final class PlatformTopicSource implements TableProvider {
     // The value's fields: [start, end) of each, or start -1 when the value is malformed.
     private final int[] cuts = new int[8];
     private byte[][] decoded; // the fields of a value that is not ASCII, as Spark's split makes them
+    private final boolean cutsValue; // the value layout, and a field of it is read
 
     Reader(ReaderFactory f, Split split) {
       this.f = f;
@@ -217,6 +217,11 @@ public final class PlatformTopicSource implements TableProvider {
       consumer.assign(Collections.singletonList(tp));
       consumer.seek(tp, split.from);
       this.writer = new UnsafeRowWriter(f.columns.length, 256);
+      boolean readsField = false;
+      for (int c : f.columns) {
+        readsField |= c == EVENT_ID || c == SEQ || c == PUBLISH_AT;
+      }
+      this.cutsValue = !f.headers && readsField;
       this.done = split.from >= split.until;
     }
 
@@ -266,8 +271,7 @@ public final class PlatformTopicSource implements TableProvider {
       writer.reset();
       writer.zeroOutNullBytes();
       byte[] value = record.value();
-      boolean cut = !f.headers && needsFields();
-      if (cut) {
+      if (cutsValue) {
         cutValue(value);
       }
       for (int i = 0; i < f.columns.length; i++) {
@@ -302,15 +306,6 @@ public final class PlatformTopicSource implements TableProvider {
         }
       }
       return writer.getRow();
-    }
-
-    private boolean needsFields() {
-      for (int c : f.columns) {
-        if (c == EVENT_ID || c == SEQ || c == PUBLISH_AT) {
-          return true;
-        }
-      }
-      return false;
     }
 
     private void writeBytes(int ordinal, byte[] bytes) {
