@@ -159,7 +159,12 @@ def platform_source(run: dict, kafka: Kafka) -> Source:
         scenario=run["scenario"],
         **_platform_fields(run.get("record_layout", generator.HEADERS_LAYOUT)),
         transactional=catalog.get_mode(run["mode"]).transactional,
-        ledger={"kind": "platform", "run_id": run["run_id"], "messages": int(run["messages"])},
+        ledger={
+            "kind": "platform",
+            "run_id": run["run_id"],
+            "messages": int(run["messages"]),
+            "acked_ends": json.loads(run.get("acked_ends") or "{}"),
+        },
         findings=json.loads(run.get("findings") or "[]"),
         record_format=_platform_format(run.get("record_layout", generator.HEADERS_LAYOUT)),
         layout=run.get("record_layout", generator.HEADERS_LAYOUT),
@@ -367,14 +372,22 @@ def fixed_offsets(spark: SparkSession, jdbc: Jdbc, src: Source) -> tuple[dict, d
     )
     if rows:
         return ({int(r[0]): int(r[1]) for r in rows}, {int(r[0]): int(r[2]) for r in rows}, True)
-    marks = topic_offsets(src)
+    # The ends of what the run's producers saw acked: the log end is taken once the followers
+    # have them (readback.high_watermarks).
+    covering = src.ledger.get("acked_ends") if src.ledger_wrote_topic else None
+    marks = topic_offsets(src, covering=covering)
     return {p: m[0] for p, m in marks.items()}, {p: m[1] for p, m in marks.items()}, False
 
 
-def topic_offsets(src: Source, at_millis: int | None = None) -> dict[int, tuple[int, int, int | None]]:
+def topic_offsets(
+    src: Source, at_millis: int | None = None, covering: dict | None = None
+) -> dict[int, tuple[int, int, int | None]]:
     """Per partition: (log start, log end, and with `at_millis` the first offset whose timestamp is
-    at or after it, None when there is none yet)."""
+    at or after it, None when there is none yet); with `covering`, the log ends once they reach
+    it (readback.high_watermarks)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    from delivery_semantics.workload import readback
 
     conf = {
         **src.kafka.client,
@@ -388,10 +401,10 @@ def topic_offsets(src: Source, at_millis: int | None = None) -> dict[int, tuple[
         t = md.topics.get(src.topic)
         if t is None or t.error is not None:
             raise InputError(f"topic {src.topic!r}: {t.error if t else 'not found'}")
-        marks = {}
-        for p in sorted(t.partitions):
-            lo, hi = c.get_watermark_offsets(TopicPartition(src.topic, p), timeout=15)
-            marks[p] = (lo, hi, None)
+        marks = {
+            p: (lo, hi, None)
+            for p, (lo, hi) in readback.high_watermarks(c, src.topic, sorted(t.partitions), covering).items()
+        }
         if at_millis is not None:
             found = c.offsets_for_times([TopicPartition(src.topic, p, at_millis) for p in marks], timeout=15)
             for tp in found:
@@ -722,8 +735,8 @@ def typed(df: DataFrame, types: dict[str, str]) -> DataFrame:
 
 def platform_run_source(jdbc: Jdbc, run_id: str, kafka: Kafka) -> Source:
     """A producer run, or a consumer run checked against its input run's ledger."""
-    run_cols = ("run_id", "topic", "mode", "scenario", "messages", "record_layout", "findings")
-    select = "SELECT run_id, topic, mode, scenario, messages, record_layout, findings::text FROM runs"
+    run_cols = ("run_id", "topic", "mode", "scenario", "messages", "record_layout", "findings", "acked_ends")
+    select = "SELECT run_id, topic, mode, scenario, messages, record_layout, findings::text, acked_ends::text FROM runs"
     rows = jdbc.scalar_rows(f"{select} WHERE run_id = ?", [run_id])
     if rows:
         return platform_source(dict(zip(run_cols, rows[0], strict=False)), kafka)

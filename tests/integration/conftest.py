@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "plugins"), str(REPO / "local")]
+sys.path[:0] = [str(REPO / "plugins"), str(REPO / "spark_apps"), str(REPO / "local")]
 
 import devstack  # noqa: E402
 from delivery_semantics.plumbing import topics  # noqa: E402

@@ -27,7 +27,7 @@ class Observed:
 
 def observe(kafka_conf: dict, ledger: Ledger, run_id: str, isolation: str) -> Observed:
     run = ledger.get_run(run_id)
-    records = readback.read_topic(kafka_conf, run["topic"], isolation)
+    records = readback.read_topic(kafka_conf, run["topic"], isolation, covering=run["acked_ends"])
     copies = readback.copies_by_event(records)
     with ledger.conn, ledger.conn.cursor() as cur:
         cur.execute(
@@ -49,3 +49,18 @@ def observe(kafka_conf: dict, ledger: Ledger, run_id: str, isolation: str) -> Ob
         lost_unacked=sum(1 for eid in missing if not status[eid]),
         unexpected=sum(1 for eid in copies if eid not in status),
     )
+
+
+def written_ends(ledger: Ledger, run_id: str) -> dict[int, int]:
+    """Where a fault-free run's records end in each partition of its fresh topic: its acked ends,
+    and for acks=0 (no offsets known) the number of events sent there, the topic holding nothing
+    else. For readback.read_topic's `covering`."""
+    ends = {int(p): end for p, end in (ledger.get_run(run_id)["acked_ends"] or {}).items()}
+    with ledger.conn, ledger.conn.cursor() as cur:
+        cur.execute(
+            "SELECT \"partition\", count(*) FROM ledger_outcomes WHERE run_id = %s AND status = 'sent' GROUP BY 1",
+            (run_id,),
+        )
+        for p, sent in cur.fetchall():
+            ends[p] = max(ends.get(p, 0), sent)
+    return ends

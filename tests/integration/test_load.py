@@ -12,9 +12,14 @@ import time
 import psycopg2
 import pytest
 from conftest import REPO
+from direct_check import written_ends
 
+import devstack
+from checker import sources
 from delivery_semantics import catalog
+from delivery_semantics.faults.nemesis import wait_healthy
 from delivery_semantics.history.ledger import DuplicateEvent, Ledger
+from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import Database, ledger_database
 from delivery_semantics.workload import client, load, readback
 from delivery_semantics.workload.generator import new_run_id
@@ -40,7 +45,10 @@ def test_every_mode_without_fault_delivers_each_event_once(mode, kafka_conf, led
     )
     assert s.status == "completed"
     assert (s.failed, s.unknown, s.pending) == (0, 0, 0)
-    records = readback.read_topic(kafka_conf, s.topic, catalog.MODES[mode].isolation)
+    # acks=0 and acks=1 records are acked before the followers have them: read once they do.
+    records = readback.read_topic(
+        kafka_conf, s.topic, catalog.MODES[mode].isolation, covering=written_ends(ledger, s.run_id)
+    )
     copies = readback.copies_by_event(records)
     assert len(records) == 4000 and len(copies) == 4000 and set(copies.values()) == {1}
     if mode == "at_most_once":
@@ -55,6 +63,37 @@ def test_every_mode_without_fault_delivers_each_event_once(mode, kafka_conf, led
     with ledger.conn.cursor() as cur:
         cur.execute("SELECT event_id, key, seq FROM ledger_events WHERE run_id = %s", (s.run_id,))
         assert sorted(cur.fetchall()) == sorted((r.event_id, r.key, r.seq) for r in records)
+
+
+def test_an_acks_1_record_is_read_once_the_high_watermark_reaches_it_not_taken_for_lost(kafka_conf, ledger):
+    """acks=1: the leader acks a record its followers do not have yet, and readers see it only
+    once the high watermark passes it. Planted: a follower in the ISR paused while the run
+    writes, so the watermark stays behind what was acked until the leader drops the follower
+    from the ISR (replica.lag.time.max.ms, 10 s here). The checker's end offsets and readback
+    wait for the run's acked ends; without them the topic ends short."""
+    run_id = load.create(load.LoadSpec(mode="at_least_once", messages=300, partitions=1, keys=4, seed=5))
+    topic = ledger.get_run(run_id)["topic"]
+    md = topics.admin_client(kafka_conf).list_topics(topic, timeout=10).topics[topic].partitions[0]
+    follower = next(b for b in md.replicas if b not in (md.leader, devstack.quorum_leader()))
+    backend = devstack.ProcessBackend()
+    backend.pause(follower)
+    try:
+        s = load.resume(run_id)
+        assert (s.status, s.acked) == ("completed", 300)
+        run = ledger.get_run(run_id)
+        assert run["acked_ends"] == {"0": 300}
+        assert readback.end_offsets(kafka_conf, topic)[0] < 300, "planted: the watermark behind the acks"
+        src = sources.platform_source(
+            {**run, "findings": None, "acked_ends": json.dumps(run["acked_ends"])},
+            sources.Kafka(kafka_conf, {}),
+        )
+        assert src.ledger["acked_ends"] == {"0": 300}
+        assert sources.topic_offsets(src, covering=src.ledger["acked_ends"])[0][1] == 300
+        records = readback.read_topic(kafka_conf, topic, covering=run["acked_ends"])
+        assert sorted(r.offset for r in records) == list(range(300))
+    finally:
+        backend.resume(follower)
+        wait_healthy(kafka_conf, timeout=120)
 
 
 def test_run_row_holds_the_effective_config_and_summary(ledger):
@@ -252,7 +291,8 @@ def test_kill9_mid_run_loses_no_ledger_row_and_resume_completes(mode, kafka_conf
         2,
     )
     isolation = catalog.MODES[mode].isolation
-    copies = readback.copies_by_event(readback.read_topic(kafka_conf, run["topic"], isolation))
+    covering = ledger.get_run(run_id)["acked_ends"]
+    copies = readback.copies_by_event(readback.read_topic(kafka_conf, run["topic"], isolation, covering=covering))
     assert len(copies) == messages
     assert _sealed(ledger, run_id), "the resume sealed it"
     if mode == "transactional":

@@ -8,19 +8,15 @@ partitions split."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from conftest import REPO
 
+from checker import sources
 from delivery_semantics.plumbing.endpoints import kafka_config, spark_jars, spark_kafka_options
 from delivery_semantics.workload import generator
-
-sys.path.insert(0, str(REPO / "spark_apps"))
-from checker import sources
 
 pytestmark = pytest.mark.timeout(900)
 RUN = "r20261127t120000_0a1b2c"

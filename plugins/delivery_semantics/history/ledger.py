@@ -638,7 +638,8 @@ class Ledger:
             return cur.fetchone()[0]
 
     def counts(self, run_id: str) -> dict:
-        """Where each event of the run stands, and ack latency percentiles, computed in SQL."""
+        """Where each event of the run stands, ack latency percentiles and each partition's acked
+        end (runs.acked_ends), computed in SQL."""
         self.analyze(run_id)
         with self.conn, self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
             cur.execute(
@@ -671,6 +672,15 @@ class Ledger:
                        percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_us)
                            FILTER (WHERE status IN ('acked', 'sent')) / 1000.0 AS ack_p99_ms
                 FROM ledger_outcomes WHERE run_id = %(run)s""",
+                {"run": run_id},
+            )
+            counts.update(cur.fetchone())
+            cur.execute(
+                """
+                SELECT coalesce(jsonb_object_agg("partition", "end"), '{}') AS acked_ends
+                FROM (SELECT "partition", max("offset") + 1 AS "end" FROM ledger_outcomes
+                      WHERE run_id = %(run)s AND status = 'acked' AND "offset" IS NOT NULL
+                      GROUP BY "partition") ends""",
                 {"run": run_id},
             )
             counts.update(cur.fetchone())

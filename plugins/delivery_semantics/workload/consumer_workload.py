@@ -109,7 +109,8 @@ def start(spec: ConsumerSpec, *, kafka_conf: dict | None = None, db: Database | 
         ledger.migrate()
         source = input_run(ledger, spec.source_run_id)
         try:
-            ends = readback.end_offsets(kafka_conf, source["topic"])
+            # The consumers read what was acked, once the followers have it.
+            ends = readback.end_offsets(kafka_conf, source["topic"], covering=source["acked_ends"])
         except RuntimeError as e:
             raise WorkloadError(f"the input topic cannot be read: {e}") from None
         cid = spec.consumer_run_id or new_run_id("c")

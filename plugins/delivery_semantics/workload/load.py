@@ -506,6 +506,7 @@ def total(ledger: Ledger, run_id: str) -> None:
             aborted_attempts=counts["aborted_attempts"],
             ack_p50_ms=counts["ack_p50_ms"],
             ack_p99_ms=counts["ack_p99_ms"],
+            acked_ends=counts["acked_ends"],
             active_seconds=active,
             records_per_sec=done / active if active > 0 else None,
             ended_at=max(p["ended_at"] for p in producers),

@@ -26,9 +26,43 @@ class Record:
     offset: int
 
 
+# A follower in the ISR that has not fetched holds the high watermark back until the leader
+# drops it from the ISR, replica.lag.time.max.ms later (Kafka's default 30 s): an acks=1 record
+# is acked before that and readable only after it. Past this bound the record's leader is gone,
+# and the record with it.
+ACKED_READABLE_WITHIN_S = 45.0
+
+
+def high_watermarks(
+    consumer: Consumer,
+    topic: str,
+    partitions: list[int],
+    covering: dict | None = None,
+    timeout: float = ACKED_READABLE_WITHIN_S,
+    query_timeout: float = 15.0,
+) -> dict[int, tuple[int, int]]:
+    """(log start, high watermark) of each partition, as the consumer's isolation level sees it.
+    With `covering` (runs.acked_ends: partition to one past its last acked offset), waits until
+    every watermark reaches its end or `timeout` passed, so that a record acked by its leader
+    alone is not taken for lost while the followers copy it."""
+    want = {int(p): int(end) for p, end in (covering or {}).items()}
+    deadline = time.monotonic() + timeout
+    while True:
+        marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=query_timeout) for p in partitions}
+        if all(marks[p][1] >= end for p, end in want.items() if p in marks) or time.monotonic() >= deadline:
+            return marks
+        time.sleep(0.2)
+
+
 def read_topic(
-    kafka_conf: dict, topic: str, isolation: str = "read_uncommitted", timeout: float = 120.0
+    kafka_conf: dict,
+    topic: str,
+    isolation: str = "read_uncommitted",
+    timeout: float = 120.0,
+    covering: dict | None = None,
 ) -> list[Record]:
+    """Every record of the topic; with `covering` (see high_watermarks), once the high watermarks
+    reach it."""
     consumer = Consumer(
         {
             **kafka_conf,
@@ -44,6 +78,8 @@ def read_topic(
         if md.error is not None:
             raise RuntimeError(f"topic {topic}: {md.error}")
         parts = sorted(md.partitions)
+        if covering:
+            high_watermarks(consumer, topic, parts, covering)
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         out: list[Record] = []
 
@@ -66,17 +102,16 @@ def read_topic(
         consumer.close()
 
 
-def end_offsets(kafka_conf: dict, topic: str, timeout: float = 15.0) -> dict[int, int]:
-    """The log end (high watermark) of each partition of the topic."""
+def end_offsets(kafka_conf: dict, topic: str, timeout: float = 15.0, covering: dict | None = None) -> dict[int, int]:
+    """The log end (high watermark) of each partition of the topic; with `covering`, once they
+    reach it (high_watermarks)."""
     consumer = Consumer({**kafka_conf, "group.id": f"end-offsets-{uuid.uuid4().hex}", "enable.auto.commit": False})
     try:
         md = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         if md is None or md.error is not None:
             raise RuntimeError(f"topic {topic}: {md.error if md else 'not found'}")
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
-            for p in sorted(md.partitions)
-        }
+        marks = high_watermarks(consumer, topic, sorted(md.partitions), covering, query_timeout=timeout)
+        return {p: hi for p, (_, hi) in marks.items()}
     finally:
         consumer.close()
 
