@@ -145,7 +145,7 @@ copy = DedupCopy("lakehouse", sys.argv[1])
 cols = "event_id string, reconciliation_id string, key string, seq bigint, publish_at timestamp, partition int, offset bigint, value binary"
 
 def rows(rid, n):
-    return spark.createDataFrame([(f"{rid}-{i}", rid, "k", i, None, 0, i, b"v") for i in range(n)], cols)
+    return spark.createDataFrame([(f"{rid}-{i}", rid, "k", i, None, 0, i, b"v%d" % i) for i in range(n)], cols)
 
 written = {}
 def write(rid, n):
@@ -159,7 +159,14 @@ write("r2", 4)  # a rerun replaces its own partition
 for n in range(1, 11):
     write("r3", n)
 counts = {r["reconciliation_id"]: r["n"] for r in spark.read.format("delta").load(copy.location).groupBy("reconciliation_id").count().withColumnRenamed("count", "n").collect()}
-print("RESULT " + json.dumps({"counts": counts, "written": written}))
+import glob, pyarrow.parquet as pq
+files = sorted(glob.glob(copy.location + "/reconciliation_id=r3/*.parquet"))
+chunks = [pq.ParquetFile(f).metadata.row_group(0) for f in files]
+encodings = {
+    rg.column(i).path_in_schema: "dictionary" if any("DICTIONARY" in e for e in rg.column(i).encodings) else "plain"
+    for rg in chunks for i in range(rg.num_columns)
+}
+print("RESULT " + json.dumps({"counts": counts, "written": written, "encodings": encodings}))
 """
 
 
@@ -190,6 +197,15 @@ def test_two_copies_written_at_once_each_land_whole_and_a_rerun_replaces_its_own
     assert versions["r2"] == 2 and versions["audit:o:a'1"] in (0, 1), "the table's first two commits, then the rerun"
     assert result["written"]["r2"][1] == 4, "the rerun's commit and its rows"
     assert result["written"]["audit:o:a'1"][1] == 3
+    # A column with a value per row is written without a dictionary; the key keeps its own.
+    encodings = result["encodings"]
+    assert {c: encodings[c] for c in ("event_id", "seq", "offset", "value", "key")} == {
+        "event_id": "plain",
+        "seq": "plain",
+        "offset": "plain",
+        "value": "plain",
+        "key": "dictionary",
+    }
     assert result["written"]["r3"] == [12, 10], "the tenth rerun is the thirteenth commit, read past a checkpoint"
     table = tmp_path / "lake" / "dedup_events"
     assert list((table / "_delta_log").glob("*.checkpoint*")), "Delta wrote a checkpoint"
