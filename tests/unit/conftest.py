@@ -32,6 +32,11 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # Tiny frames, a new plan for each: compiling each costs more than running it interpreted
+        # (test_anomalies.py 155 s against 203 s). The integration tier runs them compiled.
+        .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+        .config("spark.sql.adaptive.enabled", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

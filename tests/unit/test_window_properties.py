@@ -91,13 +91,8 @@ def histories(draw, settled: bool):
     return [minute(5 * c) for c in cuts], rows, records, applies
 
 
-# Tiny frames, a new plan for each window: interpreted, not compiled, and unshuffled.
-FAST = {
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    "spark.sql.adaptive.enabled": "false",
-    "spark.sql.shuffle.partitions": "1",
-}
+# Tiny frames, a new plan for each window: unshuffled too (the session interprets them, conftest).
+FAST = {"spark.sql.shuffle.partitions": "1"}
 
 
 @pytest.fixture(scope="module")
