@@ -38,10 +38,16 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie still answers kill(0); treat it as gone.
+    # A zombie still answers kill(0); treat it as gone. So does a thread of another process whose
+    # id a stale pid file names (a broker's JVM reused a stopped worker's pid as a thread id):
+    # that pid is not a process.
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
+            if f.read().split(") ", 1)[1][0] == "Z":
+                return False
+        with open(f"/proc/{pid}/status") as f:
+            tgid = next((line.split()[1] for line in f if line.startswith("Tgid:")), None)
+        return tgid is None or int(tgid) == pid
     except OSError:
         return False
 

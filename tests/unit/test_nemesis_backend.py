@@ -39,3 +39,24 @@ def test_an_unusable_backend_is_refused_in_one_line(monkeypatch, name, message):
 def test_the_production_code_does_not_import_the_local_stack():
     for path in (REPO / "plugins").rglob("*.py"):
         assert "import devstack" not in path.read_text() and "from devstack" not in path.read_text(), path
+
+
+def test_a_pid_file_naming_a_thread_of_another_process_names_no_process(monkeypatch):
+    """A stopped worker's pid, reused as a thread id by a broker's JVM, kept `stack start` from
+    starting the worker again: it took the thread for the worker and waited for it to answer."""
+    import os
+    import threading
+
+    monkeypatch.syspath_prepend(str(REPO / "local"))
+    from devstack.base import pid_alive
+
+    ids, started, done = [], threading.Event(), threading.Event()
+    t = threading.Thread(target=lambda: (ids.append(threading.get_native_id()), started.set(), done.wait(10)))
+    t.start()
+    try:
+        started.wait(10)
+        assert ids[0] != os.getpid() and not pid_alive(ids[0])
+        assert pid_alive(os.getpid())
+    finally:
+        done.set()
+        t.join()
