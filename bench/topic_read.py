@@ -159,11 +159,10 @@ def main() -> None:
         kind, _, rest = variant.partition(":")
         out = None
         started = time.monotonic()
+        options = dict(kv.split("=", 1) for kv in rest.split(";") if kv) if kind in ("spark", "platform") else {}
         if kind == "spark":
-            options = dict(kv.split("=", 1) for kv in rest.split(";") if kv)
             got = fields(spark_read(spark, conf, topic, options)).agg(F.count("event_id"), F.sum("seq")).first()
         elif kind == "platform":
-            options = dict(kv.split("=", 1) for kv in rest.split(";") if kv)
             got = platform_read(spark, conf, topic, ranges, options).agg(F.count("event_id"), F.sum("seq")).first()
         elif kind == "python":
             got = fields(python_read(spark, conf, topic, ranges)).agg(F.count("event_id"), F.sum("seq")).first()
@@ -175,7 +174,6 @@ def main() -> None:
         seconds = time.monotonic() - started
         if out:
             got = (spark.read.parquet(out).count(),)
-        if out:
             shutil.rmtree(out, ignore_errors=True)
         print(f"| {variant} | {seconds:.1f} | {got[0]:,} |", flush=True)
 
