@@ -56,6 +56,28 @@ def test_spark_settings_layer_defaults_environment_audit_and_connection(monkeypa
     assert spark_master() == "local[2]", "no Spark connection: local mode"
 
 
+def test_a_local_driver_starts_from_the_class_archive_once_there_is_one(monkeypatch, tmp_path):
+    monkeypatch.delenv("SEMANTICS_SPARK_CONF", raising=False)
+    monkeypatch.setattr(endpoints, "get_connection", _no_connection)
+    archive = tmp_path / "driver-classes.jsa"
+    monkeypatch.setenv("SEMANTICS_SPARK_CLASS_ARCHIVE", str(archive))
+    assert spark_conf("local[2]")["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC", "none yet"
+    archive.write_bytes(b"")
+    assert (
+        spark_conf("local[2]")["spark.driver.extraJavaOptions"] == f"-XX:+UseParallelGC -XX:SharedArchiveFile={archive}"
+    )
+    assert "spark.driver.extraJavaOptions" not in spark_conf("spark://m:7077"), (
+        "a cluster's driver is not ours to start"
+    )
+    monkeypatch.setenv("SEMANTICS_SPARK_CONF", json.dumps({"spark.driver.extraJavaOptions": "-Xss4m"}))
+    assert spark_conf("local[2]")["spark.driver.extraJavaOptions"] == "-Xss4m", "the environment's options win whole"
+    monkeypatch.delenv("SEMANTICS_SPARK_CLASS_ARCHIVE")
+    default = endpoints.spark_class_archive()
+    assert default.parent == REPO / ".cache" / "spark" and default.name.startswith("driver-classes-")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "another-jdk"))
+    assert endpoints.spark_class_archive() != default, "one archive per JVM"
+
+
 def _no_connection(conn_id):
     raise EndpointError(f"connection {conn_id!r} is not set")
 

@@ -7,15 +7,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from delivery_semantics import catalog
 from delivery_semantics.plumbing.endpoints import (
     SPARK_CONN_ID,
     spark_application_env,
     spark_apps_dir,
+    spark_class_archive,
     spark_conf,
     spark_jars,
     spark_master,
@@ -133,3 +136,35 @@ def run(
     if timed_out.is_set():
         raise subprocess.TimeoutExpired(cmd, timeout)
     return Reconciled(proc.returncode, summaries, "".join(stdout), "".join(stderr))
+
+
+def write_class_archive(timeout: float = 900) -> Path | None:
+    """Local mode's driver class archive (endpoints.spark_class_archive), unless it is there: a
+    driver runs spark_apps/class_archive.py, a small reconciliation's kind of work on generated
+    rows, and its JVM archives the classes it loaded as it exits. None when that failed (each
+    application then starts without it)."""
+    archive = spark_class_archive()
+    if archive.is_file():
+        return archive
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}.part")
+    java_options = spark_conf("local[2]")["spark.driver.extraJavaOptions"]
+    # -Xlog: the dump notes each class it leaves out (from a signed jar, or too old a class version).
+    conf = {"spark.driver.extraJavaOptions": f"{java_options} -XX:ArchiveClassesAtExit={partial} -Xlog:cds*=off"}
+    bin_dir = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable}
+    try:
+        done = subprocess.run(
+            command([], "local[2]", conf, app="class_archive.py"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode == 0 and partial.is_file():
+            partial.replace(archive)
+            return archive
+        return None
+    finally:
+        partial.unlink(missing_ok=True)
