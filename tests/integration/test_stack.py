@@ -10,6 +10,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import psycopg2
@@ -21,7 +22,7 @@ from conftest import REPO, run
 import devstack
 from delivery_semantics.faults.nemesis import wait_healthy
 from delivery_semantics.plumbing import topics
-from delivery_semantics.plumbing.endpoints import ledger_database
+from delivery_semantics.plumbing.endpoints import ledger_database, spark_class_archive, spark_conf
 from delivery_semantics.workload import readback
 
 STACK = str(REPO / "local" / "stack")
@@ -326,3 +327,17 @@ def test_smoke_dag_counts_with_spark_what_was_produced():
         cur.execute("SELECT topic, counted FROM smoke_counts ORDER BY counted_at DESC LIMIT 1")
         topic, counted = cur.fetchone()
     assert topic.startswith("smoke-") and counted == 2500
+
+
+def test_a_local_driver_loads_its_classes_from_the_archive_setup_wrote():
+    """local/setup wrote the Spark driver's class archive, and a driver started with the options
+    the platform gives local mode maps it: with -Xshare:on a JVM that cannot map it fails, and the
+    classes it loads come from it rather than from their jars."""
+    options = spark_conf("local[2]")["spark.driver.extraJavaOptions"]
+    assert f"-XX:SharedArchiveFile={spark_class_archive()}" in options
+    res = run(["spark-submit", "--driver-java-options", f"{options} -Xshare:on -Xlog:class+load=info", "--version"])
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    sources = Counter(line.split(" source: ")[1] for line in res.stdout.splitlines() if " source: " in line)
+    archived = sources["shared objects file (top)"]  # the archive's; "shared objects file" is the JDK's own
+    from_jars = sum(n for source, n in sources.items() if not source.startswith("shared objects file"))
+    assert archived > 1000 and from_jars * 10 < archived, sources.most_common(5)
