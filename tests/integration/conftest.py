@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO / "spark_apps"), str(REPO / "local")]
 
 import devstack  # noqa: E402
-from delivery_semantics.plumbing import topics  # noqa: E402
+from delivery_semantics.plumbing import endpoints, topics  # noqa: E402
 from delivery_semantics.plumbing.endpoints import kafka_config  # noqa: E402
 
 ARTIFACTS = REPO / "artifacts"
@@ -33,8 +32,9 @@ def stack_env():
             f"local stack is not up ({', '.join(down)} down): run `make test`, or `local/stack start`", returncode=3
         )
     if "SEMANTICS_SPARK_CONF" not in os.environ:
-        archive = spark_class_archive()
-        jvm = f"{SMALL_RUN_JVM} -XX:SharedArchiveFile={archive}" if archive else SMALL_RUN_JVM
+        # The driver's class archive local/setup wrote, which the platform's own options name too.
+        archive = endpoints.spark_class_archive()
+        jvm = f"{SMALL_RUN_JVM} -XX:SharedArchiveFile={archive}" if archive.is_file() else SMALL_RUN_JVM
         # No test looks at an application's web UI, and its server takes a second or two to start.
         # The standalone cluster's executors start a JVM per application too (the rerun there: 188 s
         # against 214 s with theirs on C2); the archive is the driver's, whose class path it matches.
@@ -53,41 +53,6 @@ def stack_env():
 # no JVM option changes a result. The client compiler alone saves about 10 s of each one's 40-55 s
 # (a 3,000-event reconcile with the copy: 39.3/44.5 s against 48.6/56.5 s); big runs keep C2.
 SMALL_RUN_JVM = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
-
-
-def spark_class_archive() -> Path | None:
-    """A class-data-sharing archive of what a small reconciliation loads (Spark, Kafka's source,
-    Delta), for the driver JVM to map instead of loading and verifying each class again: a 3,000-
-    event reconcile with the copy took 38.3/39.1 s with it against 52.9 s without. Made once per
-    JVM and jar set by a reconcile that dumps its classes at exit; a JVM that cannot use it warns
-    and loads the classes as before."""
-    import pyspark
-
-    from delivery_semantics.plumbing import reconcile
-    from delivery_semantics.plumbing.endpoints import spark_jars
-    from delivery_semantics.workload import load
-
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    jars = sorted(Path(pyspark.__file__).parent.glob("jars/*.jar")) + [Path(j) for j in spark_jars().split(",")]
-    key = hashlib.sha1("\n".join([java, *(f"{j}:{j.stat().st_size}:{j.stat().st_mtime_ns}" for j in jars)]).encode())
-    archive = REPO / "var" / "spark" / f"classes-{key.hexdigest()[:16]}.jsa"
-    if not archive.exists():
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        for stale in archive.parent.glob("classes-*.jsa"):  # another JVM's or jar set's, 200 MB each
-            stale.unlink()
-        partial = archive.with_suffix(f".{os.getpid()}.part")
-        s = load.start(load.LoadSpec(mode="idempotent", messages=300, seed=1))
-        r = reconcile.run(
-            run_id=s.run_id,
-            conf={"spark.driver.extraJavaOptions": f"{SMALL_RUN_JVM} -XX:ArchiveClassesAtExit={partial}"},
-        )
-        if r.returncode != 0 or not partial.exists():
-            # Only the suite's speed depends on it: the tests that need a reconcile say what failed.
-            print(f"no Spark class archive, the suite runs without it: {r.error}", file=sys.stderr)
-            partial.unlink(missing_ok=True)
-            return None
-        partial.replace(archive)
-    return archive
 
 
 @pytest.fixture

@@ -393,8 +393,7 @@ def spark_conf(master: str, audit_conf: dict | None = None, conn_id: str = SPARK
     for name, layer in (("SEMANTICS_SPARK_CONF", env), (f"connection {conn_id!r} extra conf", extra)):
         if not isinstance(layer, dict):
             raise EndpointError(f"{name} must be an object of Spark settings")
-    archive = spark_class_archive()
-    if master.startswith("local") and archive.is_file():
+    if master.startswith("local") and (archive := spark_class_archive()).is_file():
         options = f"{base['spark.driver.extraJavaOptions']} -XX:SharedArchiveFile={archive}"
         base = {**base, "spark.driver.extraJavaOptions": options}
     return {k: str(v) for k, v in {**base, **env, **(audit_conf or {}), **extra}.items()}
@@ -402,8 +401,8 @@ def spark_conf(master: str, audit_conf: dict | None = None, conn_id: str = SPARK
 
 def spark_class_archive() -> Path:
     """Local mode's Spark driver class archive (the JVM's class data sharing: the classes an
-    application loads, parsed and verified once, mapped at each start; about 6 s of a driver's
-    20 s start here). local/setup writes it (reconcile.write_class_archive); one per JVM and Spark
+    application loads, parsed and verified once, mapped at each start: about 5 s of each
+    application here, docs/BENCHMARKS.md). local/setup writes it (reconcile.write_class_archive); one per JVM and Spark
     build, or SEMANTICS_SPARK_CLASS_ARCHIVE."""
     given = os.environ.get("SEMANTICS_SPARK_CLASS_ARCHIVE")
     if given:
