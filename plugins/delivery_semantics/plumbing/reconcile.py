@@ -163,6 +163,8 @@ def write_class_archive(timeout: float = 900) -> Path | None:
             check=False,
         )
         if done.returncode == 0 and partial.is_file():
+            for stale in archive.parent.glob("driver-classes-*.jsa"):  # another JVM's or Spark's, 200 MB each
+                stale.unlink(missing_ok=True)
             partial.replace(archive)
             return archive
         return None
