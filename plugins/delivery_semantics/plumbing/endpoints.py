@@ -401,9 +401,9 @@ def spark_conf(master: str, audit_conf: dict | None = None, conn_id: str = SPARK
 
 def spark_class_archive() -> Path:
     """Local mode's Spark driver class archive (the JVM's class data sharing: the classes an
-    application loads, parsed and verified once, mapped at each start: about 5 s of each
-    application here, docs/BENCHMARKS.md). local/setup writes it (reconcile.write_class_archive); one per JVM and Spark
-    build, or SEMANTICS_SPARK_CLASS_ARCHIVE."""
+    application loads, parsed and verified once, mapped at each start; about 5 s of each
+    application here, docs/BENCHMARKS.md). local/setup writes it (reconcile.write_class_archive):
+    one per JVM and Spark build, or the file SEMANTICS_SPARK_CLASS_ARCHIVE names."""
     given = os.environ.get("SEMANTICS_SPARK_CLASS_ARCHIVE")
     if given:
         return Path(given)
