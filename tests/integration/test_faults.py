@@ -46,6 +46,9 @@ def actions(timeline) -> list[str]:
     return [e["action"] for e in timeline["events"]]
 
 
+# CI's budget: the demo's matrix runs at_least_once and idempotent under lost_ack on both clients and
+# asserts these two claims (duplicates > 0 and = 0, no acked loss, as DESIGN.md §3 expects).
+@pytest.mark.slow
 def test_lost_ack_duplicates_without_idempotence(ledger, kafka_conf):
     _s, seen, tl = run_pair("at_least_once", "lost_ack", ledger, kafka_conf)
     assert "drop_responses" in actions(tl) and "restore_responses" in actions(tl)
@@ -54,6 +57,7 @@ def test_lost_ack_duplicates_without_idempotence(ledger, kafka_conf):
     assert seen.acked == MESSAGES
 
 
+@pytest.mark.slow  # CI's budget: the demo's matrix, as above
 def test_lost_ack_no_duplicates_with_idempotence(ledger, kafka_conf):
     _s, seen, tl = run_pair("idempotent", "lost_ack", ledger, kafka_conf)
     assert "drop_responses" in actions(tl)
@@ -183,6 +187,9 @@ def test_java_lost_ack_no_duplicates_with_idempotence(ledger, kafka_conf):
     assert (seen.duplicates, seen.lost_acked, seen.acked) == (0, 0, MESSAGES)
 
 
+# CI's budget: librdkafka's leader_kill pair stays in CI, and the Java client's own session,
+# ledger and fencing under a fault stay in its crash inside an open transaction below.
+@pytest.mark.slow
 def test_java_leader_kill_idempotent_is_exactly_once(ledger, kafka_conf):
     _s, seen, tl = run_pair("idempotent", "leader_kill", ledger, kafka_conf, client="java")
     assert actions(tl)[1:4] == ["pause", "kill", "restart"]
@@ -199,6 +206,7 @@ def test_java_producer_crash_in_an_open_transaction_is_exactly_once(ledger, kafk
     assert (seen.duplicates, seen.lost_acked, seen.acked) == (0, 0, MESSAGES)
 
 
+@pytest.mark.slow  # CI's budget: librdkafka's producer_crash and the Java crash above stay in CI
 def test_java_producer_crash_without_idempotence_loses_no_acked_event(ledger, kafka_conf):
     s, seen, tl = run_pair("at_least_once_all", "producer_crash", ledger, kafka_conf, client="java", producers=1)
     assert "kill_producer" in actions(tl) and s.sessions == 2
