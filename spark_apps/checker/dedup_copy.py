@@ -64,7 +64,12 @@ class DedupCopy:
 
     @property
     def session_conf(self) -> dict[str, str]:
-        return lakehouse.SESSION_CONF["delta"] if self.store == "lakehouse" else {}
+        if self.store != "lakehouse":
+            return {}
+        # Each write of the copy is one partition (its reconciliation's). With a file writer per
+        # partition value, a task writes its rows as they come; without one, Spark sorts them by
+        # that one value first: at 10M events, 598 MB spilled to disk (docs/BENCHMARKS.md).
+        return {**lakehouse.SESSION_CONF["delta"], "spark.sql.maxConcurrentOutputFileWriters": "1"}
 
 
 # What Delta's optimistic concurrency says when another writer committed first: two reconciliations

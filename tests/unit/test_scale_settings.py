@@ -155,15 +155,14 @@ _CONCURRENT_COPIES = r"""
 import json, sys, threading
 from pyspark.sql import SparkSession
 from checker.dedup_copy import DedupCopy, write_lakehouse
-from delivery_semantics.audit.stores.lakehouse import SESSION_CONF
 from delivery_semantics.plumbing.endpoints import SPARK_CONF_LOCAL
 
+copy = DedupCopy("lakehouse", sys.argv[1])
 builder = SparkSession.builder.master("local[2]").config("spark.jars", sys.argv[2])
-for k, v in {**SESSION_CONF["delta"], **SPARK_CONF_LOCAL}.items():
+for k, v in {**copy.session_conf, **SPARK_CONF_LOCAL}.items():
     builder = builder.config(k, v)
 spark = builder.config("spark.ui.enabled", "false").getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
-copy = DedupCopy("lakehouse", sys.argv[1])
 cols = "event_id string, reconciliation_id string, key string, seq bigint, publish_at timestamp, partition int, offset bigint, value binary"
 
 def rows(rid, n):

@@ -1,0 +1,130 @@
+"""The deduplicated copy's write alone, in one Spark application (local[2], the checker's JVM
+settings): a platform run's topic read by the platform reader with the copy's columns, as the
+checker reads it again for the copy, then written to each sink in turn, to tell the read's cost
+from the write's:
+
+  noop          read only (Spark's noop sink: every row made, nothing written)
+  parquet       Parquet as the copy's files are written (dictionaries off for the unique columns)
+  delta         the copy's Delta write itself (dedup_copy.write_lakehouse, into a scratch table, in a
+                session with the copy's settings)
+  SINK:K=V;K=V  the same with Spark settings changed for it (spark.sql.maxConcurrentOutputFileWriters=0:
+                the rows sorted by the partition before they are written, as before)
+
+The first variant named pays the JVM's warm-up: name one twice to see it.
+
+    bench/run copy_write --run RUN --variants noop,noop,parquet,delta,delta:spark.sql.maxConcurrentOutputFileWriters=0
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from delivery_semantics.plumbing.endpoints import SPARK_CONF_LOCAL, kafka_config, spark_jars, spark_kafka_options
+from delivery_semantics.reporting import report
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark_apps"))
+from topic_read import marks
+
+from checker import dedup_copy
+from checker.sources import READ_FETCH
+
+SINKS = ("noop", "parquet", "delta")
+SPLITS_PER_PARTITION = 2  # as the checker splits 3 partitions on 2 cores
+
+
+def session() -> SparkSession:
+    builder = SparkSession.builder.master("local[2]").config("spark.jars", spark_jars())
+    for k, v in {**SPARK_CONF_LOCAL, **dedup_copy.DedupCopy("lakehouse", "unused").session_conf}.items():
+        builder = builder.config(k, v)
+    return builder.config("spark.ui.enabled", "false").getOrCreate()
+
+
+def copy_read(spark: SparkSession, topic: str, ranges: dict, rid: str) -> DataFrame:
+    """The copy's rows as the checker makes them from a run without duplicates."""
+    splits = []
+    for p, (lo, hi) in ranges.items():
+        step = max(1, -(-(hi - lo) // SPLITS_PER_PARTITION))
+        splits += [f"{p}:{a}:{min(hi, a + step)}" for a in range(lo, hi, step)]
+    return (
+        spark.read.format("deliverysemantics.PlatformTopicSource")
+        .options(**{**READ_FETCH, **spark_kafka_options(kafka_config())})
+        .option("topic", topic)
+        .option("layout", "value")
+        .option("ranges", ",".join(splits))
+        .load()
+        .select(
+            "event_id",
+            F.lit(rid).alias("reconciliation_id"),
+            "key",
+            F.col("seq").try_cast("bigint").alias("seq"),
+            F.timestamp_millis(F.col("publish_at").try_cast("bigint")).alias("publish_at"),
+            "partition",
+            "offset",
+            "value",
+        )
+    )
+
+
+def refuse(message: str) -> None:
+    print(f"copy_write: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", required=True, help="a completed platform run (value layout) whose topic is intact")
+    ap.add_argument("--variants", default="noop,noop,parquet,delta")
+    args = ap.parse_args()
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v.partition(":")[0] not in SINKS]
+    if unknown:
+        refuse(f"unknown variant {unknown[0]!r}: one of {', '.join(SINKS)}, with :settings")
+    rows = report.query("SELECT topic FROM runs WHERE run_id = %s", (args.run,))
+    if not rows:
+        refuse(f"no run {args.run!r}")
+    topic = rows[0]["topic"]
+    ranges = marks(kafka_config(), topic)
+    spark = session()
+    scratch = Path(tempfile.mkdtemp(prefix="copy-write-"))
+    print(f"{topic}: {sum(hi - lo for lo, hi in ranges.values()):,} records; scratch {scratch}")
+    print("| variant | seconds | rows written |\n|---|---|---|")
+    try:
+        for n, variant in enumerate(variants):
+            sink, _, rest = variant.partition(":")
+            settings = dict(kv.split("=", 1) for kv in rest.split(";") if kv)
+            before = {k: spark.conf.get(k, None) for k in settings}
+            for k, v in settings.items():
+                spark.conf.set(k, v)
+            rows_df = copy_read(spark, topic, ranges, f"bench-{n}")
+            started = time.monotonic()
+            written = None
+            if sink == "noop":
+                rows_df.write.format("noop").mode("overwrite").save()
+            elif sink == "parquet":
+                out = scratch / f"parquet-{n}"
+                rows_df.write.options(
+                    **{f"parquet.enable.dictionary#{c}": "false" for c in dedup_copy.UNIQUE_COLUMNS}
+                ).parquet(str(out))
+            else:
+                copy = dedup_copy.DedupCopy("lakehouse", str(scratch / "lake"))
+                _version, written = dedup_copy.write_lakehouse(spark, copy, rows_df, f"bench-{n}")
+            seconds = time.monotonic() - started
+            if sink == "parquet":
+                written = spark.read.parquet(str(out)).count()
+            for k, v in before.items():
+                spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+            print(f"| {variant} | {seconds:.1f} | {'-' if written is None else f'{written:,}'} |", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
