@@ -66,10 +66,11 @@ class DedupCopy:
     def session_conf(self) -> dict[str, str]:
         if self.store != "lakehouse":
             return {}
-        # Each write of the copy is one partition (its reconciliation's). With a file writer per
-        # partition value, a task writes its rows as they come; without one, Spark sorts them by
-        # that one value first: at 10M events, 598 MB spilled to disk (docs/BENCHMARKS.md).
-        return {**lakehouse.SESSION_CONF["delta"], "spark.sql.maxConcurrentOutputFileWriters": "1"}
+        # Each write of the copy is one partition (its reconciliation's). With file writers per
+        # partition value, a task writes its rows as they come; without them, Spark sorts the rows
+        # by that one value first: at 10M events, 598 MB spilled to disk (docs/BENCHMARKS.md).
+        # Spark goes back to sorting once the writers open reach the limit: one more than one.
+        return {**lakehouse.SESSION_CONF["delta"], "spark.sql.maxConcurrentOutputFileWriters": "2"}
 
 
 # What Delta's optimistic concurrency says when another writer committed first: two reconciliations
