@@ -10,9 +10,11 @@ from the write's:
   SINK:K=V;K=V  the same with Spark settings changed for it (spark.sql.maxConcurrentOutputFileWriters=0:
                 the rows sorted by the partition before they are written, as before)
 
-The first variant named pays the JVM's warm-up: name one twice to see it.
+The first variant named pays the JVM's warm-up: name one twice to see it. With --event-log, bench/run
+spark_profile shows each write's stages, with what they spilled to disk.
 
     bench/run copy_write --run RUN --variants noop,noop,parquet,delta,delta:spark.sql.maxConcurrentOutputFileWriters=0
+    bench/run copy_write --run RUN --variants delta,delta --event-log var/spark-events/copy
 """
 
 from __future__ import annotations
@@ -40,9 +42,15 @@ SINKS = ("noop", "parquet", "delta")
 SPLITS_PER_PARTITION = 2  # as the checker splits 3 partitions on 2 cores
 
 
-def session() -> SparkSession:
+def session(event_log: str | None = None) -> SparkSession:
     builder = SparkSession.builder.master("local[2]").config("spark.jars", spark_jars())
-    for k, v in {**SPARK_CONF_LOCAL, **dedup_copy.DedupCopy("lakehouse", "unused").session_conf}.items():
+    logging = {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": Path(event_log).resolve().as_uri(),
+        "spark.eventLog.compress": "false",  # spark_profile reads it as text
+    }
+    conf = {**SPARK_CONF_LOCAL, **dedup_copy.DedupCopy("lakehouse", "unused").session_conf}
+    for k, v in {**conf, **(logging if event_log else {})}.items():
         builder = builder.config(k, v)
     return builder.config("spark.ui.enabled", "false").getOrCreate()
 
@@ -82,6 +90,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", required=True, help="a completed platform run (value layout) whose topic is intact")
     ap.add_argument("--variants", default="noop,noop,parquet,delta")
+    ap.add_argument("--event-log", help="directory for Spark's event log (bench/run spark_profile reads it)")
     args = ap.parse_args()
     variants = args.variants.split(",")
     unknown = [v for v in variants if v.partition(":")[0] not in SINKS]
@@ -92,7 +101,9 @@ def main() -> None:
         refuse(f"no run {args.run!r}")
     topic = rows[0]["topic"]
     ranges = marks(kafka_config(), topic)
-    spark = session()
+    if args.event_log:
+        Path(args.event_log).mkdir(parents=True, exist_ok=True)
+    spark = session(args.event_log)
     scratch = Path(tempfile.mkdtemp(prefix="copy-write-"))
     print(f"{topic}: {sum(hi - lo for lo, hi in ranges.values()):,} records; scratch {scratch}")
     print("| variant | seconds | rows written |\n|---|---|---|")

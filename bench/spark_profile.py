@@ -98,12 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.log) if args.log else max(DEFAULT_DIR.glob("*"), key=lambda p: p.stat().st_mtime)
     p = profile(load_events(path))
     in_actions = sum(r["seconds"] for r in p["executions"])
+    # An application stopped before its end (a bench's session left open) logs no end time.
+    total = f"{p['total']:.1f} s" if p["total"] else "not ended"
     print(
-        f"{path.name}: application {p['total']:.1f} s, of which {in_actions:.1f} s in {len(p['executions'])} "
+        f"{path.name}: application {total}, of which {in_actions:.1f} s in {len(p['executions'])} "
         "driver actions (the rest: JVM and session start, driver-side JDBC, planning)"
     )
     print(
-        "\n| action (call site) | seconds | share | its slowest stages: seconds/tasks/input records/shuffle write MB |"
+        "\n| action (call site) | seconds | share "
+        "| its slowest stages: seconds/tasks/input records/shuffle write MB/spilled MB |"
     )
     print("|---|---|---|---|")
     for r in p["executions"][: args.top]:
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         detail = "; ".join(
             f"{p['stages'][st]['name'].split(' at ')[0]} {p['stages'][st]['seconds']:.1f}s"
             f"/{p['stages'][st]['tasks']}t/{p['stages'][st]['input_records'] or 0}r"
-            f"/{p['stages'][st]['shuffle_write_mb']}MB"
+            f"/{p['stages'][st]['shuffle_write_mb']}MB/{p['stages'][st]['spill_mb']}MB"
             for st in slow
         )
         share = f"{100 * r['seconds'] / p['total']:.0f}%" if p["total"] else "-"
