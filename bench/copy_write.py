@@ -25,65 +25,46 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from delivery_semantics.plumbing.endpoints import SPARK_CONF_LOCAL, kafka_config, spark_jars, spark_kafka_options
-from delivery_semantics.reporting import report
+from delivery_semantics.catalog import READ_UNCOMMITTED
+from delivery_semantics.plumbing.endpoints import kafka_config, spark_kafka_options
+from delivery_semantics.workload import generator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark_apps"))
-from topic_read import marks
+import topic_read
+from topic_read import SPLITS_PER_PARTITION, marks, refuse, run_topic
 
-from checker import dedup_copy
-from checker.sources import READ_FETCH
+from checker import dedup_copy, sources
+from checker.anomalies import FIRST_COPY
 
 SINKS = ("noop", "parquet", "delta")
-SPLITS_PER_PARTITION = 2  # as the checker splits 3 partitions on 2 cores
 
 
 def session(event_log: str | None = None) -> SparkSession:
-    builder = SparkSession.builder.master("local[2]").config("spark.jars", spark_jars())
     logging = {
         "spark.eventLog.enabled": "true",
-        "spark.eventLog.dir": Path(event_log).resolve().as_uri(),
+        "spark.eventLog.dir": Path(event_log).resolve().as_uri() if event_log else "",
         "spark.eventLog.compress": "false",  # spark_profile reads it as text
     }
-    conf = {**SPARK_CONF_LOCAL, **dedup_copy.DedupCopy("lakehouse", "unused").session_conf}
-    for k, v in {**conf, **(logging if event_log else {})}.items():
-        builder = builder.config(k, v)
-    return builder.config("spark.ui.enabled", "false").getOrCreate()
+    copy = dedup_copy.DedupCopy("lakehouse", "unused")
+    return topic_read.session({**copy.session_conf, **(logging if event_log else {})})
 
 
 def copy_read(spark: SparkSession, topic: str, ranges: dict, rid: str) -> DataFrame:
-    """The copy's rows as the checker makes them from a run without duplicates."""
-    splits = []
-    for p, (lo, hi) in ranges.items():
-        step = max(1, -(-(hi - lo) // SPLITS_PER_PARTITION))
-        splits += [f"{p}:{a}:{min(hi, a + step)}" for a in range(lo, hi, step)]
-    return (
-        spark.read.format("deliverysemantics.PlatformTopicSource")
-        .options(**{**READ_FETCH, **spark_kafka_options(kafka_config())})
-        .option("topic", topic)
-        .option("layout", "value")
-        .option("ranges", ",".join(splits))
-        .load()
-        .select(
-            "event_id",
-            F.lit(rid).alias("reconciliation_id"),
-            "key",
-            F.col("seq").try_cast("bigint").alias("seq"),
-            F.timestamp_millis(F.col("publish_at").try_cast("bigint")).alias("publish_at"),
-            "partition",
-            "offset",
-            "value",
-        )
+    """The copy's rows as the checker makes them from a run without duplicates: its own read of a
+    platform run's topic (the fields it needs of a run: layout, topic, Kafka options)."""
+    run = SimpleNamespace(
+        layout=generator.VALUE_LAYOUT,
+        topic=topic,
+        kafka=SimpleNamespace(spark_options=spark_kafka_options(kafka_config())),
     )
-
-
-def refuse(message: str) -> None:
-    print(f"copy_write: {message}", file=sys.stderr)
-    sys.exit(2)
+    start, end = {p: lo for p, (lo, _) in ranges.items()}, {p: hi for p, (_, hi) in ranges.items()}
+    records = sources._platform_read(spark, run, READ_UNCOMMITTED, start, end, SPLITS_PER_PARTITION)
+    return records.select("event_id", F.lit(rid).alias("reconciliation_id"), *FIRST_COPY)
 
 
 def main() -> None:
@@ -95,11 +76,8 @@ def main() -> None:
     variants = args.variants.split(",")
     unknown = [v for v in variants if v.partition(":")[0] not in SINKS]
     if unknown:
-        refuse(f"unknown variant {unknown[0]!r}: one of {', '.join(SINKS)}, with :settings")
-    rows = report.query("SELECT topic FROM runs WHERE run_id = %s", (args.run,))
-    if not rows:
-        refuse(f"no run {args.run!r}")
-    topic = rows[0]["topic"]
+        refuse(f"unknown variant {unknown[0]!r}: one of {', '.join(SINKS)}, with :settings", "copy_write")
+    topic = run_topic(args.run, "copy_write")
     ranges = marks(kafka_config(), topic)
     if args.event_log:
         Path(args.event_log).mkdir(parents=True, exist_ok=True)

@@ -42,9 +42,10 @@ KINDS = ("spark", "platform", "python", "parquet")
 SPLITS_PER_PARTITION = 2  # as the checker splits 3 partitions on 2 cores
 
 
-def session() -> SparkSession:
+def session(conf: dict | None = None) -> SparkSession:
+    """local[2] with the checker's settings, and `conf`."""
     builder = SparkSession.builder.master("local[2]").config("spark.jars", spark_jars())
-    for k, v in SPARK_CONF_LOCAL.items():
+    for k, v in {**SPARK_CONF_LOCAL, **(conf or {})}.items():
         builder = builder.config(k, v)
     return builder.config("spark.ui.enabled", "false").getOrCreate()
 
@@ -133,9 +134,17 @@ def fields(records: DataFrame) -> DataFrame:
     return records.select(parts[0].alias("event_id"), parts[1].cast("bigint").alias("seq"), "partition", "offset")
 
 
-def refuse(message: str) -> None:
-    print(f"topic_read: {message}", file=sys.stderr)
+def refuse(message: str, prog: str = "topic_read") -> None:
+    print(f"{prog}: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def run_topic(run_id: str, prog: str) -> str:
+    """The topic of a run in the ledger, or a one-line refusal."""
+    rows = report.query("SELECT topic FROM runs WHERE run_id = %s", (run_id,))
+    if not rows:
+        refuse(f"no run {run_id!r}", prog)
+    return rows[0]["topic"]
 
 
 def main() -> None:
@@ -147,10 +156,7 @@ def main() -> None:
     unknown = [v for v in variants if v.partition(":")[0] not in KINDS]
     if unknown:
         refuse(f"unknown variant {unknown[0]!r}: one of {', '.join(KINDS)}, with :options")
-    rows = report.query("SELECT topic FROM runs WHERE run_id = %s", (args.run,))
-    if not rows:
-        refuse(f"no run {args.run!r}")
-    topic, conf = rows[0]["topic"], kafka_config()
+    topic, conf = run_topic(args.run, "topic_read"), kafka_config()
     ranges = marks(conf, topic)
     records = sum(hi - lo for lo, hi in ranges.values())
     spark = session()
