@@ -69,7 +69,8 @@ class DedupCopy:
         # Each write of the copy is one partition (its reconciliation's). With file writers per
         # partition value, a task writes its rows as they come; without them, Spark sorts the rows
         # by that one value first: at 10M events, 598 MB spilled to disk (docs/BENCHMARKS.md).
-        # Spark goes back to sorting once the writers open reach the limit: one more than one.
+        # Spark falls back to sorting once the open writers reach the limit, so it is one more than
+        # the one writer a task needs.
         return {**lakehouse.SESSION_CONF["delta"], "spark.sql.maxConcurrentOutputFileWriters": "2"}
 
 
