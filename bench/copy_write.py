@@ -45,13 +45,15 @@ SINKS = ("noop", "parquet", "delta")
 
 
 def session(event_log: str | None = None) -> SparkSession:
-    logging = {
-        "spark.eventLog.enabled": "true",
-        "spark.eventLog.dir": Path(event_log).resolve().as_uri() if event_log else "",
-        "spark.eventLog.compress": "false",  # spark_profile reads it as text
-    }
-    copy = dedup_copy.DedupCopy("lakehouse", "unused")
-    return topic_read.session({**copy.session_conf, **(logging if event_log else {})})
+    conf = dict(dedup_copy.DedupCopy("lakehouse", "unused").session_conf)
+    if event_log:
+        Path(event_log).mkdir(parents=True, exist_ok=True)
+        conf |= {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": Path(event_log).resolve().as_uri(),
+            "spark.eventLog.compress": "false",  # spark_profile reads it as text
+        }
+    return topic_read.session(conf)
 
 
 def copy_read(spark: SparkSession, topic: str, ranges: dict, rid: str) -> DataFrame:
@@ -79,8 +81,6 @@ def main() -> None:
         refuse(f"unknown variant {unknown[0]!r}: one of {', '.join(SINKS)}, with :settings", "copy_write")
     topic = run_topic(args.run, "copy_write")
     ranges = marks(kafka_config(), topic)
-    if args.event_log:
-        Path(args.event_log).mkdir(parents=True, exist_ok=True)
     spark = session(args.event_log)
     scratch = Path(tempfile.mkdtemp(prefix="copy-write-"))
     print(f"{topic}: {sum(hi - lo for lo, hi in ranges.values()):,} records; scratch {scratch}")
@@ -99,9 +99,7 @@ def main() -> None:
                 rows_df.write.format("noop").mode("overwrite").save()
             elif sink == "parquet":
                 out = scratch / f"parquet-{n}"
-                rows_df.write.options(
-                    **{f"parquet.enable.dictionary#{c}": "false" for c in dedup_copy.UNIQUE_COLUMNS}
-                ).parquet(str(out))
+                rows_df.write.options(**dedup_copy.PARQUET_OPTIONS).parquet(str(out))
             else:
                 copy = dedup_copy.DedupCopy("lakehouse", str(scratch / "lake"))
                 _version, written = dedup_copy.write_lakehouse(spark, copy, rows_df, f"bench-{n}")

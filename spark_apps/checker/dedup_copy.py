@@ -34,6 +34,7 @@ COLUMNS = catalog.DEDUP_COPY_COLUMNS
 # dropped in every row group. Without dictionaries the 10M-event copy took 150.6 s against
 # 158.4 s back to back (docs/BENCHMARKS.md); the key and partition keep theirs.
 UNIQUE_COLUMNS = ("event_id", "seq", "publish_at", "offset", "value")
+PARQUET_OPTIONS = {f"parquet.enable.dictionary#{c}": "false" for c in UNIQUE_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def write_lakehouse(
         .partitionBy("reconciliation_id")
         .option("replaceWhere", f"reconciliation_id = {sql_string(reconciliation_id)}")
         .option("userMetadata", mark)
-        .options(**{f"parquet.enable.dictionary#{c}": "false" for c in UNIQUE_COLUMNS})
+        .options(**PARQUET_OPTIONS)
     )
     for attempt in range(attempts):
         try:
