@@ -35,6 +35,12 @@ COLUMNS = catalog.DEDUP_COPY_COLUMNS
 # 158.4 s back to back (docs/BENCHMARKS.md); the key and partition keep theirs.
 UNIQUE_COLUMNS = ("event_id", "seq", "publish_at", "offset", "value")
 PARQUET_OPTIONS = {f"parquet.enable.dictionary#{c}": "false" for c in UNIQUE_COLUMNS}
+# The columns Delta keeps each file's minimum and maximum of, for skipping files: where a record
+# was (a Kafka partition's offsets) and when it was published. Event ids and keys are spread over
+# every file, so their ranges skip nothing, and gathering them (Delta's default: the first 32
+# columns) took 3-4 s of a 10M-event copy's 20 (docs/BENCHMARKS.md).
+STATS_PROPERTY = "delta.dataSkippingStatsColumns"
+STATS_COLUMNS = "partition,offset,publish_at"
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,15 @@ class DedupCopy:
         # by that one value first: at 10M events, 598 MB spilled to disk (docs/BENCHMARKS.md).
         # Spark falls back to sorting once the open writers reach the limit, so it is one more than
         # the one writer a task needs.
-        return {**lakehouse.SESSION_CONF["delta"], "spark.sql.maxConcurrentOutputFileWriters": "2"}
+        return {
+            **lakehouse.SESSION_CONF["delta"],
+            "spark.sql.maxConcurrentOutputFileWriters": "2",
+            # A table the copy creates gathers statistics on the positions and times only (below).
+            "spark.databricks.delta.properties.defaults.dataSkippingStatsColumns": STATS_COLUMNS,
+            # The write sets every row's reconciliation_id to the one replaceWhere names, so Delta's
+            # check of each row against it finds nothing: 2-3 s of a 10M-event copy.
+            "spark.databricks.delta.replaceWhere.constraintCheck.enabled": "false",
+        }
 
 
 # What Delta's optimistic concurrency says when another writer committed first: two reconciliations
@@ -88,7 +102,8 @@ def write_lakehouse(
     # The commit carries the reconciliation and a token of this write, to be found in the history.
     mark = f"{reconciliation_id} #{secrets.token_hex(6)}"
     writer = (
-        rows.select(*COLUMNS)
+        rows.withColumn("reconciliation_id", F.lit(reconciliation_id))
+        .select(*COLUMNS)
         .write.format("delta")
         .mode("overwrite")
         .partitionBy("reconciliation_id")
@@ -96,17 +111,28 @@ def write_lakehouse(
         .option("userMetadata", mark)
         .options(**PARQUET_OPTIONS)
     )
+    _committed(lambda: writer.save(copy.location), attempts)
+    table = f"delta.`{copy.location.replace('`', '``')}`"
+    history = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 50")
+    mine = history.where(F.col("userMetadata") == mark).first()
+    # A table made before the copy chose its statistics columns gathers them from its next write.
+    properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    if properties.get(STATS_PROPERTY) != STATS_COLUMNS:
+        alter = f"ALTER TABLE {table} SET TBLPROPERTIES ('{STATS_PROPERTY}' = '{STATS_COLUMNS}')"
+        _committed(lambda: spark.sql(alter), attempts)
+    return int(mine["version"]), int(mine["operationMetrics"].get("numOutputRows", 0))
+
+
+def _committed(commit, attempts: int) -> None:
+    """`commit` done, tried again while another writer's commit came first."""
     for attempt in range(attempts):
         try:
-            writer.save(copy.location)
-            break
+            commit()
+            return
         except Exception as e:
             if attempt == attempts - 1 or not any(c in str(e) for c in _CONFLICTS):
                 raise
             time.sleep(0.5 * 2**attempt)
-    history = spark.sql(f"DESCRIBE HISTORY delta.`{copy.location.replace('`', '``')}` LIMIT 50")
-    mine = history.where(F.col("userMetadata") == mark).first()
-    return int(mine["version"]), int(mine["operationMetrics"].get("numOutputRows", 0))
 
 
 def copy_into(rows: DataFrame, jdbc_url: str, user: str, password: str, table: str) -> int:

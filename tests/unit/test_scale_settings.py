@@ -152,7 +152,7 @@ def test_a_partition_is_named_as_a_spark_literal_and_the_copy_connects_as_libpq(
 
 
 _CONCURRENT_COPIES = r"""
-import json, sys, threading
+import datetime, json, sys, threading
 from pyspark.sql import SparkSession
 from checker.dedup_copy import DedupCopy, write_lakehouse
 from delivery_semantics.plumbing.endpoints import SPARK_CONF_LOCAL
@@ -166,7 +166,8 @@ spark.sparkContext.setLogLevel("ERROR")
 cols = "event_id string, reconciliation_id string, key string, seq bigint, publish_at timestamp, partition int, offset bigint, value binary"
 
 def rows(rid, n):
-    return spark.createDataFrame([(f"{rid}-{i}", rid, "k", i, None, 0, i, b"v%d" % i) for i in range(n)], cols)
+    at = datetime.datetime(2026, 11, 28, tzinfo=datetime.timezone.utc)
+    return spark.createDataFrame([(f"{rid}-{i}", rid, "k", i, at, 0, i, b"v%d" % i) for i in range(n)], cols)
 
 written = {}
 def write(rid, n):
@@ -191,7 +192,23 @@ for f in current:
         dictionary = any("DICTIONARY" in e for e in rg.column(i).encodings)
         encodings.setdefault(rg.column(i).path_in_schema, set()).add("dictionary" if dictionary else "plain")
 encodings = {c: sorted(e) for c, e in encodings.items()}
-print("RESULT " + json.dumps({"counts": counts, "written": written, "encodings": encodings}))
+
+# What each file added by the table's commit `version` keeps statistics of: its count, and the
+# columns with a minimum.
+def stats(location, version):
+    with open(f"{location}/_delta_log/{version:020d}.json") as log:
+        adds = [json.loads(line)["add"] for line in log if line.startswith('{"add"')]
+    return sorted({c for a in adds for c in ["numRecords", *json.loads(a["stats"]).get("minValues", {})]})
+
+# A table made before the copy chose its statistics columns (Delta's default: the first 32), then
+# written twice by the copy: once as it was, then told.
+old = DedupCopy("lakehouse", sys.argv[1] + "-old")
+defaults = "spark.databricks.delta.properties.defaults.dataSkippingStatsColumns"
+spark.conf.unset(defaults)
+rows("r0", 2).write.format("delta").partitionBy("reconciliation_id").save(old.location)
+spark.conf.set(defaults, copy.session_conf[defaults])
+old_versions = [write_lakehouse(spark, old, rows(rid, 3), rid)[0] for rid in ("r0", "r1")]
+print("RESULT " + json.dumps({"counts": counts, "written": written, "encodings": encodings, "stats": stats(copy.location, 12), "old_stats": [stats(old.location, v) for v in old_versions]}))
 """
 
 
@@ -233,6 +250,10 @@ def test_two_copies_written_at_once_each_land_whole_and_a_rerun_replaces_its_own
         "key": ["dictionary"],
     }
     assert result["written"]["r3"] == [12, 10], "the tenth rerun is the thirteenth commit, read past a checkpoint"
+    # Each file's statistics: its count, and the range of its positions and publish times only.
+    assert result["stats"] == ["numRecords", "offset", "partition", "publish_at"]
+    everything = ["event_id", "key", "numRecords", "offset", "partition", "publish_at", "seq"]
+    assert result["old_stats"] == [everything, ["numRecords", "offset", "partition", "publish_at"]]
     table = tmp_path / "lake" / "dedup_events"
     assert list((table / "_delta_log").glob("*.checkpoint*")), "Delta wrote a checkpoint"
     # The query path without Spark reads the same table, checkpoint and all.
