@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 import yaml
@@ -259,8 +261,38 @@ def test_two_copies_written_at_once_each_land_whole_and_a_rerun_replaces_its_own
     # The query path without Spark reads the same table, checkpoint and all.
     from delivery_semantics.reporting.dedup import lakehouse_table
 
-    rids = lakehouse_table(str(table)).to_table(columns=["reconciliation_id"]).column(0).to_pylist()
-    assert {r: rids.count(r) for r in set(rids)} == {"audit:o:a'1": 3, "r2": 4, "r3": 10}
+    def partitions() -> dict:
+        rids = lakehouse_table(str(table)).to_table(columns=["reconciliation_id"]).column(0).to_pylist()
+        return {r: rids.count(r) for r in set(rids)}
+
+    assert partitions() == {"audit:o:a'1": 3, "r2": 4, "r3": 10}
+    # The files the reruns replaced (r2's first write, r3's first nine) are vacuumed, and only they:
+    # not the current ones, nor a failed commit's (a writer that lost the race to create the table
+    # and tried again), which no commit names.
+    import deltalake
+
+    from delivery_semantics.reporting.dedup import vacuum
+
+    def data_files(pattern: str = "*.parquet") -> set[str]:
+        return {f.name for f in table.glob(f"reconciliation_id=*/{pattern}")}
+
+    live = {Path(unquote(urlparse(u).path)).name for u in deltalake.DeltaTable(str(table)).file_uris()}
+    added = {
+        Path(unquote(json.loads(line)["add"]["path"])).name
+        for log in (table / "_delta_log").glob("*.json")
+        for line in log.read_text().splitlines()
+        if line.startswith('{"add"')
+    }
+    replaced, never_committed = added - live, data_files() - added
+    assert live < added and len(replaced) >= 10, "r2's first write, and r3's first nine"
+    assert vacuum(retain_hours=24, location=str(table)) == [], "replaced within the last day"
+    listed = vacuum(retain_hours=0, dry_run=True, location=str(table))
+    assert {Path(f).name for f in listed} == replaced and data_files() >= replaced
+    assert sorted(vacuum(retain_hours=0, location=str(table))) == sorted(listed)
+    assert data_files() == live | never_committed
+    assert data_files(".*.parquet.crc") >= {f".{f}.crc" for f in live}, "the current files keep their checksums"
+    assert partitions() == {"audit:o:a'1": 3, "r2": 4, "r3": 10}
+    assert vacuum(retain_hours=0, location=str(table)) == []
 
 
 def test_the_spark_jars_are_a_folder_or_a_list_and_carry_the_platform_reader(monkeypatch, tmp_path):

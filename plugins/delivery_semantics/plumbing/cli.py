@@ -11,6 +11,7 @@
     report [--runs R1,R2 | --matrix-run ID] [--html PATH]
     pipeline run --pipeline debezium_outbox [--scenario connect_worker_kill] [--events N] ...
     dedup show RECONCILIATION_ID [--limit N] | dedup sql "SELECT ... FROM dedup_events ..."
+    dedup vacuum [--retain-hours N] [--dry-run] [--lakehouse PATH]
 
 Bad input is refused with a one-line message and exit 2 before any side effect. `consumer_session`
 is the consumer process a consumer run starts; it is not for people.
@@ -399,6 +400,17 @@ def _dedup_parser(sub) -> None:
     show.add_argument("--limit", type=_count, help="at most this many rows")
     q = cmds.add_parser("sql", help="a DuckDB query on the lakehouse's table, named dedup_events")
     q.add_argument("statement")
+    v = cmds.add_parser("vacuum", help="remove the lakehouse copy's files that reruns replaced")
+    v.add_argument(
+        "--retain-hours",
+        type=_count,
+        help="keep what was replaced less than this long ago (default: the table's retention, 7 days); "
+        "with 0, a query reading an older version fails",
+    )
+    v.add_argument("--dry-run", action="store_true", help="list them, remove nothing")
+    v.add_argument(
+        "--lakehouse", help="the lakehouse folder or URI (default SEMANTICS_LAKEHOUSE; an audit's dedup_copy.path)"
+    )
 
 
 def _count(text: str) -> int:
@@ -417,6 +429,8 @@ def _dedup(args) -> int:
                 row["value"] = bytes(value).decode("utf-8", "backslashreplace") if value is not None else None
                 print(json.dumps(row, default=str))
             return 0
+        if args.action == "vacuum":
+            return _dedup_vacuum(args)
         names, rows = dedup.sql(args.statement)
     except dedup.NoCopy as e:
         print(f"dedup: {e}", file=sys.stderr)
@@ -427,6 +441,18 @@ def _dedup(args) -> int:
     print("\t".join(names))
     for r in rows:
         print("\t".join("" if v is None else str(v) for v in r))
+    return 0
+
+
+def _dedup_vacuum(args) -> int:
+    from delivery_semantics.reporting import dedup
+
+    files = dedup.vacuum(args.retain_hours, args.dry_run, dedup.table_in(args.lakehouse) if args.lakehouse else None)
+    for f in files:
+        print(f)
+    kept = "the table's retention" if args.retain_hours is None else f"{args.retain_hours} hours"
+    done = "to remove (dry run)" if args.dry_run else "removed"
+    print(f"dedup: {len(files)} files replaced longer ago than {kept}: {done}", file=sys.stderr)
     return 0
 
 

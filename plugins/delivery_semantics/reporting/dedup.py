@@ -4,9 +4,13 @@ Delta as Arrow, and DuckDB runs SQL on it with no extension to download.
 
     local/semantics dedup show RECONCILIATION_ID [--limit N]
     local/semantics dedup sql "SELECT reconciliation_id, count(*) FROM dedup_events GROUP BY 1"
+    local/semantics dedup vacuum [--retain-hours N] [--dry-run] [--lakehouse PATH]
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from delivery_semantics import catalog
 from delivery_semantics.plumbing.endpoints import lakehouse
@@ -28,9 +32,37 @@ def where(reconciliation_id: str) -> dict:
 
 def lakehouse_table(location: str | None = None):
     """The lakehouse's dedup_events as a pyarrow dataset (every reconciliation's partition)."""
+    return _delta_table(location).to_pyarrow_dataset()
+
+
+def _delta_table(location: str | None):
     import deltalake
 
-    return deltalake.DeltaTable(location or f"{lakehouse().rstrip('/')}/dedup_events").to_pyarrow_dataset()
+    return deltalake.DeltaTable(location or table_in(lakehouse()))
+
+
+def table_in(lakehouse_dir: str) -> str:
+    return f"{lakehouse_dir.rstrip('/')}/dedup_events"
+
+
+def vacuum(retain_hours: int | None = None, dry_run: bool = False, location: str | None = None) -> list[str]:
+    """The files of the lakehouse's dedup_events that a commit removed (the partitions reruns
+    replaced), deleted once removed longer ago than `retain_hours` (by default the table's
+    delta.deletedFileRetentionDuration, 7 days); their paths in the table. Until then they keep
+    older versions readable. Only removed files: a write in progress has committed nothing, and
+    the files of the current version stay with their checksums."""
+    table = _delta_table(location)
+    kwargs = {"retention_hours": retain_hours, "enforce_retention_duration": retain_hours is None}
+    files = table.vacuum(dry_run=True, **kwargs)
+    # The log keeps naming what a vacuum deleted until its retention ends: a local table's are
+    # those still there.
+    uri = urlsplit(table.table_uri)
+    if uri.scheme == "file":
+        root = Path(unquote(uri.path))
+        files = [f for f in files if (root / f).exists() or (root / unquote(f)).exists()]
+    if files and not dry_run:
+        table.vacuum(dry_run=False, **kwargs)
+    return files
 
 
 def rows(reconciliation_id: str, limit: int | None = None) -> list[dict]:
