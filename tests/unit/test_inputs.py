@@ -152,6 +152,10 @@ def _cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
             "crashes must be an integer in [1, 5]",
         ),
         (["reconcile", "--mapping", "audits/orders.yaml", "--no-dedup-copy"], "--dedup-copy is for --run-id"),
+        (["dedup", "vacuum", "--retain-hours", "-1"], "semantics dedup vacuum: argument --retain-hours: '-1' is not"),
+        (["dedup", "show", "r1", "--limit", "x"], "semantics dedup show: argument --limit: 'x' is not a whole number"),
+        (["load", "run", "--mode"], "semantics load run: argument --mode: expected one argument"),
+        (["dedup", "vacuum", "--lakehouse", "/nonexistent"], "dedup: TableNotFoundError"),
         (
             ["audit", "run", "orders_stream", "--window-end", "2999-01-01T00:00:00Z"],
             "audit: the window end 2999-01-01T00:00:00+00:00 is in the future",

@@ -498,8 +498,16 @@ def _run_and_summarise(args, work) -> int:
     return 0 if result.status == "completed" else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are refused as all bad input is: one line, exit 2 (argparse adds its usage;
+    `--help` still shows it). Its subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="semantics", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="semantics", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     for add in (
         _load_parser,
