@@ -55,11 +55,11 @@ def vacuum(retain_hours: int | None = None, dry_run: bool = False, location: str
     kwargs = {"retention_hours": retain_hours, "enforce_retention_duration": retain_hours is None}
     files = table.vacuum(dry_run=True, **kwargs)
     # The log keeps naming what a vacuum deleted until its retention ends: a local table's are
-    # those still there.
+    # those still there (named as on disk).
     uri = urlsplit(table.table_uri)
     if uri.scheme == "file":
         root = Path(unquote(uri.path))
-        files = [f for f in files if (root / f).exists() or (root / unquote(f)).exists()]
+        files = [f for f in files if (root / f).exists()]
     if files and not dry_run:
         table.vacuum(dry_run=False, **kwargs)
     return files
