@@ -482,14 +482,16 @@ class Observation:
         """One row per event read: its first copy by offset (ID_KEY and `columns`; with
         FIRST_COPY, the consumer-side remedy). Only the duplicated events are grouped; the others
         are their one copy, with no shuffle. `records`: the same records read again with the
-        columns the cached ones left out (the payloads)."""
+        columns the cached ones left out (the payloads, the id's text)."""
 
         def first_of(records: DataFrame) -> DataFrame:
             return (
                 records.groupBy(*ID_KEY).agg(F.min_by(F.struct(*columns), "offset").alias("f")).select(*ID_KEY, "f.*")
             )
 
-        identified = self.identified if records is None else records.where(F.col("n").isNotNull())
+        # A record read has an id's text exactly when it has ID_KEY (with_id_key); told by the text,
+        # a copy that takes the text as read parses no id unless an event is duplicated.
+        identified = self.identified if records is None else records.where(F.col("event_id").isNotNull())
         duplicated = self.totals["duplicated_events"] if self.ledger is not None else self.duplicated.count()
         if duplicated == 0:
             return identified.select(*ID_KEY, *columns)

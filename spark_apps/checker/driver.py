@@ -113,7 +113,6 @@ def reconcile(
     if copy_wanted:
         mode = catalog.judged(src.judged_as or "")
         _, counts, obs = classified[mode.isolation if mode else READ_COMMITTED]
-        again = None
         if reread:
             # The records the cached read saw, to the last of each partition: with read_committed
             # a transaction open then and ended since shows no more of itself the second time.
@@ -121,8 +120,10 @@ def reconcile(
             seen = reads[obs.isolation].groupBy("partition").agg(F.max("offset").alias("last")).collect()
             last = {r["partition"]: r["last"] + 1 for r in seen}
             again = read_topic(spark, src, obs.isolation, start, {p: last.get(p, start[p]) for p in end})
-        dedup = obs.first_copies(records=again).select(
-            obs.event_id(), F.lit(src.reconciliation_id).alias("reconciliation_id"), *anomalies.FIRST_COPY
-        )
+            # The id's text as read, rather than rebuilt from ID_KEY: the same text, and no id parsed.
+            dedup = obs.first_copies(("event_id", *anomalies.FIRST_COPY), records=again)
+        else:
+            dedup = obs.first_copies().withColumn("event_id", obs.event_id())
+        dedup = dedup.select("event_id", F.lit(src.reconciliation_id).alias("reconciliation_id"), *anomalies.FIRST_COPY)
     results.write_results(spark, jdbc, src, summaries, all_disc, dedup, copy, start, end, recorded_before)
     return summaries
