@@ -53,9 +53,23 @@ def pid_alive(pid: int | None) -> bool:
 
 
 def read_pid(pid_file: Path) -> int | None:
+    """The pid a pid file names; None when the file was written for a process that has ended and
+    the kernel has given its pid to another since (toxiproxy took a stopped broker's, and `stack
+    start` took the broker for running). spawn's files carry the process's start time to tell."""
     try:
-        return int(pid_file.read_text().strip())
+        pid, *started = pid_file.read_text().split()
+        pid = int(pid)
     except (OSError, ValueError):
+        return None
+    return None if started and start_time(pid) not in (None, started[0]) else pid
+
+
+def start_time(pid: int) -> str | None:
+    """When the process `pid` started, in clock ticks since boot (/proc/<pid>/stat's 22nd field)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1].split()[19]
+    except (OSError, IndexError):
         return None
 
 
@@ -92,7 +106,7 @@ def spawn(cmd: list[str], log_file: Path, pid_file: Path, env: dict | None = Non
             env=env,
             cwd=REPO,
         )
-    pid_file.write_text(str(proc.pid))
+    pid_file.write_text(f"{proc.pid} {start_time(proc.pid) or ''}".strip())
     return proc.pid
 
 

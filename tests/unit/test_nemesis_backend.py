@@ -60,3 +60,26 @@ def test_a_pid_file_naming_a_thread_of_another_process_names_no_process(monkeypa
     finally:
         done.set()
         t.join()
+
+
+def test_a_pid_file_naming_a_pid_another_process_took_since_names_no_process(monkeypatch, tmp_path):
+    """A broker stopped, toxiproxy started with its pid, and `stack start` took toxiproxy for the
+    broker and left the broker down: a spawned process's pid file names it only while it runs."""
+    import os
+
+    monkeypatch.syspath_prepend(str(REPO / "local"))
+    from devstack.base import pid_alive, read_pid, spawn, terminate
+
+    pid_file = tmp_path / "sleeper.pid"
+    pid = spawn(["sleep", "30"], tmp_path / "sleeper.log", pid_file)
+    try:
+        assert read_pid(pid_file) == pid and pid_alive(pid)
+    finally:
+        terminate(pid, grace=5)
+    assert not pid_alive(read_pid(pid_file))
+    # The same file, had the kernel given that pid to this test's own process.
+    pid_file.write_text(f"{os.getpid()} {pid_file.read_text().split()[1]}")
+    assert read_pid(pid_file) is None
+    # A pid file with the pid alone (a server's own, such as MariaDB's) names what runs with it.
+    pid_file.write_text(str(os.getpid()))
+    assert read_pid(pid_file) == os.getpid()
