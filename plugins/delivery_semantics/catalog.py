@@ -996,6 +996,14 @@ DEDUP_COPY_STORES = {
 DEFAULT_DEDUP_COPY = "lakehouse"
 # A copy's row, in every store: one event id of one reconciliation, its first copy by offset.
 DEDUP_COPY_COLUMNS = ("event_id", "reconciliation_id", "key", "seq", "publish_at", "partition", "offset", "value")
+DEDUP_COPY_TABLE = "dedup_events"
+
+
+def dedup_copy_table(lakehouse: str) -> str:
+    """Where the lakehouse copy's Delta table is under a lakehouse folder or URI."""
+    return f"{lakehouse.rstrip('/')}/{DEDUP_COPY_TABLE}"
+
+
 DEDUP_COPY_PARAM = {
     "default": DEFAULT_DEDUP_COPY,
     "type": "string",

@@ -28,7 +28,7 @@ from delivery_semantics import catalog
 from delivery_semantics.audit.stores import lakehouse
 
 STORES = tuple(catalog.DEDUP_COPY_STORES)
-TABLE = "dedup_events"
+TABLE = catalog.DEDUP_COPY_TABLE
 COLUMNS = catalog.DEDUP_COPY_COLUMNS
 # Columns with a value per row: a Parquet dictionary for them is built, outgrows its page and is
 # dropped in every row group. Without dictionaries the 10M-event copy took 150.6 s against
@@ -66,7 +66,7 @@ class DedupCopy:
     @property
     def location(self) -> str:
         if self.store == "lakehouse":
-            return f"{self.lakehouse.rstrip('/')}/{TABLE}"
+            return catalog.dedup_copy_table(self.lakehouse)
         return TABLE
 
     @property

@@ -447,7 +447,8 @@ def _dedup(args) -> int:
 def _dedup_vacuum(args) -> int:
     from delivery_semantics.reporting import dedup
 
-    files = dedup.vacuum(args.retain_hours, args.dry_run, dedup.table_in(args.lakehouse) if args.lakehouse else None)
+    location = catalog.dedup_copy_table(args.lakehouse) if args.lakehouse else None
+    files = dedup.vacuum(args.retain_hours, args.dry_run, location)
     for f in files:
         print(f)
     kept = "the table's retention" if args.retain_hours is None else f"{args.retain_hours} hours"

@@ -38,11 +38,7 @@ def lakehouse_table(location: str | None = None):
 def _delta_table(location: str | None):
     import deltalake
 
-    return deltalake.DeltaTable(location or table_in(lakehouse()))
-
-
-def table_in(lakehouse_dir: str) -> str:
-    return f"{lakehouse_dir.rstrip('/')}/dedup_events"
+    return deltalake.DeltaTable(location or catalog.dedup_copy_table(lakehouse()))
 
 
 def vacuum(retain_hours: int | None = None, dry_run: bool = False, location: str | None = None) -> list[str]:
