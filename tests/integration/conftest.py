@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -53,6 +54,22 @@ def stack_env():
 # no JVM option changes a result. The client compiler alone saves about 10 s of each one's 40-55 s
 # (a 3,000-event reconcile with the copy: 39.3/44.5 s against 48.6/56.5 s); big runs keep C2.
 SMALL_RUN_JVM = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
+
+
+def pytest_runtest_logreport(report):
+    """A failure's cause printed as it happens, with the disk's free space and the stack's services that are down: a
+    run stopped by CI's time limit never reaches pytest's summary, and a stack broken halfway (a full
+    disk, a broker down) fails every test after it."""
+    if not report.failed:
+        return
+    free = shutil.disk_usage(REPO).free / 2**30
+    down = [name for name, state, _, _ in devstack.status_rows() if state != "up"]
+    cause = (report.longreprtext or "").strip().splitlines()[-12:]
+    sys.stderr.write(
+        f"\n--- {report.nodeid} failed in {report.when} ({free:.1f} GiB free; down: {', '.join(down) or 'none'})\n"
+        + "\n".join(cause)
+        + "\n"
+    )
 
 
 @pytest.fixture
