@@ -57,18 +57,19 @@ SMALL_RUN_JVM = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
 
 
 def pytest_runtest_logreport(report):
-    """A failure's cause printed as it happens, with the disk's free space and the stack's services that are down: a
-    run stopped by CI's time limit never reaches pytest's summary, and a stack broken halfway (a full
-    disk, a broker down) fails every test after it."""
+    """A failure's cause printed as it happens, with the disk's free space and the stack's services
+    that are down: a run stopped by CI's time limit never reaches pytest's summary, and a stack
+    broken halfway (a full disk, a broker down) fails every test after it."""
     if not report.failed:
         return
     free = shutil.disk_usage(REPO).free / 2**30
-    down = [name for name, state, _, _ in devstack.status_rows() if state != "up"]
+    try:
+        down = ", ".join(name for name, state, _, _ in devstack.status_rows() if state != "up") or "none"
+    except Exception as e:  # what is down is a hint; the failure is still reported
+        down = f"unknown ({e})"
     cause = (report.longreprtext or "").strip().splitlines()[-12:]
     sys.stderr.write(
-        f"\n--- {report.nodeid} failed in {report.when} ({free:.1f} GiB free; down: {', '.join(down) or 'none'})\n"
-        + "\n".join(cause)
-        + "\n"
+        f"\n--- {report.nodeid} failed in {report.when} ({free:.1f} GiB free; down: {down})\n" + "\n".join(cause) + "\n"
     )
 
 
