@@ -7,7 +7,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from checker import anomalies, cache, results
+from checker import anomalies, cache, dedup_copy, results
 from checker.dedup_copy import DedupCopy
 from checker.sources import (
     Jdbc,
@@ -35,6 +35,8 @@ def reconcile(
     single_read = src.transactional is False and not src.sink
     copy_wanted = src.judged_by_reader and copy.wanted
     reread = copy_wanted and not src.sink and read_by_platform_reader(src)
+    if copy_wanted:
+        dedup_copy.prepare(spark, copy)
     ledger = read_ledger(jdbc, src, outbox)
     if not src.ledger_wrote_topic:
         ledger = anomalies.without_positions(ledger)  # positions in another topic

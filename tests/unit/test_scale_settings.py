@@ -156,7 +156,7 @@ def test_a_partition_is_named_as_a_spark_literal_and_the_copy_connects_as_libpq(
 _CONCURRENT_COPIES = r"""
 import datetime, json, sys, threading
 from pyspark.sql import SparkSession
-from checker.dedup_copy import DedupCopy, write_lakehouse
+from checker.dedup_copy import DedupCopy, prepare, write_lakehouse
 from delivery_semantics.plumbing.endpoints import SPARK_CONF_LOCAL
 
 copy = DedupCopy("lakehouse", sys.argv[1])
@@ -174,13 +174,19 @@ def rows(rid, n):
 written = {}
 def write(rid, n):
     written[rid] = write_lakehouse(spark, copy, rows(rid, n), rid)
+# The snapshot made ahead of a write, on a table that does not exist yet: nothing, and no error.
+early = prepare(spark, copy)
+early.join(120)
+assert not early.is_alive()
 # Two reconciliations at once on a table that does not exist yet: both create it.
 threads = [threading.Thread(target=write, args=(rid, n)) for rid, n in (("audit:o:a'1", 3), ("r2", 5))]
 for t in threads: t.start()
 for t in threads: t.join()
 write("r2", 4)  # a rerun replaces its own partition
 # Past Delta's checkpoint interval (10 commits): the table is then read from a Parquet checkpoint.
+# Each write with the table's snapshot being made beside it, as the checker makes it.
 for n in range(1, 11):
+    prepare(spark, copy)
     write("r3", n)
 counts = {r["reconciliation_id"]: r["n"] for r in spark.read.format("delta").load(copy.location).groupBy("reconciliation_id").count().withColumnRenamed("count", "n").collect()}
 import pyarrow.parquet as pq
