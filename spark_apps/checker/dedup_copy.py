@@ -71,6 +71,11 @@ class DedupCopy:
         return TABLE
 
     @property
+    def sql_table(self) -> str:
+        """The lakehouse table in Spark SQL: delta.`<location>`."""
+        return f"delta.`{self.location.replace('`', '``')}`"
+
+    @property
     def session_conf(self) -> dict[str, str]:
         if self.store != "lakehouse":
             return {}
@@ -113,7 +118,7 @@ def write_lakehouse(
         .options(**PARQUET_OPTIONS)
     )
     _committed(lambda: writer.save(copy.location), attempts)
-    table = f"delta.`{copy.location.replace('`', '``')}`"
+    table = copy.sql_table
     history = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 50")
     mine = history.where(F.col("userMetadata") == mark).first()
     # A table made before the copy chose its statistics columns gathers them from its next write.
@@ -130,7 +135,7 @@ def prepare(spark: SparkSession, copy: DedupCopy) -> threading.Thread | None:
     on the driver. A table that does not exist yet has none to make."""
     if copy.store != "lakehouse":
         return None
-    table = f"delta.`{copy.location.replace('`', '``')}`"
+    table = copy.sql_table
 
     def snapshot() -> None:
         try:
