@@ -1,8 +1,10 @@
 import java.io.BufferedOutputStream;
-import java.io.BufferedReader;
+import java.io.BufferedInputStream;
+import java.io.ByteArrayOutputStream;
 import java.io.FileDescriptor;
 import java.io.FileOutputStream;
-import java.io.InputStreamReader;
+import java.io.IOException;
+import java.io.InputStream;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -30,16 +32,19 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * report below into a ledger outcome, as it does for librdkafka's delivery reports.
  *
  * <p>Settings and commands come on stdin as tab-separated lines; reports and replies go to stdout,
- * anything else (the client's own logging) to stderr. Secrets travel on stdin only.
+ * anything else (the client's own logging) to stderr. Secrets travel on stdin only. The framing
+ * cannot be broken by text: a line ends at '\n' alone, and every field that carries text (written
+ * below in lower case: key, value, message, ...) is Base64 of its UTF-8, so no setting, run id or
+ * broker's error message can hold a separator. The other fields are numbers and fixed words.
  *
  * <pre>
- * both modes:  conf KEY VALUE ...   end
- * check:       replies "ok" then "setting KEY VALUE" lines then "end", or "refused MESSAGE"
- * run:         gen RUN_ID KEYS KEY_BASE PAYLOAD_BYTES POOL_BASE64 TOPIC    txn ID ...    start
- *              replies "ready" or "fatal MESSAGE"; then, per producer turn T (one without transactions):
+ * both modes:  conf key value ...   end
+ * check:       replies "ok" then "setting key value" lines then "end", or "refused message"
+ * run:         gen run_id KEYS KEY_BASE PAYLOAD_BYTES pool topic    txn id ...    start
+ *              replies "ready" or "fatal message"; then, per producer turn T (one without transactions):
  *   p T PUBLISH_AT N N N ...   send events N (no reply; each one's report comes as a line:
- *                              "a N PARTITION OFFSET LATENCY_US" or "e N EXCEPTION LATENCY_US MESSAGE")
- *   b T | f T | c T | x T      begin, flush, commit, abort: replies "done T CMD ok|abortable|fenced|error MESSAGE"
+ *                              "a N PARTITION OFFSET LATENCY_US" or "e N EXCEPTION LATENCY_US message")
+ *   b T | f T | c T | x T      begin, flush, commit, abort: replies "done T CMD ok|abortable|fenced|error message"
  *   q                          close every producer, reply "closed", exit
  * </pre>
  *
@@ -56,6 +61,7 @@ public final class SemanticsProducer {
     private static final String[] REPORTED = {
         "acks", "enable.idempotence", "retries", "max.in.flight.requests.per.connection", "delivery.timeout.ms",
         "request.timeout.ms", "linger.ms", "batch.size", "compression.type", "transaction.timeout.ms",
+        "client.id", "bootstrap.servers",
     };
 
     private final List<KafkaProducer<byte[], byte[]>> turns = new ArrayList<>();
@@ -71,7 +77,7 @@ public final class SemanticsProducer {
     public static void main(String[] args) throws Exception {
         // The protocol owns stdout: anything printed through System.out goes to stderr.
         System.setOut(System.err);
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8), 1 << 16);
+        InputStream in = new BufferedInputStream(System.in, 1 << 16);
         Properties conf = readConf(in);
         if (args.length == 1 && args[0].equals("check")) {
             check(conf);
@@ -83,16 +89,35 @@ public final class SemanticsProducer {
         }
     }
 
-    private static Properties readConf(BufferedReader in) throws Exception {
+    private static Properties readConf(InputStream in) throws Exception {
         Properties conf = new Properties();
         String line;
-        while ((line = in.readLine()) != null && !line.equals("end")) {
-            String[] f = line.split("\t", 3);
+        while ((line = readLine(in)) != null && !line.equals("end")) {
+            String[] f = line.split("\t", -1);
             if (f.length == 3 && f[0].equals("conf")) {
-                conf.setProperty(f[1], f[2]);
+                conf.setProperty(text(f[1]), text(f[2]));
             }
         }
         return conf;
+    }
+
+    /** A line ended by '\n' alone (BufferedReader.readLine also ends one at '\r'), or null at the end. */
+    private static String readLine(InputStream in) throws IOException {
+        ByteArrayOutputStream line = new ByteArrayOutputStream(128);
+        int b;
+        while ((b = in.read()) != -1 && b != '\n') {
+            line.write(b);
+        }
+        return b == -1 && line.size() == 0 ? null : line.toString(StandardCharsets.US_ASCII);
+    }
+
+    /** A text field of the protocol: Base64 of UTF-8. */
+    private static String text(String field) {
+        return new String(Base64.getDecoder().decode(field), StandardCharsets.UTF_8);
+    }
+
+    private static String field(String text) {
+        return Base64.getEncoder().encodeToString((text == null ? "" : text).getBytes(StandardCharsets.UTF_8));
     }
 
     private static Properties withSerializers(Properties conf) {
@@ -107,7 +132,7 @@ public final class SemanticsProducer {
     private static void check(Properties conf) {
         for (String key : conf.stringPropertyNames()) {
             if (!ProducerConfig.configNames().contains(key)) {
-                reply("refused unknown setting " + key + ": not a setting of the Java producer (ProducerConfig)");
+                reply("refused\t" + field("unknown setting " + key + ": not a setting of the Java producer (ProducerConfig)"));
                 return;
             }
         }
@@ -116,29 +141,29 @@ public final class SemanticsProducer {
             StringBuilder sb = new StringBuilder("ok");
             for (String key : REPORTED) {
                 Object v = parsed.values().get(key);
-                sb.append("\nsetting\t").append(key).append('\t').append(v == null ? "" : String.valueOf(v));
+                sb.append("\nsetting\t").append(field(key)).append('\t').append(field(v == null ? "" : String.valueOf(v)));
             }
             reply(sb.append("\nend").toString());
         } catch (ConfigException e) {
-            reply("refused " + oneLine(e.getMessage()));
+            reply("refused\t" + field(e.getMessage()));
         }
     }
 
-    private void run(Properties conf, BufferedReader in) throws Exception {
+    private void run(Properties conf, InputStream in) throws Exception {
         List<String> txnIds = new ArrayList<>();
         String line;
-        while ((line = in.readLine()) != null && !line.equals("start")) {
+        while ((line = readLine(in)) != null && !line.equals("start")) {
             String[] f = line.split("\t");
             if (f[0].equals("gen")) {
-                runIdDash = f[1] + "-";
+                runIdDash = text(f[1]) + "-";
                 keys = Integer.parseInt(f[2]);
                 keyBase = Long.parseLong(f[3]);
                 payloadBytes = Integer.parseInt(f[4]);
                 pool = Base64.getDecoder().decode(f[5]);
                 span = pool.length - payloadBytes;
-                topic = f[6];
+                topic = text(f[6]);
             } else if (f[0].equals("txn")) {
-                txnIds.add(f[1]);
+                txnIds.add(text(f[1]));
             }
         }
         if (line == null) {
@@ -152,7 +177,7 @@ public final class SemanticsProducer {
                 open(conf, id).initTransactions();
             }
         } catch (KafkaException e) {
-            reply("fatal " + e.getClass().getSimpleName() + ": " + oneLine(e.getMessage()));
+            reply("fatal\t" + field(e.getClass().getSimpleName() + ": " + e.getMessage()));
             Runtime.getRuntime().halt(1);
         }
         reply("ready");
@@ -170,7 +195,7 @@ public final class SemanticsProducer {
         });
         flusher.setDaemon(true);
         flusher.start();
-        while ((line = in.readLine()) != null) {
+        while ((line = readLine(in)) != null) {
             if (line.equals("q")) {
                 close();
                 reply("closed");
@@ -216,16 +241,16 @@ public final class SemanticsProducer {
             }
         } catch (ProducerFencedException | InvalidProducerEpochException e) {
             status = "fenced";
-            message = e.getClass().getSimpleName() + ": " + oneLine(e.getMessage());
+            message = e.getClass().getSimpleName() + ": " + e.getMessage();
         } catch (KafkaException e) {
             // After an abortable error the transaction can still be aborted; a fatal one fences.
             status = cmd.equals("c") || cmd.equals("b") ? "abortable" : "error";
-            message = e.getClass().getSimpleName() + ": " + oneLine(e.getMessage());
+            message = e.getClass().getSimpleName() + ": " + e.getMessage();
         } catch (RuntimeException e) {
             status = "error";
-            message = e.getClass().getSimpleName() + ": " + oneLine(e.getMessage());
+            message = e.getClass().getSimpleName() + ": " + e.getMessage();
         }
-        reply("done\t" + turn + "\t" + cmd + "\t" + status + "\t" + message);
+        reply("done\t" + turn + "\t" + cmd + "\t" + status + "\t" + field(message));
     }
 
     private void send(KafkaProducer<byte[], byte[]> producer, long publishAt, String numbers) {
@@ -243,11 +268,11 @@ public final class SemanticsProducer {
                     if (e == null) {
                         report("a\t" + n + "\t" + md.partition() + "\t" + md.offset() + "\t" + us);
                     } else {
-                        report("e\t" + n + "\t" + name(e) + "\t" + us + "\t" + oneLine(e.getMessage()));
+                        report("e\t" + n + "\t" + name(e) + "\t" + us + "\t" + field(e.getMessage()));
                     }
                 });
             } catch (KafkaException | IllegalStateException e) {
-                report("e\t" + n + "\t" + name(e) + "\t0\t" + oneLine(e.getMessage()));
+                report("e\t" + n + "\t" + name(e) + "\t0\t" + field(e.getMessage()));
             }
         }
     }
@@ -268,19 +293,17 @@ public final class SemanticsProducer {
         }
     }
 
-    private static String oneLine(String s) {
-        return s == null ? "" : s.replace('\n', ' ').replace('\t', ' ');
-    }
-
     private static void report(String line) {
         synchronized (OUT) {
-            OUT.println(line);
+            OUT.print(line);
+            OUT.print('\n');
         }
     }
 
     private static void reply(String line) {
         synchronized (OUT) {
-            OUT.println(line);
+            OUT.print(line);
+            OUT.print('\n');
             OUT.flush();
         }
     }

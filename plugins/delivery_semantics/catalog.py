@@ -359,23 +359,6 @@ CLIENT_DEFAULTS = {
         "max.in.flight.requests.per.connection": "5",
     },
 }
-# Set by the platform or the connection, never by a mode: the run's topic and transactional.id,
-# the record layout the checker reads, and the connection's address and credentials.
-PLATFORM_OWNED = {
-    LIBRDKAFKA: ("bootstrap.servers", "transactional.id", "on_delivery", "dr_cb", "dr_msg_cb", "error_cb", "stats_cb"),
-    JAVA: ("bootstrap.servers", "transactional.id", "key.serializer", "value.serializer", "interceptor.classes"),
-}
-# Prefixes of the settings the Kafka connection owns (its security settings), in both clients.
-CONNECTION_OWNED_PREFIXES = ("security.protocol", "sasl.", "ssl.")
-
-
-def owner_of(client: str, key: str) -> str | None:
-    """Why a mode may not set `key`, or None when it may."""
-    if key in PLATFORM_OWNED[client]:
-        return "the platform sets it for every run (topic, transactions and record layout are the platform's)"
-    if key.startswith(CONNECTION_OWNED_PREFIXES):
-        return "the Kafka connection sets it (security settings come from the connection)"
-    return None
 
 
 def _truthy(value) -> bool:
@@ -1047,7 +1030,11 @@ def reconcile_args(
 def producer_form(mode: DeliveryMode | None = None) -> dict[str, dict]:
     """The producer's fields of a form: its client (a preset runs on either; a mode file names its
     own) and settings over the mode's, in that client's key names."""
+    # The allowlist is the clients' own module, which builds on this one: imported when a form is made.
+    from delivery_semantics.client_settings import form_keys as allowed
+
     clients = list(mode.clients) if mode else list(CLIENTS)
+    form_keys = allowed()
     return {
         "client": {
             "default": None if mode is None or mode.client is None else mode.client,
@@ -1059,10 +1046,12 @@ def producer_form(mode: DeliveryMode | None = None) -> dict[str, dict]:
         "producer_settings": {
             "default": {},
             "type": "object",
+            "propertyNames": {"enum": form_keys},
             "additionalProperties": {"type": ["string", "integer", "number", "boolean"]},
-            "description": "producer settings over the mode's, in the client's own key names, e.g. "
-            '{"linger.ms": 20, "enable.idempotence": false}; checked by the client before the run, and '
-            "recorded with it (runs.settings)",
+            "description": "tuning settings over the mode's, in the client's own key names, e.g. "
+            '{"linger.ms": 20, "enable.idempotence": false}: acks, idempotence, retries, in-flight, linger, '
+            "batching, compression, timeouts and buffering, typed and bounded (docs/SECURITY.md); checked by "
+            "the client before the run, and recorded with it (runs.settings)",
         },
     }
 

@@ -6,19 +6,95 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# A platform file is a page of settings. Bounds on its size and on YAML's aliases keep a hostile one
+# (an alias bomb: nine aliases a level make 9^7 nodes of a 1 KB file) from filling memory, or an
+# error message, when a DAG file reads the folder.
+MAX_FILE_BYTES = 1 << 20
+MAX_ALIASES = 100
+MAX_NODES = 100_000
+MESSAGE_CHARS = 300
+
+
+def one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """A message as one line of at most `limit` characters: control characters become spaces."""
+    flat = "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in str(text))
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _loader():
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        aliases = 0
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > MAX_ALIASES:
+                    raise yaml.YAMLError(f"more than {MAX_ALIASES} aliases (*name)")
+            return super().compose_node(parent, index)
+
+    return BoundedLoader
+
+
+def _nodes(spec, budget: int) -> int:
+    """Nodes of the spec as expanded (a shared alias counts each time), counted up to `budget`."""
+    stack, seen = [spec], 0
+    while stack and seen <= budget:
+        node = stack.pop()
+        seen += 1
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return seen
+
 
 def read_yaml(path: Path, error: type[Exception]):
-    """The file's spec; `error` naming the file and what is wrong with it otherwise."""
+    """The file's spec; `error` naming the file and what is wrong with it (one line) otherwise."""
     import yaml
 
     try:
-        return yaml.safe_load(path.read_text())
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise error(f"{path}: {e.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise error(f"{path}: larger than {MAX_FILE_BYTES >> 10} KiB: a platform file is a page of settings")
+    try:
+        spec = yaml.load(raw.decode("utf-8"), Loader=_loader())
+    except UnicodeDecodeError:
+        raise error(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
-        raise error(f"{path}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+        raise error(one_line(f"{path}: not valid YAML{at}: {getattr(e, 'problem', None) or e}")) from None
+    except RecursionError:
+        raise error(f"{path}: nested too deeply") from None
+    if _nodes(spec, MAX_NODES) > MAX_NODES:
+        raise error(f"{path}: more than {MAX_NODES} values once its aliases are expanded")
+    return spec
+
+
+def _whole_pattern(validator, pattern, instance, schema):
+    """JSON Schema's `pattern` as the platform means it: the whole string. Python's `$` also matches
+    before a final newline, so a name with a control character in it is refused outright."""
+    import re
+
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "string"):
+        return
+    if re.search(pattern, instance) is None or any(ord(c) < 32 or ord(c) == 127 for c in instance):
+        yield ValidationError(f"{one_line(repr(instance), 80)} does not match {pattern!r}")
+
+
+def validator_class():
+    """Draft 2020-12 with whole-string patterns: what every platform file is validated with."""
+    import jsonschema
+
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _whole_pattern})
 
 
 def first_error(schema: dict, spec):
@@ -26,7 +102,7 @@ def first_error(schema: dict, spec):
     import jsonschema
 
     errors = sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(spec),
+        validator_class()(schema).iter_errors(spec),
         key=lambda e: (len(list(e.absolute_path)), str(list(e.absolute_path))),
     )
     return jsonschema.exceptions.best_match(errors) if errors else None

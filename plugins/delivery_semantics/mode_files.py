@@ -4,8 +4,10 @@ client's own key names, and the catalog promise the team believes the producer k
 the Kafka connection, a schedule and the scenarios its DAG runs (`dags/semantics_modes.py`).
 
 What a schema can check is checked here, when the file is read (the DAG file reads the folder).
-The settings themselves are checked by the client before a run starts (`producer_settings.check`):
-librdkafka's own configuration check, or the Java client's ProducerConfig.
+Each setting goes through the client's allowlist for mode files here (client_settings: no key that
+loads code, replaces the cluster or weakens TLS/SASL; typed, bounded values). The client checks the
+whole before a run starts (settings.resolve): librdkafka's own configuration check, or the Java
+client's ProducerConfig.
 
 This module imports yaml and jsonschema only when a file is read.
 """
@@ -19,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from delivery_semantics import catalog
-from delivery_semantics.files import field_path, first_error, read_yaml
+from delivery_semantics import catalog, client_settings
+from delivery_semantics.files import field_path, first_error, one_line, read_yaml
 
 SCHEMA_PATH = Path(__file__).with_name("mode.schema.json")
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
 class ModeFileError(catalog.ModeError):
@@ -70,21 +72,13 @@ def _message(error) -> str:
     return error.message
 
 
-def _as_setting(value) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def validate(spec, where: str) -> None:
     """Raises ModeFileError naming `where` (the file) and the first bad field."""
     if not isinstance(spec, dict):
         raise ModeFileError(f"{where}: a mode is a mapping of fields, not {type(spec).__name__}")
     e = first_error(json.loads(SCHEMA_PATH.read_text()), spec)
     if e is not None:
-        raise ModeFileError(f"{where}: {field_path(e)}: {_message(e)}")
-    for key in spec["settings"]:
-        why = catalog.owner_of(spec["client"], key)
-        if why:
-            raise ModeFileError(f"{where}: settings.{key}: a mode cannot set it: {why}")
+        raise ModeFileError(one_line(f"{where}: {field_path(e)}: {_message(e)}"))
     mode = _mode(spec, Path(where).stem, where)
     for scenario in spec.get("scenarios") or ():
         if scenario not in catalog.PRODUCER_SCENARIOS:
@@ -105,7 +99,13 @@ def _mode(spec: dict, name: str, where: str) -> catalog.DeliveryMode:
             f"{where}: promise: exactly_once is kept by transactions: add transactional: true "
             "(the platform writes the events in transactions under its own transactional.id)"
         )
-    settings = {str(k): _as_setting(v) for k, v in spec["settings"].items()}
+    settings = {}
+    for key, value in spec["settings"].items():
+        try:
+            k, v = client_settings.file_setting(spec["client"], key, value)
+        except catalog.ModeError as e:
+            raise ModeFileError(f"{where}: settings.{key}: {e}") from None
+        settings[k] = v
     return catalog.DeliveryMode(
         name,
         spec.get("description") or f"{spec['client']} producer of {where}",
@@ -123,11 +123,11 @@ def load(name_or_path: str | Path) -> ModeFile:
     """A mode file by name (modes/<name>.yaml) or by path."""
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml"):
-        if not _NAME.match(str(name_or_path)):
+        if not _NAME.fullmatch(str(name_or_path)):
             raise ModeFileError(f"{name_or_path!r} is neither a mode name ([A-Za-z0-9_-]) nor a .yaml file")
         p = modes_dir() / f"{name_or_path}.yaml"
     name = p.stem
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ModeFileError(f"{p}: the file name makes the mode's name, and {name!r} is not [A-Za-z0-9_-]")
     if name in catalog.MODES or name in catalog.STRATEGIES:
         raise ModeFileError(f"{p}: {name!r} is a built-in mode or strategy of the catalog: name the file otherwise")
@@ -137,7 +137,7 @@ def load(name_or_path: str | Path) -> ModeFile:
 
 
 def exists(name: str) -> bool:
-    return bool(_NAME.match(str(name))) and (modes_dir() / f"{name}.yaml").is_file()
+    return bool(_NAME.fullmatch(str(name))) and (modes_dir() / f"{name}.yaml").is_file()
 
 
 def connection_of(mode: str) -> str | None:

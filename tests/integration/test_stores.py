@@ -181,9 +181,10 @@ INJECTION = "order_events` WHERE 1=0; DROP TABLE order_events; -- "
             "outbox.columns: Unknown column 'no_such_column'",
         ),
         (
-            lambda s: s["sink"].update(path="/no/such/folder"),
-            "sink.path: /no/such/folder: no such folder (the delta table)",
+            lambda s: s["sink"].update(path=str(SINK.parent / "no_such_table")),
+            "no_such_table: no such folder (the delta table)",
         ),
+        (lambda s: s["sink"].update(path="/etc"), "sink.path: /etc: outside the data roots the operator allows"),
         (lambda s: s["sink"].update(format="iceberg"), "sink.format: 'iceberg' is not one of"),
         (lambda s: s["record"].update(format="xml"), "record.format: 'xml' is not one of"),
     ],

@@ -155,10 +155,11 @@ def test_parsing_a_dag_file_loads_only_the_catalog_of_the_platform(dag_file, air
     loaded = set(json.loads(_in_fresh_python(_IMPORT_ONE.format(path=str(dag_file)), airflow_env)))
     platform = {m for m in loaded if m == "delivery_semantics" or m.startswith("delivery_semantics.")}
     # The audit subpackage's __init__ holds a docstring only. The mode files are read by the DAG
-    # files that offer modes.
+    # files that offer modes; the forms name the settings the clients' allowlists take.
     allowed = {
         "delivery_semantics",
         "delivery_semantics.catalog",
+        "delivery_semantics.client_settings",
         "delivery_semantics.audit",
         "delivery_semantics.audit.audits",
         "delivery_semantics.mode_files",

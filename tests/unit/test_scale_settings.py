@@ -95,7 +95,7 @@ def test_an_audits_spark_section_and_copy_store_are_read_and_checked(tmp_path):
     }
     assert audit.dedup_copy == {"store": "lakehouse", "path": str(tmp_path / "lake")}, "the audit's folder's"
     for edit, message in [
-        (lambda s: s.update(spark={"executor.memory": "4g"}), r"spark: 'executor.memory' is not a Spark setting"),
+        (lambda s: s.update(spark={"executor.memory": "4g"}), r"spark: 'executor.memory' is not one of"),
         (lambda s: s.update(dedup_copy={"store": "s3"}), r"dedup_copy.store: 's3' is not one of"),
     ]:
         bad = _audit(tmp_path, edit)

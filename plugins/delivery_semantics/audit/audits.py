@@ -20,7 +20,7 @@ from pathlib import Path
 
 from delivery_semantics import catalog
 from delivery_semantics.catalog import CatalogError
-from delivery_semantics.files import field_path, first_error, read_yaml
+from delivery_semantics.files import field_path, first_error, one_line, read_yaml
 
 SCHEMA_PATH = Path(__file__).with_name("audit.schema.json")
 AUDIT_SCENARIO = "audit"
@@ -30,7 +30,28 @@ DEFAULT_DEDUP_HORIZON = "7d"
 # The consumer strategies a sink table can be judged against: the copier's output is a topic.
 SINK_STRATEGIES = ("commit_before_process", "process_then_commit", "process_then_commit_dedup")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,200}")
+# The Spark settings an audit may give its application, each with the form of its value: sizes only.
+# Anything that adds code or reaches elsewhere (spark.jars, spark.*.extraJavaOptions, plugins,
+# listeners, the event log's folder) is the operator's, in the Spark connection.
+_MEMORY, _COUNT, _BOOL = r"[0-9]{1,6}[kmgt]?b?", r"[0-9]{1,6}", r"true|false"
+SPARK_SETTINGS = {
+    "spark.driver.memory": _MEMORY,
+    "spark.driver.cores": _COUNT,
+    "spark.driver.maxResultSize": _MEMORY,
+    "spark.executor.memory": _MEMORY,
+    "spark.executor.memoryOverhead": _MEMORY,
+    "spark.executor.cores": _COUNT,
+    "spark.executor.instances": _COUNT,
+    "spark.cores.max": _COUNT,
+    "spark.default.parallelism": _COUNT,
+    "spark.sql.shuffle.partitions": _COUNT,
+    "spark.sql.files.maxPartitionBytes": _MEMORY,
+    "spark.sql.adaptive.enabled": _BOOL,
+    "spark.sql.adaptive.coalescePartitions.enabled": _BOOL,
+    "spark.sql.adaptive.advisoryPartitionSizeInBytes": _MEMORY,
+    "spark.sql.adaptive.skewJoin.enabled": _BOOL,
+}
 # Fields of the one-off mapping files this format replaced: a pointer rather than a bare refusal.
 _FORMER_FIELDS = {
     "reconciliation_id": "the id is made per run (audit:<name>:<run>)",
@@ -102,12 +123,29 @@ class Audit:
 
     @property
     def dedup_copy(self) -> dict:
-        """The audit's `dedup_copy:` section, a relative lakehouse path made the audit folder's."""
+        """The audit's `dedup_copy:` section, its path made the audit folder's and checked against the roots."""
         section = dict(self.spec.get("dedup_copy") or {})
-        path = section.get("path")
-        if path and "://" not in path and not Path(path).is_absolute():
-            section["path"] = str((self.path.resolve().parent / path).resolve())
+        if section.get("path"):
+            section["path"] = self.data_path(section["path"], "dedup_copy.path")
         return section
+
+    def data_path(self, text: str, field: str) -> str:
+        """A lakehouse folder or URI the file names, relative ones the audit folder's: refused
+        unless it lies under one of the operator's data roots (data_roots)."""
+        roots = data_roots(self)
+        if "://" in text:
+            if any(text.startswith(r.rstrip("/") + "/") or text == r for r in roots if "://" in r):
+                return text
+        else:
+            path = (self.path.resolve().parent / text).resolve()
+            if any(path.is_relative_to(Path(r).resolve()) for r in roots if "://" not in r):
+                return str(path)
+        raise AuditError(
+            one_line(
+                f"{self.where(field)}: {text}: outside the data roots the operator allows ({', '.join(roots)}; "
+                "SEMANTICS_DATA_ROOTS)"
+            )
+        )
 
     @property
     def spark_conf(self) -> dict[str, str]:
@@ -139,6 +177,17 @@ class Audit:
 
     def where(self, field: str) -> str:
         return f"{self.path}: {field}"
+
+
+def data_roots(audit: Audit) -> list[str]:
+    """Where an audit's sink and copy may be: SEMANTICS_DATA_ROOTS (folders or URI prefixes, comma
+    separated), else the platform's lakehouse and the audit file's own folder."""
+    configured = [r.strip() for r in os.environ.get("SEMANTICS_DATA_ROOTS", "").split(",") if r.strip()]
+    if configured:
+        return configured
+    from delivery_semantics.plumbing.endpoints import lakehouse
+
+    return [lakehouse(), str(audit.path.resolve().parent)]
 
 
 def audits_dir() -> Path:
@@ -182,7 +231,7 @@ def validate(spec, where: str) -> None:
         raise AuditError(f"{where}: an audit is a mapping of fields, not {type(spec).__name__}")
     e = first_error(_schema(), spec)
     if e is not None:
-        raise AuditError(f"{where}: {field_path(e)}: {_message(e)}")
+        raise AuditError(one_line(f"{where}: {field_path(e)}: {_message(e)}"))
     mode = catalog.MODES.get(spec["mode"]) or catalog.PIPELINES.get(spec["mode"])
     if mode is None:
         raise AuditError(
@@ -207,6 +256,12 @@ def validate(spec, where: str) -> None:
         free_select(spec["outbox"]["query"], f"{where}: outbox.query")
     check_record(spec["record"], where)
     check_sink(spec, where)
+    for key, value in spec.get("spark", {}).items():
+        text = str(value).lower()
+        if not re.fullmatch(SPARK_SETTINGS[key], text):
+            raise AuditError(
+                one_line(f"{where}: spark.{key}: {text!r} is not a size of the form {SPARK_SETTINGS[key]}")
+            )
     strategy = spec.get("sink", {}).get("strategy")
     if strategy is not None and strategy not in SINK_STRATEGIES:
         raise AuditError(
@@ -270,15 +325,20 @@ def load(name_or_path: str | Path) -> Audit:
     """An audit by name (audits/<name>.yaml) or by path; YAML or JSON."""
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml", ".json"):
-        if not _NAME.match(str(name_or_path)):
+        if not _NAME.fullmatch(str(name_or_path)):
             raise AuditError(f"{name_or_path!r} is neither an audit name ([A-Za-z0-9_-]) nor a .yaml/.json file")
         p = audits_dir() / f"{name_or_path}.yaml"
     name = p.stem
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise AuditError(f"{p}: the file name makes the audit's name, and {name!r} is not [A-Za-z0-9_-]")
     spec = read_yaml(p, AuditError)
     validate(spec, str(p))
-    return Audit(name, p, spec)
+    audit = Audit(name, p, spec)
+    if (spec.get("sink") or {}).get("path"):
+        audit.data_path(spec["sink"]["path"], "sink.path")
+    if (spec.get("dedup_copy") or {}).get("path"):
+        audit.data_path(spec["dedup_copy"]["path"], "dedup_copy.path")
+    return audit
 
 
 def discover(directory: Path | None = None) -> list[tuple[str, Audit | AuditError]]:
@@ -366,13 +426,26 @@ NOTIFIERS = {  # kind: (module, class, provider package)
 }
 
 
+SLACK_TEXT = "Audit DAG {{ dag.dag_id }}: task {{ ti.task_id }} failed in run {{ run_id }}"
+
+
 def failure_callback(audit: Audit):
     """The audit's notifier as an Airflow failure callback, or None. The provider is imported when
     the callback fires, not when the DAG file is parsed."""
     spec = audit.alerts.get("notifier")
     if not spec:
         return None
-    ((kind, kwargs),) = spec.items()
+    ((kind, given),) = spec.items()
+    # Recipients and a connection from the file (the schema allows no other key); the message is the
+    # platform's, so that a file can neither attach a file nor render a template of its own.
+    if kind == "smtp":
+        kwargs = {"to": given["to"], "smtp_conn_id": given.get("smtp_conn_id", "smtp_default")}
+    else:
+        kwargs = {
+            "channel": given["channel"],
+            "slack_conn_id": given.get("slack_conn_id", "slack_api_default"),
+            "text": SLACK_TEXT,
+        }
 
     def notify(context):
         import importlib

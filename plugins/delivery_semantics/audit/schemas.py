@@ -11,6 +11,7 @@ decodes with them. No Spark here: the DAG file's process imports it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from delivery_semantics.audit.audits import Audit, AuditError
+from delivery_semantics.files import one_line
 
 TIMESTAMP_TYPES = ("timestamp-millis", "timestamp-micros", "local-timestamp-millis", "local-timestamp-micros")
 PROTOBUF_TIMESTAMP = "google.protobuf.Timestamp"
@@ -70,21 +72,77 @@ def load(audit: Audit) -> dict[str, dict[int, WriterSchema]]:
     return out
 
 
-def _read(audit: Audit, kind: str, sid: int, name: str, where: str) -> WriterSchema:
+# A schema file's name: a path inside the audit's folder, never one protoc could read as an option
+# (`-...`, or `@file`, which makes protoc read its arguments from the file).
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}){0,4}")
+MAX_SCHEMA_BYTES = 1 << 20
+MAX_AVRO_DEPTH = 64
+
+
+def schema_file(audit: Audit, name, where: str) -> Path:
+    """The schema file `name` names: inside the audit's folder once every link is followed."""
     folder = audit.path.resolve().parent
+    if not isinstance(name, str) or not _FILE_NAME.fullmatch(name) or ".." in name.split("/"):
+        raise AuditError(
+            f"{audit.where(where)}: a schema file is named by a path relative to the audit's folder "
+            "(letters, digits, '_', '.', '-' and '/'; not starting with '-', '@' or '.')"
+        )
     path = (folder / name).resolve()
+    if not path.is_relative_to(folder):
+        raise AuditError(f"{audit.where(where)}: {name}: outside the audit's folder ({folder})")
     if not path.is_file():
         raise AuditError(f"{audit.where(where)}: {name}: no such file (looked in {folder})")
-    text = path.read_text()
+    if path.stat().st_size > MAX_SCHEMA_BYTES:
+        raise AuditError(f"{audit.where(where)}: {name}: larger than {MAX_SCHEMA_BYTES >> 10} KiB")
+    return path
+
+
+def _read(audit: Audit, kind: str, sid: int, name: str, where: str) -> WriterSchema:
+    path = schema_file(audit, name, where)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise AuditError(f"{audit.where(where)}: {name}: not UTF-8 text") from None
     if kind == "avro":
         import fastavro
 
         try:
-            fastavro.parse_schema(json.loads(text))
-        except (ValueError, fastavro.schema.SchemaParseException, TypeError, KeyError) as e:
-            raise AuditError(f"{audit.where(where)}: {name}: not an Avro schema: {str(e).splitlines()[0]}") from None
+            schema = json.loads(text)
+            _avro_check(schema, 0)
+            fastavro.parse_schema(schema)
+        except (ValueError, fastavro.schema.SchemaParseException, TypeError, KeyError, RecursionError) as e:
+            first = one_line(str(e).splitlines()[0] if str(e) else type(e).__name__, 200)
+            raise AuditError(f"{audit.where(where)}: {name}: not an Avro schema: {first}") from None
         return WriterSchema(sid, kind, text, name)
     return WriterSchema(sid, kind, text, path.name, _compile_proto(path, audit.where(where)))
+
+
+def _avro_check(schema, depth: int) -> None:
+    """What Avro's specification requires and fastavro lets pass: a record has its `fields`, each
+    a mapping with a name and a type; and nesting is bounded. ValueError otherwise."""
+    if depth > MAX_AVRO_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_AVRO_DEPTH} levels")
+    if isinstance(schema, list):
+        for branch in schema:
+            _avro_check(branch, depth + 1)
+        return
+    if not isinstance(schema, dict):
+        return
+    kind = schema.get("type")
+    if kind == "record" or kind == "error":
+        fields = schema.get("fields")
+        if not isinstance(fields, list):
+            raise ValueError(f"record {schema.get('name', '?')!s:.60} has no fields list (Avro requires one)")
+        for f in fields:
+            if not isinstance(f, dict) or not isinstance(f.get("name"), str) or "type" not in f:
+                raise ValueError(f"a field of record {schema.get('name', '?')!s:.60} needs a name and a type")
+            _avro_check(f["type"], depth + 1)
+    elif kind == "array":
+        _avro_check(schema.get("items"), depth + 1)
+    elif kind == "map":
+        _avro_check(schema.get("values"), depth + 1)
+    elif isinstance(kind, (dict, list)):
+        _avro_check(kind, depth + 1)
 
 
 def _compile_proto(path: Path, where: str) -> bytes:
@@ -112,7 +170,7 @@ def _compile_proto(path: Path, where: str) -> bytes:
         )
         if proc.returncode != 0:
             first = (proc.stderr.strip() or proc.stdout.strip() or "protoc failed").splitlines()[0]
-            raise AuditError(f"{where}: {path.name}: not a .proto schema: {first}")
+            raise AuditError(one_line(f"{where}: {path.name}: not a .proto schema: {first}"))
         return out.read_bytes()
 
 

@@ -295,7 +295,13 @@ def _audit(args) -> int:
     failed = 0
     for item in args.audits or [a.path if not isinstance(a, Exception) else n for n, a in audits.discover()]:
         try:
-            audit = audits.preflight(item) if args.endpoints else audits.load(item)
+            if args.endpoints:
+                audit = audits.preflight(item)
+            else:  # the writer schemas are read and checked too: everything but the endpoints
+                from delivery_semantics.audit import schemas
+
+                audit = audits.load(item)
+                schemas.load(audit)
             print(f"{audit.path}: ok")
         except audits.AuditError as e:
             print(f"audit: {e}", file=sys.stderr)

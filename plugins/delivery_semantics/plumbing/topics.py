@@ -9,7 +9,7 @@ import time
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-_LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
 
@@ -19,7 +19,7 @@ class TopicError(ValueError):
 
 
 def validate_topic_name(name: str) -> str:
-    if not isinstance(name, str) or not _LEGAL_TOPIC.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not _LEGAL_TOPIC.fullmatch(name) or name in (".", ".."):
         raise TopicError(f"invalid topic name {name!r}: use 1-249 characters of [A-Za-z0-9._-], not '.' or '..'")
     return name
 

@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 from delivery_semantics.catalog import ModeError
+from delivery_semantics.files import one_line
 from delivery_semantics.history.ledger import Outcome
 from delivery_semantics.plumbing import javac
 from delivery_semantics.workload.client import (
@@ -103,11 +104,23 @@ def command(mode: str, conf: dict | None = None) -> list[str]:
     ]
 
 
+def field(text) -> str:
+    """A text field of the runner's protocol: Base64 of its UTF-8, so that no text can hold the
+    protocol's tab or newline (the protocol is in SemanticsProducer.java)."""
+    return base64.b64encode(str(text).encode("utf-8", "surrogatepass")).decode("ascii")
+
+
+def text(field_: str) -> str:
+    return base64.b64decode(field_, validate=True).decode("utf-8", "replace")
+
+
+def _fields(line: bytes) -> list[str]:
+    """A line of the runner's output as its fields: it ends at b"\n" alone."""
+    return line.rstrip(b"\n").decode("ascii", "replace").split("\t")
+
+
 def _conf_lines(conf: dict[str, str]) -> str:
-    for k, v in conf.items():
-        if "\n" in str(v) or "\t" in str(k):
-            raise ModeError(f"{k}: a setting's value is one line")
-    return "".join(f"conf\t{k}\t{v}\n" for k, v in conf.items()) + "end\n"
+    return "".join(f"conf\t{field(k)}\t{field(v)}\n" for k, v in conf.items()) + "end\n"
 
 
 def check(settings: dict[str, str], transactional: bool) -> dict[str, str]:
@@ -118,18 +131,20 @@ def check(settings: dict[str, str], transactional: bool) -> dict[str, str]:
         probe["transactional.id"] = "validate"
     try:
         done = subprocess.run(
-            command("check"), input=_conf_lines(probe), capture_output=True, text=True, timeout=60, check=False
+            command("check"), input=_conf_lines(probe).encode("ascii"), capture_output=True, timeout=60, check=False
         )
     except JavaClientError as e:
         raise ModeError(str(e)) from None
     except FileNotFoundError:
         raise ModeError("java is not installed: the Java client needs a JVM") from None
-    lines = done.stdout.splitlines()
+    lines = [_fields(line) for line in done.stdout.split(b"\n") if line]
     if not lines:
-        raise ModeError(f"the Java client's check failed: {done.stderr.strip()[-300:] or f'exit {done.returncode}'}")
-    if lines[0].startswith("refused "):
-        raise ModeError(f"the Java client refused the producer settings: {lines[0][len('refused ') :]}")
-    effective = {f[1]: f[2] for f in (line.split("\t") for line in lines[1:]) if f[0] == "setting" and len(f) == 3}
+        stderr = one_line(done.stderr.decode("utf-8", "replace").strip()[-300:])
+        raise ModeError(f"the Java client's check failed: {stderr or f'exit {done.returncode}'}")
+    if lines[0][0] == "refused":
+        raise ModeError(one_line(f"the Java client refused the producer settings: {text(lines[0][1])}"))
+    effective = {text(f[1]): text(f[2]) for f in lines[1:] if f[0] == "setting" and len(f) == 3}
+    effective.pop("bootstrap.servers", None)  # the probe's, reported so a test can see framing hold
     if effective.get("acks") == "-1":
         effective["acks"] = "all"
     return effective
@@ -148,28 +163,28 @@ class JavaClient(ProducerClient):
         self._turn = 0
         self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed with the client)
         run_conf = {k: v for k, v in conf.items() if k != "transactional.id"}
+        # Binary pipes: the reports are split at b"\n" alone, never at a "\r" (universal newlines).
         self.proc = subprocess.Popen(
             command("run", conf),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            text=True,
             bufsize=1 << 16,
         )
         pool = base64.b64encode(gen.payload_pool).decode()
         self._write(
             _conf_lines(run_conf)
-            + f"gen\t{gen.run_id}\t{gen.keys}\t{gen.key_base}\t{gen.payload_bytes}\t{pool}\t{topic}\n"
-            + "".join(f"txn\t{t}\n" for t in txn_ids)
+            + f"gen\t{field(gen.run_id)}\t{gen.keys}\t{gen.key_base}\t{gen.payload_bytes}\t{pool}\t{field(topic)}\n"
+            + "".join(f"txn\t{field(t)}\n" for t in txn_ids)
             + "start\n"
         )
-        first = self.proc.stdout.readline().rstrip("\n")
-        if first != "ready":
+        first = _fields(self.proc.stdout.readline())
+        if first != ["ready"]:
             self.proc.kill()
-            detail = first.removeprefix("fatal ") or self._stderr_tail()
-            if "Fenced" in first:
-                raise ProducerFenced(detail)
-            raise RuntimeError(f"the Java client did not start: {detail}")
+            detail = (text(first[1]) if first[0] == "fatal" and len(first) > 1 else "") or self._stderr_tail()
+            if "Fenced" in detail:
+                raise ProducerFenced(one_line(detail))
+            raise RuntimeError(one_line(f"the Java client did not start: {detail}"))
         self._reader = threading.Thread(target=self._read, name="java-reports", daemon=True)
         self._reader.start()
 
@@ -177,25 +192,32 @@ class JavaClient(ProducerClient):
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            f = line.rstrip("\n").split("\t")
-            tag = f[0]
-            if tag == "a":
-                n, partition, offset, latency_us = int(f[1]), int(f[2]), int(f[3]), int(f[4])
-                with self._lock:
-                    self._delivered.append((n, partition, None if self.acks0 else offset, latency_us))
-            elif tag == "e":
-                n, name = int(f[1]), f[2]
-                outcome = self._failure(n, "failed" if name in _NOT_WRITTEN else "unknown", int(f[3]), name)
-                with self._lock:
-                    self._failed.append(outcome)
-                    if len(self.errors) < 100:
-                        self.errors.append(f"{name}: {f[4] if len(f) > 4 else ''}")
-            elif tag == "done":
-                self._replies[int(f[1])].put((f[3], f[4] if len(f) > 4 else ""))
-            elif tag == "closed":
-                self._replies[0].put(("closed", ""))
+            try:
+                self._report(_fields(line))
+            except (ValueError, IndexError) as e:  # a line that is not the protocol's: the runner is broken
+                self.errors.append(one_line(f"the Java client wrote a line that is not a report: {e}"))
+                self.proc.kill()
+                break
         for q in self._replies:  # the JVM is gone: nobody waits forever
             q.put(("gone", self._stderr_tail()))
+
+    def _report(self, f: list[str]) -> None:
+        tag = f[0]
+        if tag == "a":
+            n, partition, offset, latency_us = int(f[1]), int(f[2]), int(f[3]), int(f[4])
+            with self._lock:
+                self._delivered.append((n, partition, None if self.acks0 else offset, latency_us))
+        elif tag == "e":
+            n, name = int(f[1]), f[2]
+            outcome = self._failure(n, "failed" if name in _NOT_WRITTEN else "unknown", int(f[3]), name)
+            with self._lock:
+                self._failed.append(outcome)
+                if len(self.errors) < 100:
+                    self.errors.append(one_line(f"{name}: {text(f[4]) if len(f) > 4 else ''}"))
+        elif tag == "done":
+            self._replies[int(f[1])].put((f[3], one_line(text(f[4])) if len(f) > 4 else ""))
+        elif tag == "closed":
+            self._replies[0].put(("closed", ""))
 
     def _stderr_tail(self) -> str:
         self._stderr.seek(0)
@@ -208,10 +230,10 @@ class JavaClient(ProducerClient):
 
     # ------------------------------------------------------------------ commands
 
-    def _write(self, text: str) -> None:
+    def _write(self, lines: str) -> None:
         with self._write_lock:
             try:
-                self.proc.stdin.write(text)
+                self.proc.stdin.write(lines.encode("ascii"))
                 self.proc.stdin.flush()
             except (BrokenPipeError, OSError):
                 raise RuntimeError(f"the Java client exited: {self._stderr_tail()}") from None

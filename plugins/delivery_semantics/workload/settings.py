@@ -1,8 +1,9 @@
 """A run's producer settings: its mode's (a preset's semantics with the client's tuning, or a mode
 file's own), then the run's overrides (the forms' `producer_settings`, the CLI's `--set`), in the
-client's own key names. Checked before anything runs, by the client itself: librdkafka's
-configuration check in this process, or the Java client's ProducerConfig in a JVM. An unknown key,
-a bad value or a setting the platform or the connection owns is refused (ModeError, one line). A
+client's own key names. Checked before anything runs: first through the client's allowlist
+(client_settings: typed, bounded, nothing that loads code or touches the connection), then by the
+client itself: librdkafka's configuration check in this process, or the Java client's
+ProducerConfig in a JVM. Anything refused is one line (ModeError). A
 setting that contradicts the mode's promise is not refused: it is a finding, recorded with the run,
 and the verdict names it when the guarantee it contradicts is broken."""
 
@@ -11,18 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, client_settings
 from delivery_semantics.catalog import ModeError
-
-# librdkafka aliases, so an override under either name is checked against the same rules.
-_ALIASES = {
-    "request.required.acks": "acks",
-    "message.send.max.retries": "retries",
-    "max.in.flight": "max.in.flight.requests.per.connection",
-    "delivery.timeout.ms": "message.timeout.ms",
-    "queue.buffering.max.ms": "linger.ms",
-    "compression.codec": "compression.type",
-}
 
 
 @dataclass(frozen=True)
@@ -38,28 +29,10 @@ class Resolved:
         return [{"guarantee": f.guarantee, "setting": f.setting, "why": f.why} for f in self.findings]
 
 
-def _value(key: str, value) -> str:
-    if value is None or isinstance(value, (dict, list, tuple)):
-        raise ModeError(f"{key}={value!r}: a setting's value is a string, a number or a boolean")
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def overrides_of(client: str, overrides: Mapping | None) -> dict[str, str]:
-    """The overrides under the client's canonical key names, with the owned keys refused."""
-    if overrides is None:
-        return {}
-    if not isinstance(overrides, Mapping):
-        raise ModeError(f"producer settings are a mapping of setting to value, not {type(overrides).__name__}")
-    out = {}
-    for key, value in overrides.items():
-        key = str(key).strip()
-        if client == catalog.LIBRDKAFKA:
-            key = _ALIASES.get(key, key)
-        why = catalog.owner_of(client, key)
-        if why:
-            raise ModeError(f"{key} cannot be set by a mode or a run: {why}")
-        out[key] = _value(key, value)
-    return out
+    """The run's overrides (a form's producer_settings, the CLI's --set) through the client's
+    allowlist of tuning settings, under canonical key names (client_settings)."""
+    return client_settings.checked(client, overrides, client_settings.FORM)
 
 
 def resolve(mode: catalog.DeliveryMode, client: str | None = None, overrides: Mapping | None = None) -> Resolved:

@@ -35,8 +35,7 @@ class LakehouseStore(Store):
 
     @property
     def path(self) -> Path:
-        p = Path(self.spec["path"])
-        return p if p.is_absolute() else (self.audit.path.resolve().parent / p).resolve()
+        return Path(self.audit.data_path(self.spec["path"], f"{self.section}.path"))
 
     def check(self) -> None:
         where = self.audit.where(f"{self.section}.path")
