@@ -104,7 +104,7 @@ class ClientPolicy:
 
     def check(self, key, value, surface: str) -> tuple[str, str]:
         """(canonical key, value as the client takes it), or ModeError with one line."""
-        name = key.strip() if isinstance(key, str) else ""
+        name = key if isinstance(key, str) else ""
         if not _KEY.fullmatch(name):
             raise ModeError(f"{_shown(key)} is not a setting's name (lower-case letters, digits, '.' and '_')")
         name = self.aliases.get(name, name)
@@ -124,6 +124,8 @@ class ClientPolicy:
             )
         if value is None or isinstance(value, (dict, list, tuple)):
             raise ModeError(f"{name}={_shown(value)}: a setting's value is a string, a number or a boolean")
+        if any(ord(c) < 32 or ord(c) == 127 for c in str(value)):
+            raise ModeError(f"{name}={_shown(value)}: a setting's value holds no control character")
         return name, setting.parse(value)
 
 

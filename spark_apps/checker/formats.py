@@ -237,9 +237,14 @@ def protobuf_decoder(wire: dict[int, tuple[bytes, str]], paths: list[str]) -> Ca
             pool = descriptor_pool.DescriptorPool()
             for f in descriptor_pb2.FileDescriptorSet.FromString(descriptor).file:
                 pool.Add(f)
-            desc = list(pool.FindFileByName(file_name).message_types_by_name.values())[indexes[0]]
-            for i in indexes[1:]:
-                desc = desc.nested_types[i]
+            # Each index is checked: Python's negative indexing would take -1 as the last message, and
+            # a record the schema cannot have would count as a delivery.
+            candidates = list(pool.FindFileByName(file_name).message_types_by_name.values())
+            for i in indexes:
+                if not 0 <= i < len(candidates):
+                    raise IndexError(f"message index {i} of {len(candidates)}")
+                desc = candidates[i]
+                candidates = list(desc.nested_types)
             classes[sid, indexes] = message_factory.GetMessageClass(desc)
         return classes[sid, indexes]
 
@@ -266,6 +271,8 @@ def protobuf_decoder(wire: dict[int, tuple[bytes, str]], paths: list[str]) -> Ca
             return none
         try:
             count, at = zigzag(raw, 5)
+            if not 0 <= count <= 32:
+                return none
             indexes = [0] if count == 0 else []
             for _ in range(count):
                 i, at = zigzag(raw, at)
