@@ -110,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     # What the stores need of the session before it starts (Delta's extension).
     for key, value in {**copy.session_conf, **(stores.session_conf(audit) if audit else {})}.items():
         builder = builder.config(key, value)
+    # A cluster's spark.authenticate secret comes by environment (endpoints.spark_auth_env): a driver
+    # at a standalone master takes it only as a setting, given here rather than on the command line.
+    if os.environ.get("_SPARK_AUTH_SECRET"):
+        builder = builder.config("spark.authenticate.secret", os.environ["_SPARK_AUTH_SECRET"])
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:

@@ -25,6 +25,7 @@ from devstack.base import (
     spawn,
     terminate,
     wait_until,
+    write_private,
 )
 from devstack.credentials import SECRETS_FILE, passwords
 from devstack.environment import environment
@@ -93,7 +94,7 @@ def start_ui() -> None:
         if airflow_pid(name):
             report(f"airflow-{name}", "already running")
             continue
-        args = ["api-server", "--port", str(API_SERVER_PORT)] if name == "api-server" else [name]
+        args = ["api-server", "--host", HOST, "--port", str(API_SERVER_PORT)] if name == "api-server" else [name]
         if name == "api-server":
             require_port_free(API_SERVER_PORT, "airflow api-server")
         spawn(
@@ -127,6 +128,4 @@ def stop_ui() -> None:
 def write_airflow_passwords() -> None:
     """SimpleAuthManager's login for the UI: user admin, password from var/secrets.env."""
     path = VAR / "airflow" / "passwords.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"admin": passwords()["AIRFLOW_ADMIN_PASSWORD"]}))
-    path.chmod(0o600)
+    write_private(path, json.dumps({"admin": passwords()["AIRFLOW_ADMIN_PASSWORD"]}))

@@ -29,6 +29,7 @@ from devstack.base import (
     spawn,
     terminate,
     wait_until,
+    write_private,
 )
 from devstack.kafka import bootstrap_servers, kafka_tool_command
 
@@ -114,9 +115,7 @@ def _render_config(w: Worker) -> Path:
         "exactly.once.source.support": w.exactly_once_source,
     }
     path = w.data_dir / "worker.properties"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
-    return path
+    return write_private(path, "".join(f"{k}={v}\n" for k, v in settings.items()))
 
 
 def worker_pid(w: Worker) -> int | None:

@@ -9,7 +9,7 @@ import shutil
 import string
 import subprocess
 
-from devstack.base import HOST, REPO, VAR, StackError
+from devstack.base import HOST, REPO, VAR, StackError, write_private
 
 SCRAM_USER = "semantics"
 # The hostname the SASL_SSL listener advertises and its certificate names.
@@ -33,6 +33,7 @@ SECRET_NAMES = (
     "OUTBOX_OWNER_PASSWORD",  # the application that writes the outbox database
     "OUTBOX_READER_PASSWORD",  # the read-only role audits read it with
     "CLIENT_KEY_PASSWORD",  # the key of the mutual-TLS client certificate
+    "SPARK_AUTH_SECRET",  # spark.authenticate between the standalone master, its worker and applications
 )
 
 
@@ -50,9 +51,7 @@ def passwords() -> dict[str, str]:
         VAR.mkdir(parents=True, exist_ok=True)
         alphabet = string.ascii_letters + string.digits
         out.update({k: "".join(secrets.choice(alphabet) for _ in range(24)) for k in missing})
-        SECRETS_FILE.touch(mode=0o600)
-        SECRETS_FILE.chmod(0o600)
-        SECRETS_FILE.write_text("".join(f"{k}={v}\n" for k, v in out.items()))
+        write_private(SECRETS_FILE, "".join(f"{k}={v}\n" for k, v in out.items()))
     return out
 
 

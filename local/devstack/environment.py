@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from devstack import connect, kafka, mail, mariadb, postgres, spark, toxiproxy
-from devstack.base import HOST, KAFKA_LIB, LOGS, REPO, SPARK_JARS, VAR
+from devstack.base import HOST, KAFKA_LIB, LOGS, REPO, SPARK_JARS, VAR, write_private
 
 # The nemesis's backend here, by module and class: the production nemesis does not import the
 # local stack.
@@ -55,9 +55,7 @@ def environment() -> dict[str, str]:
 def write_env_file() -> Path:
     env_file = VAR / "stack.env"
     lines = [f"export {k}={_shell_quote(v)}" for k, v in environment().items()]
-    env_file.write_text("\n".join(lines) + "\n")
-    env_file.chmod(0o600)
-    return env_file
+    return write_private(env_file, "\n".join(lines) + "\n")
 
 
 def _shell_quote(v: str) -> str:

@@ -29,6 +29,7 @@ from devstack.base import (
     spawn,
     terminate,
     wait_until,
+    write_private,
 )
 from devstack.credentials import (
     SCRAM_USER,
@@ -195,10 +196,7 @@ def _render_broker_config(b: Broker) -> Path:
         log_dir=b.data_dir / "data",
     )
     path = b.data_dir / "server.properties"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch(mode=0o600)
-    path.write_text(text)
-    return path
+    return write_private(path, text)
 
 
 def kafka_tool_command(main: str, *args: str, heap: str = "256m", extra: list[str] | None = None) -> list[str]:

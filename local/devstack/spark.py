@@ -3,7 +3,10 @@ Docker): where the integration suite runs the checker as a cluster would, and wh
 the `spark_standalone` connection. Local mode (the `spark_default` connection) stays the default.
 
 The worker takes 2 cores and SEMANTICS_SPARK_WORKER_MEMORY (2g); an application's executors start
-only while it runs."""
+only while it runs. The master, the worker and every application authenticate with a shared secret
+(spark.authenticate), which each process takes from its environment (_SPARK_AUTH_SECRET, never its
+arguments), an application from the Spark connection's password: a process that lacks it cannot
+submit code to the cluster, whose executors hold the applications' secrets."""
 
 from __future__ import annotations
 
@@ -24,7 +27,9 @@ from devstack.base import (
     spawn,
     terminate,
     wait_until,
+    write_private,
 )
+from devstack.credentials import secret
 
 MASTER_PORT = int(os.environ.get("SEMANTICS_SPARK_MASTER_PORT", "7077"))
 MASTER_UI_PORT = int(os.environ.get("SEMANTICS_SPARK_MASTER_UI_PORT", "8091"))
@@ -33,6 +38,8 @@ WORKER_UI_PORT = int(os.environ.get("SEMANTICS_SPARK_WORKER_UI_PORT", "8092"))
 WORKER_MEMORY = os.environ.get("SEMANTICS_SPARK_WORKER_MEMORY", "2g")
 MASTER_URL = f"spark://{HOST}:{MASTER_PORT}"
 CONN_ID = "spark_standalone"
+PROPERTIES_FILE = VAR / "spark" / "spark-defaults.conf"
+AUTH_CONF = {"spark.authenticate": "true"}
 
 
 class SparkService:
@@ -56,6 +63,7 @@ MASTER = SparkService(
     [
         "org.apache.spark.deploy.master.Master",
         *("--host", HOST, "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI_PORT)),
+        *("--properties-file", str(PROPERTIES_FILE)),
     ],
 )
 WORKER = SparkService(
@@ -66,6 +74,7 @@ WORKER = SparkService(
         "org.apache.spark.deploy.worker.Worker",
         *("--host", HOST, "--port", str(WORKER_PORT), "--webui-port", str(WORKER_UI_PORT)),
         *("--cores", "2", "--memory", WORKER_MEMORY, "--work-dir", str(VAR / "spark" / "work")),
+        *("--properties-file", str(PROPERTIES_FILE)),
         MASTER_URL,
     ],
 )
@@ -84,11 +93,21 @@ def connections() -> dict[str, dict]:
         "spark.sql.shuffle.partitions": "8",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.executor.memory": "1g",
+        **AUTH_CONF,
     }
-    return {CONN_ID: {"conn_type": "spark", "host": f"spark://{HOST}", "port": MASTER_PORT, "extra": {"conf": conf}}}
+    return {
+        CONN_ID: {
+            "conn_type": "spark",
+            "host": f"spark://{HOST}",
+            "port": MASTER_PORT,
+            "password": secret("SPARK_AUTH_SECRET"),
+            "extra": {"conf": conf},
+        }
+    }
 
 
 def start_spark() -> str:
+    write_private(PROPERTIES_FILE, "".join(f"{k} {v}\n" for k, v in AUTH_CONF.items()))
     started = []
     for s in SERVICES:
         if spark_pid(s):
@@ -102,6 +121,7 @@ def start_spark() -> str:
             "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}",
             "SPARK_LOCAL_IP": HOST,
             "SPARK_NO_DAEMONIZE": "1",
+            "_SPARK_AUTH_SECRET": secret("SPARK_AUTH_SECRET"),
         }
         spawn([str(home / "bin" / "spark-class"), *s.cmd], s.log_file, s.pid_file, env=env)
         wait_until(lambda s=s: port_open(s.port) or not spark_pid(s), 60, s.name, s.log_file)

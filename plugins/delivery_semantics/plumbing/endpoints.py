@@ -159,10 +159,29 @@ def java_client_config(conf: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def private_dir(name: str) -> Path:
+    """A folder in the temporary folder that only this user may enter, made so (0700) or, when it is
+    there already, used only if it is a real folder of this user's with no access for others:
+    another local user could otherwise plant a file the platform runs or reads with secrets."""
+    path = Path(tempfile.gettempdir()) / f"semantics-{name}-{os.getuid()}"
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise EndpointError(
+            f"{path}: not a private folder of this user's (mode {stat.S_IMODE(st.st_mode):o}, owner {st.st_uid}): "
+            "remove it, or set SEMANTICS_KEYSTORE_DIR"
+        )
+    return path
+
+
 def keystore_dir() -> Path:
-    return Path(
-        os.environ.get("SEMANTICS_KEYSTORE_DIR") or Path(tempfile.gettempdir()) / f"semantics-keystores-{os.getuid()}"
-    )
+    configured = os.environ.get("SEMANTICS_KEYSTORE_DIR")
+    return Path(configured) if configured else private_dir("keystores")
 
 
 def client_keystore(cert_path: str | None, key_path: str | None, key_password: str | None) -> dict[str, str]:
@@ -376,7 +395,14 @@ def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
     except EndpointError:
         return "local[2]"
     host = c.host or "local[2]"
-    return f"{host}:{c.port}" if c.port and not host.startswith(("local", "yarn", "k8s")) else host
+    if host.startswith(("yarn", "k8s")):
+        # spark-submit passes an application's environment to a YARN or Kubernetes driver as
+        # --conf spark.yarn.appMasterEnv.* / spark.kubernetes.driverEnv.*: on its command line.
+        raise EndpointError(
+            f"connection {conn_id!r}: a {host.split(':')[0]} master would put the application's secrets on "
+            "spark-submit's command line; use a standalone (spark://) or local master (docs/SECURITY.md)"
+        )
+    return f"{host}:{c.port}" if c.port and not host.startswith("local") else host
 
 
 def spark_conf(master: str, audit_conf: dict | None = None, conn_id: str = SPARK_CONN_ID) -> dict[str, str]:
@@ -464,27 +490,43 @@ def platform_reader_jar(jars: list[str]) -> str:
 
 def spark_py_files() -> str:
     """The checker's Python packages (spark_apps/checker and delivery_semantics) as one zip for
-    --py-files: a cluster's executors import them in their Python workers (the COPY writer, the
-    Protobuf decoder). Made once per content, in the temporary folder."""
+        --py-files: a cluster's executors import them in their Python workers (the COPY writer, the
+        Protobuf decoder). Made once per content, in a private folder (private_dir), and made again
+    when what it holds is not byte for byte the sources."""
     roots = [(spark_apps_dir(), "checker"), (Path(__file__).resolve().parents[2], "delivery_semantics")]
-    files = sorted(
-        (root, p)
+    members = sorted(
+        (str(p.relative_to(root)), p)
         for root, package in roots
         for p in (root / package).rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     )
-    digest = hashlib.sha1()
-    for root, p in files:
-        digest.update(str(p.relative_to(root)).encode())
-        digest.update(p.read_bytes())
-    target = Path(tempfile.gettempdir()) / f"semantics-py-{digest.hexdigest()[:16]}.zip"
-    if not target.exists():
-        partial = target.with_suffix(f".{os.getpid()}.part")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
-            for root, p in files:
-                z.write(p, str(p.relative_to(root)))
-        partial.replace(target)
+    digest = _content_digest((name, p.read_bytes()) for name, p in members)
+    target = private_dir("py") / f"semantics-py-{digest[:16]}.zip"
+    if target.exists() and _zip_digest(target) == digest:
+        return str(target)
+    partial = target.with_suffix(f".{os.getpid()}.part")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, p in members:
+            z.write(p, name)
+    partial.replace(target)
     return str(target)
+
+
+def _content_digest(members) -> str:
+    digest = hashlib.sha256()
+    for name, data in members:
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()
+
+
+def _zip_digest(path: Path) -> str | None:
+    """The digest of what a zip holds, as _content_digest has it: a zip whose members differ from the
+    sources by a byte (or that is not a zip) is made again."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return _content_digest((i.filename, z.read(i)) for i in sorted(z.infolist(), key=lambda i: i.filename))
+    except (OSError, zipfile.BadZipFile):
+        return None
 
 
 def spark_application_env(
@@ -514,6 +556,16 @@ def spark_application_env(
     return env
 
 
+def spark_auth_env(conn_id: str = SPARK_CONN_ID) -> dict[str, str]:
+    """A cluster's spark.authenticate secret, from the Spark connection's password, as the
+    environment variable Spark's driver reads it from (never a --conf: `ps` shows those)."""
+    try:
+        password = get_connection(conn_id).password
+    except EndpointError:
+        return {}
+    return {"_SPARK_AUTH_SECRET": password} if password else {}
+
+
 def prepare_spark_submit(op) -> None:
     """Completes a SparkSubmitOperator for a platform application when its task runs: the path of
     the application, the cached jars, the Spark settings, and the application's environment."""
@@ -524,6 +576,7 @@ def prepare_spark_submit(op) -> None:
     op.env_vars = {
         **(op.env_vars or {}),
         **spark_application_env(op.ledger_conn_id, op.kafka_conn_id, op.source_conn_id, op.sink_conn_id),
+        **spark_auth_env(op._conn_id),
     }
 
 

@@ -18,6 +18,7 @@ from delivery_semantics.plumbing.endpoints import (
     SPARK_CONN_ID,
     spark_application_env,
     spark_apps_dir,
+    spark_auth_env,
     spark_class_archive,
     spark_conf,
     spark_jars,
@@ -105,7 +106,7 @@ def run(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **app_env, **(env or {})},
+        env={**os.environ, **app_env, **spark_auth_env(spark_conn_id), **(env or {})},
     )
     stderr: list[str] = []
     reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
