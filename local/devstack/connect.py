@@ -4,7 +4,13 @@ other does not (the worker setting holds for every source task of a cluster, KIP
 (Debezium's PostgreSQL source and JDBC sink) live in .cache/connect/plugins, one folder each.
 
 Workers reach the brokers through their Toxiproxy ports, as every client of the stack does, so a
-broker fault reaches the connectors too."""
+broker fault reaches the connectors too.
+
+A connector's configuration is readable by anyone who can read the REST API or the config topic,
+so it holds no secret: the platform writes each database password to a file of mode 600 under
+SECRETS_DIR and names it as `${file:<path>:password}`, which the workers' FileConfigProvider
+resolves (restricted to that folder). The REST API asks for a user and password (Kafka's
+BasicAuthSecurityRestExtension), which the Connect connections carry."""
 
 from __future__ import annotations
 
@@ -31,12 +37,17 @@ from devstack.base import (
     wait_until,
     write_private,
 )
+from devstack.credentials import secret
 from devstack.kafka import bootstrap_servers, kafka_tool_command
 
 PLUGINS = CACHE / "connect" / "plugins"
 WORKER_HEAP = os.environ.get("SEMANTICS_CONNECT_HEAP", "384m")
 # What each cluster is for: the connection that names its REST URL, and its exactly-once setting.
 CLUSTERS = {"connect": ("kafka_connect", "disabled"), "connect-eos": ("kafka_connect_eos", "enabled")}
+SECRETS_DIR = VAR / "connect" / "secrets"
+REST_USER = "semantics"
+REST_JAAS = VAR / "connect" / "rest-jaas.conf"
+REST_USERS = VAR / "connect" / "rest-users.properties"
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,10 @@ def _render_config(w: Worker) -> Path:
         # minutes, longer than a run).
         "scheduled.rebalance.max.delay.ms": "10000",
         "exactly.once.source.support": w.exactly_once_source,
+        "config.providers": "file",
+        "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
+        "config.providers.file.param.allowed.paths": str(SECRETS_DIR),
+        "rest.extension.classes": "org.apache.kafka.connect.rest.basic.auth.extension.BasicAuthSecurityRestExtension",
     }
     path = w.data_dir / "worker.properties"
     return write_private(path, "".join(f"{k}={v}\n" for k, v in settings.items()))
@@ -123,9 +138,26 @@ def worker_pid(w: Worker) -> int | None:
     return pid if pid_alive(pid) else None
 
 
+def _rest_auth() -> str:
+    import base64
+
+    return "Basic " + base64.b64encode(f"{REST_USER}:{secret('CONNECT_REST_PASSWORD')}".encode()).decode()
+
+
+def _write_rest_login() -> None:
+    write_private(REST_USERS, f"{REST_USER}={secret('CONNECT_REST_PASSWORD')}\n")
+    write_private(
+        REST_JAAS,
+        "KafkaConnect {\n  org.apache.kafka.connect.rest.basic.auth.extension.PropertyFileLoginModule required\n"
+        f'  file="{REST_USERS}";\n}};\n',
+    )
+    SECRETS_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
 def _answers(w: Worker) -> bool:
     try:
-        with urllib.request.urlopen(f"{w.url}/", timeout=2) as r:
+        req = urllib.request.Request(f"{w.url}/", headers={"Authorization": _rest_auth()})
+        with urllib.request.urlopen(req, timeout=2) as r:
             return "version" in json.loads(r.read())
     except Exception:
         return False
@@ -137,13 +169,14 @@ def start_worker(w: Worker) -> str:
     if not any(PLUGINS.glob("*/*.jar")):
         raise StackError(f"{w.name}: no Connect plugins in {PLUGINS}; run local/setup first (it needs Maven)")
     require_port_free(w.rest_port, f"{w.name} (REST)")
+    _write_rest_login()
     config = _render_config(w)
     spawn(
         kafka_tool_command(
             "org.apache.kafka.connect.cli.ConnectDistributed",
             str(config),
             heap=WORKER_HEAP,
-            extra=[f"-Dkafka.logs.dir={LOGS}"],
+            extra=[f"-Dkafka.logs.dir={LOGS}", f"-Djava.security.auth.login.config={REST_JAAS}"],
         ),
         w.log_file,
         w.pid_file,
@@ -190,7 +223,14 @@ def connections() -> dict[str, dict]:
             "schema": "http",
             "host": HOST,
             "port": first.rest_port,
-            # group.id: an exactly-once source task's transactional.id starts with it (KIP-618)
-            "extra": {"fallback_urls": [w.url for w in others], "group.id": f"semantics-{cluster}"},
+            "login": REST_USER,
+            "password": secret("CONNECT_REST_PASSWORD"),
+            # group.id: an exactly-once source task's transactional.id starts with it (KIP-618);
+            # secrets_dir: where the platform writes the files the workers' FileConfigProvider reads.
+            "extra": {
+                "fallback_urls": [w.url for w in others],
+                "group.id": f"semantics-{cluster}",
+                "secrets_dir": str(SECRETS_DIR),
+            },
         }
     return out

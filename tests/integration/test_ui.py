@@ -38,7 +38,7 @@ def api_server(stack_env):
 
 def _serve(log):
     proc = subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "airflow"), "api-server", "--port", str(PORT)],
+        [str(REPO / ".venv" / "bin" / "airflow"), "api-server", "--host", "127.0.0.1", "--port", str(PORT)],
         cwd=REPO,
         stdout=log,
         stderr=subprocess.STDOUT,

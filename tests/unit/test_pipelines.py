@@ -63,14 +63,17 @@ def test_everything_a_run_makes_is_named_from_its_id():
 def test_the_connectors_take_their_pipelines_settings():
     n = Names("p1")
     alo, eos = catalog.PIPELINES["debezium_outbox"], catalog.PIPELINES["debezium_outbox_eos"]
-    src, src_eos = pipeline.source_config(alo, n, DB), pipeline.source_config(eos, n, DB)
+    ref = "${file:/secrets/x.properties:password}"
+    src, src_eos = pipeline.source_config(alo, n, DB, ref), pipeline.source_config(eos, n, DB, ref)
+    assert src["database.password"] == ref and DB.password not in json.dumps(src)
     assert src["connector.class"] == "io.debezium.connector.postgresql.PostgresConnector"
     assert src["transforms.outbox.type"] == "io.debezium.transforms.outbox.EventRouter"
     assert src["transforms.outbox.route.topic.replacement"] == n.topic
     assert src["table.include.list"] == f"public.{n.outbox}" and src["slot.name"] == n.slot
     assert "exactly.once.support" not in src
     assert (src_eos["exactly.once.support"], src_eos["transaction.boundary"]) == ("required", "poll")
-    sink, sink_eos = pipeline.sink_config(alo, n, DB), pipeline.sink_config(eos, n, DB)
+    sink, sink_eos = pipeline.sink_config(alo, n, DB, ref), pipeline.sink_config(eos, n, DB, ref)
+    assert sink["connection.password"] == ref and DB.password not in json.dumps(sink)
     assert (sink["insert.mode"], sink["primary.key.mode"], sink["collection.name.format"]) == ("insert", "none", n.sink)
     assert "consumer.override.isolation.level" not in sink
     assert sink_eos["consumer.override.isolation.level"] == "read_committed"

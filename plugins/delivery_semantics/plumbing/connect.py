@@ -1,11 +1,19 @@
 """Kafka Connect's REST API, through an Airflow connection (`kafka_connect`: http, its host and
-port, and `fallback_urls` in the extra: the cluster's other workers, tried in turn while one is
-down, since any worker forwards to the leader). Connector configurations can hold a database
-password: they are sent, never logged or returned in an error."""
+port, its login and password for the API's basic authentication, and in the extra `fallback_urls`:
+the cluster's other workers, tried in turn while one is down, since any worker forwards to the
+leader; and `secrets_dir`).
+
+A connector's configuration never holds a secret: the REST API and the config topic show it to
+whoever can read them. A database password goes to a file of mode 600 in the connection's
+`secrets_dir`, a folder the workers' FileConfigProvider reads (and only that one), and the
+configuration names it as `${file:<path>:password}` (`secret_reference`)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -39,6 +47,10 @@ class ConnectCluster:
                 raise ConnectError(f"connection {conn_id!r} needs a host (the Connect REST URL)")
             host = c.host if "://" in c.host else f"{c.schema or 'http'}://{c.host}"
             urls = [f"{host}:{c.port}" if c.port else host, *c.extra.get("fallback_urls", [])]
+            self._auth = "Basic " + base64.b64encode(f"{c.login}:{c.password}".encode()).decode() if c.login else None
+            self.secrets_dir = c.extra.get("secrets_dir")
+        else:
+            self._auth, self.secrets_dir = None, None
         self.urls = [u.rstrip("/") for u in urls]
 
     def call(self, method: str, path: str, body: dict | None = None, timeout: float = 30, retry_for: float = 60):
@@ -61,7 +73,11 @@ class ConnectCluster:
                 f"{base}{path}",
                 method=method,
                 data=json.dumps(body).encode() if body is not None else None,
-                headers={"Content-Type": "application/json", "Accept": "application/json"},
+                headers={
+                    "Content-Type": "application/json",
+                    "Accept": "application/json",
+                    **({"Authorization": self._auth} if self._auth else {}),
+                },
             )
             try:
                 with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -113,6 +129,34 @@ class ConnectCluster:
         except ConnectError as e:
             if "HTTP 404" not in str(e):
                 raise
+        if self.secrets_dir:
+            try:
+                os.unlink(self._secret_file(name))
+            except FileNotFoundError:
+                pass
+
+    def secret_reference(self, connector: str, value: str) -> str:
+        """`value` written to the connector's secret file (mode 600, in the connection's secrets_dir)
+        and the placeholder the workers' FileConfigProvider resolves to it."""
+        if not self.secrets_dir:
+            raise ConnectError(
+                f"connection {self.conn_id!r} names no secrets_dir in its extra: Kafka Connect gets a connector's "
+                "passwords through its FileConfigProvider from that folder, never in the configuration (docs/SECURITY.md)"
+            )
+        path = self._secret_file(connector)
+        os.makedirs(self.secrets_dir, mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, f"password={_properties_value(value)}\n".encode("ascii"))
+        finally:
+            os.close(fd)
+        return "${file:" + path + ":password}"
+
+    def _secret_file(self, connector: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", connector):
+            raise ConnectError(f"{connector[:60]!r} is not a connector name the platform makes")
+        return os.path.join(self.secrets_dir, f"{connector}.properties")
 
     def wait_running(self, name: str, timeout: float = 120) -> dict:
         """Until the connector and all its tasks run; a failed one is an error with its trace's
@@ -139,3 +183,25 @@ class ConnectCluster:
 
 def _quoted(name: str) -> str:
     return urllib.parse.quote(name, safe="")
+
+
+def _properties_value(value: str) -> str:
+    """A value as java.util.Properties reads it back exactly: ASCII, with its escapes."""
+    out = []
+    for i, ch in enumerate(value):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch in "\t\n\r\f":
+            out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}[ch])
+        elif ch in "=:#!" or (ch == " " and i == 0):
+            out.append("\\" + ch)
+        elif not " " <= ch <= "~":
+            out.append("".join(f"\\u{unit:04x}" for unit in _utf16(ch)))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _utf16(ch: str) -> list[int]:
+    data = ch.encode("utf-16-be")
+    return [int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2)]

@@ -161,11 +161,12 @@ def preflight(pipeline: Pipeline) -> tuple[ConnectCluster, dict, Database, Datab
 # --------------------------------------------------------------------------- the connectors
 
 
-def source_config(pipeline: Pipeline, names: Names, outbox_db: Database) -> dict:
+def source_config(pipeline: Pipeline, names: Names, outbox_db: Database, password: str) -> dict:
     """Debezium's PostgreSQL connector on the run's outbox table only (its own slot and a filtered
     publication), streaming without a snapshot, through the outbox event router into the run's
     topic: the row's `id` becomes the record's `id` header, `aggregateid` its key, the JSON
-    payload its value (expanded, with a schema, for the JDBC sink)."""
+    payload its value (expanded, with a schema, for the JDBC sink). `password` is a reference to the
+    database's password (ConnectCluster.secret_reference), never the password."""
     return {
         "connector.class": catalog.SOURCE_CONNECTOR,
         "tasks.max": "1",
@@ -173,7 +174,7 @@ def source_config(pipeline: Pipeline, names: Names, outbox_db: Database) -> dict
         "database.hostname": outbox_db.host,
         "database.port": str(outbox_db.port),
         "database.user": outbox_db.user,
-        "database.password": outbox_db.password,
+        "database.password": password,
         "database.dbname": outbox_db.database,
         "topic.prefix": names.slot,
         "slot.name": names.slot,
@@ -193,16 +194,16 @@ def source_config(pipeline: Pipeline, names: Names, outbox_db: Database) -> dict
     }
 
 
-def sink_config(pipeline: Pipeline, names: Names, sink_db: Database) -> dict:
+def sink_config(pipeline: Pipeline, names: Names, sink_db: Database, password: str) -> dict:
     """Debezium's JDBC sink appending every record it applies to the run's sink table (no key:
-    each apply is a row, so a record applied twice is seen twice)."""
+    each apply is a row, so a record applied twice is seen twice). `password` as source_config's."""
     return {
         "connector.class": catalog.SINK_CONNECTOR,
         "tasks.max": "1",
         "topics": names.topic,
         "connection.url": sink_db.jdbc_url,
         "connection.username": sink_db.user,
-        "connection.password": sink_db.password,
+        "connection.password": password,
         "insert.mode": "insert",
         "primary.key.mode": "none",
         "schema.evolution": "none",
@@ -249,8 +250,16 @@ def create(names: Names, kafka_conf: dict, outbox_db: Database, sink_db: Databas
 
 def start_connectors(cluster: ConnectCluster, pipeline: Pipeline, names: Names, outbox_db, sink_db) -> None:
     for name, config in (
-        (names.sink_connector, sink_config(pipeline, names, sink_db)),
-        (names.source_connector, source_config(pipeline, names, outbox_db)),
+        (
+            names.sink_connector,
+            sink_config(pipeline, names, sink_db, cluster.secret_reference(names.sink_connector, sink_db.password)),
+        ),
+        (
+            names.source_connector,
+            source_config(
+                pipeline, names, outbox_db, cluster.secret_reference(names.source_connector, outbox_db.password)
+            ),
+        ),
     ):
         errors = cluster.validate(config["connector.class"], {"name": name, **config})
         if errors:
