@@ -20,7 +20,7 @@ Tests and benchmarks import the names below.
 
 from devstack.base import HOST, LOGS, VAR, StackError
 from devstack.commands import status_rows
-from devstack.credentials import SCRAM_USER, secret
+from devstack.credentials import SCRAM_USER, passwords, secret
 from devstack.environment import environment
 from devstack.kafka import (
     BROKERS,
@@ -52,6 +52,7 @@ __all__ = [
     "kafka_tool_command",
     "kill_broker",
     "links_of",
+    "passwords",
     "quorum_leader",
     "secret",
     "start_broker",

@@ -77,8 +77,8 @@ class Kind:
 
 
 def _kind(name, jepsen, summary, text, windows=None, **flags) -> Kind:
-    assert flags.get("breaks") in (None, *GUARANTEES), flags
-    assert set(windows or {}) <= set(STAGES), windows
+    if flags.get("breaks") not in (None, *GUARANTEES) or not set(windows or {}) <= set(STAGES):
+        raise CatalogError(f"kind {name}: breaks {flags.get('breaks')!r}, windows {windows!r}")
     return Kind(name, jepsen, summary, text, MappingProxyType(dict(windows or {})), **flags)
 
 
@@ -207,7 +207,8 @@ KINDS = {
 }
 # The kind, and the summary count, that break each guarantee.
 BROKEN_BY = {k.breaks: (k.name, k.summary) for k in KINDS.values() if k.breaks}
-assert set(BROKEN_BY) == set(GUARANTEES), "every guarantee is broken by some kind"
+if set(BROKEN_BY) != set(GUARANTEES):
+    raise CatalogError(f"no kind breaks {set(GUARANTEES) - set(BROKEN_BY)}: every guarantee is broken by some kind")
 LOSSES = tuple(k.name for k in KINDS.values() if k.loss)
 
 
@@ -243,7 +244,8 @@ class Promise:
 
 def _promise(text: str, *guarantees: str, name: str = "", **lifted_by: tuple[str, ...]) -> Promise:
     unknown = set(guarantees) - set(GUARANTEES)
-    assert not unknown, unknown
+    if unknown:
+        raise CatalogError(f"promise {name or text}: unknown guarantees {unknown}")
     return Promise(text, frozenset(guarantees), MappingProxyType({g: frozenset(s) for g, s in lifted_by.items()}), name)
 
 

@@ -63,7 +63,7 @@ def read_yaml(path: Path, error: type[Exception]):
     if len(raw) > MAX_FILE_BYTES:
         raise error(f"{path}: larger than {MAX_FILE_BYTES >> 10} KiB: a platform file is a page of settings")
     try:
-        spec = yaml.load(raw.decode("utf-8"), Loader=_loader())
+        spec = yaml.load(raw.decode("utf-8"), Loader=_loader())  # noqa: S506 (a SafeLoader with alias and size bounds)
     except UnicodeDecodeError:
         raise error(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as e:

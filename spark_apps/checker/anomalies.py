@@ -817,7 +817,8 @@ ANOMALIES = (
     stale_overwrite,
 )
 KINDS = tuple(f.__name__ for f in ANOMALIES)
-assert set(KINDS) == {k.name for k in catalog.KINDS.values() if k.summary}, "a kind function per counted kind"
+if set(KINDS) != {k.name for k in catalog.KINDS.values() if k.summary}:
+    raise catalog.CatalogError("a kind function per counted kind: the catalog and ANOMALIES differ")
 
 
 def discrepancies(obs: Observation, reconciliation_id: str) -> DataFrame:

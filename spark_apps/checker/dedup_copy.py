@@ -140,7 +140,7 @@ def prepare(spark: SparkSession, copy: DedupCopy) -> threading.Thread | None:
     def snapshot() -> None:
         try:
             spark.sql(f"DESCRIBE DETAIL {table}").collect()
-        except Exception:  # no table yet, or unreadable: the write says why
+        except Exception:  # noqa: S110 (no table yet, or unreadable: the write says why)
             pass
 
     thread = threading.Thread(target=snapshot, name="dedup-copy-snapshot", daemon=True)

@@ -73,6 +73,25 @@ def pytest_runtest_logreport(report):
     )
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The secret scan over the whole run (secret_scan.py): a secret of the stack in a process's
+    arguments, a log, an artifact or a result row fails the run, naming where, never the secret."""
+    if not session.testscollected or exitstatus not in (0, 1):
+        return
+    import secret_scan
+
+    try:
+        found = secret_scan.findings()
+    except Exception as e:  # the stack is down: the tests that needed it said so already
+        sys.stderr.write(f"\nsecret scan: not run ({type(e).__name__}: {str(e)[:200]})\n")
+        return
+    if found:
+        sys.stderr.write("\nsecret scan: secrets found in " + "; ".join(found[:20]) + "\n")
+        session.exitstatus = 1
+    else:
+        sys.stderr.write("\nsecret scan: no secret in any process's arguments, log, artifact or result row\n")
+
+
 @pytest.fixture
 def kafka_conf():
     return kafka_config()

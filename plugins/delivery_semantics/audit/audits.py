@@ -389,7 +389,7 @@ SIGHTINGS_PARTITIONS = (
 def sightings_partition(audit_name: str, window_end: datetime | None = None) -> str:
     """The audit_sightings partition of one window (the audit's hash and the window's end, epoch
     seconds), or without a window the prefix all of the audit's share."""
-    tag = hashlib.sha1(audit_name.encode()).hexdigest()[:12]
+    tag = hashlib.sha1(audit_name.encode(), usedforsecurity=False).hexdigest()[:12]
     prefix = f"audit_sightings_{tag}_"
     return prefix if window_end is None else f"{prefix}{int(window_end.timestamp())}"
 

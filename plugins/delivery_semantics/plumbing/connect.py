@@ -69,7 +69,7 @@ class ConnectCluster:
     def _call_once(self, method: str, path: str, body: dict | None, timeout: float):
         unreachable = []
         for base in self.urls:
-            req = urllib.request.Request(
+            req = urllib.request.Request(  # noqa: S310 (http(s) to the Connect connection's URL)
                 f"{base}{path}",
                 method=method,
                 data=json.dumps(body).encode() if body is not None else None,
@@ -80,7 +80,7 @@ class ConnectCluster:
                 },
             )
             try:
-                with urllib.request.urlopen(req, timeout=timeout) as r:
+                with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 (http(s) to the Connect connection's URL)
                     raw = r.read()
                 return json.loads(raw) if raw else None
             except urllib.error.HTTPError as e:

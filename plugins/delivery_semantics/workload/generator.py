@@ -171,7 +171,7 @@ class Generator:
             raise ValueError(f"a producer writes the layouts {', '.join(RECORD_FORMATS.values())}, not {layout!r}")
         self.layout = layout
         self.run_id, self.keys, self.key_base, self.payload_bytes = run_id, keys, key_base, payload_bytes
-        rng = random.Random(seed)
+        rng = random.Random(seed)  # noqa: S311 (load generation, not cryptography)
         alphabet = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
         pool_len = max(_POOL_BYTES, 2 * payload_bytes)
         self._pool = bytes(alphabet[rng.randrange(len(alphabet))] for _ in range(pool_len))

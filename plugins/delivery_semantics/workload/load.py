@@ -583,7 +583,7 @@ class _Session:
         self.committer = ThreadPoolExecutor(1, thread_name_prefix="committer")
         self._committing: tuple[Future, list[tuple[int, int]]] | None = None
         self._again: deque[list[tuple[int, int]]] = deque()
-        self.rng = random.Random(run["seed"] * 1_000_003 + session + 7919 * self.producer)
+        self.rng = random.Random(run["seed"] * 1_000_003 + session + 7919 * self.producer)  # noqa: S311 (abort decisions of a seeded load, not cryptography)
         self.txn_no = ledger.max_txn_no(self.run_id, self.producer)
         self.rate = max(1, run["target_rate"] // run["producers"]) if run["target_rate"] else 0
         self.batch_size = min(10_000, max(1, self.rate // 10)) if self.rate else 10_000
