@@ -522,3 +522,40 @@ def test_the_protobuf_decoder_never_crashes_and_never_invents_an_id(protobuf):
     for indexes in [(i,) for i in range(-3, 4)] + [(1, i) for i in range(-2, 3)]:
         got = fields(frame(3, msg.SerializeToString(), indexes))
         assert got == (["planted"] if indexes == (1,) else [None]) or (indexes[0] == 0 and got == [None])
+
+
+# --------------------------------------------------------------------------- who sees what
+
+
+def test_an_audits_event_ids_are_shown_only_to_who_may_read_its_dag(monkeypatch):
+    """The page asks Airflow's auth manager (here one that lets a user read one DAG only) and
+    shows the event ids to that user alone; verdicts and counts stay visible to every viewer."""
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.testclient import TestClient
+
+    from delivery_semantics.reporting import report, ui
+
+    event = {"stage": "outbox_topic", "kind": "lost_acked", "event_id": "team-secret-id-1", "copies": 0}
+    event |= {"partitions": None, "offsets": None, "window_end": None, "occurred_at": None}
+    planted = ({"audit": "orders", "verdict": "broken", "lost_acked": 1}, [event])
+    monkeypatch.setattr(report, "audit_discrepancies", lambda audit: planted)
+
+    class OneDagAuthManager:
+        def is_authorized_dag(self, *, method, user, access_entity=None, details=None):
+            return method == "GET" and details.id in user["dags"]
+
+    import airflow.api_fastapi.app as airflow_app
+
+    monkeypatch.setattr(airflow_app, "get_auth_manager", lambda: OneDagAuthManager())
+    pages = {}
+    for name, dags in (("reader", {"audit_orders"}), ("other", {"audit_payments"})):
+        ui.app.dependency_overrides[get_user] = lambda dags=dags: {"dags": dags}
+        try:
+            pages[name] = TestClient(ui.app).get("/audits/orders")
+        finally:
+            ui.app.dependency_overrides.clear()
+    assert pages["reader"].status_code == pages["other"].status_code == 200
+    assert "team-secret-id-1" in pages["reader"].text
+    assert "team-secret-id-1" not in pages["other"].text and "Event ids hidden" in pages["other"].text
+    assert "broken" in pages["other"].text, "the verdict stays visible"
+    assert ui.audit_dag_id("pipeline_p1") == "semantics_matrix" and ui.audit_dag_id("orders") == "audit_orders"

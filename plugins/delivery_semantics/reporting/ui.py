@@ -1,4 +1,8 @@
-"""The FastAPI app behind the Airflow UI page (mounted by plugins/semantics_ui_plugin.py)."""
+"""The FastAPI app behind the Airflow UI page (mounted by plugins/semantics_ui_plugin.py).
+
+Every route needs an Airflow login (`get_user`). Verdicts and counts are for every viewer; an
+audit's event ids (a team's own records) only for a user whom Airflow's auth manager lets read the
+audit's DAG (docs/SECURITY.md): the page says they are hidden otherwise."""
 
 from __future__ import annotations
 
@@ -38,12 +42,37 @@ def matrix_page(user: AuthenticatedUser) -> str:
     )
 
 
+def audit_dag_id(audit: str) -> str:
+    """The DAG an audit's results belong to: its file's (audit_<name>), or for the audit a
+    connector pipeline's run makes (pipeline_<run>), the matrix's."""
+    return "semantics_matrix" if audit.startswith("pipeline_") else f"audit_{audit}"
+
+
+def may_read_dag(user, dag_id: str) -> bool:
+    """Whether Airflow's auth manager lets `user` read the runs of `dag_id`."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    return get_auth_manager().is_authorized_dag(
+        method="GET", access_entity=DagAccessEntity.RUN, details=DagDetails(id=dag_id), user=user
+    )
+
+
 @app.get("/audits/{audit}", response_class=HTMLResponse)
 def audit_page(audit: str, user: AuthenticatedUser) -> str:
     latest, events = report.audit_discrepancies(audit)
     if latest is None:
         raise HTTPException(status_code=404, detail=f"no audit {audit} has run")
-    return report.render("audit.html", title=f"Audit {audit}", a=latest, events=events, limit=report.MAX_LISTED)
+    dag_id = audit_dag_id(audit)
+    hidden = None if may_read_dag(user, dag_id) else dag_id
+    return report.render(
+        "audit.html",
+        title=f"Audit {audit}",
+        a=latest,
+        events=[] if hidden else events,
+        hidden=hidden,
+        limit=report.MAX_LISTED,
+    )
 
 
 @app.get("/runs/{run_id}", response_class=HTMLResponse)
