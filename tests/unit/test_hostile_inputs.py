@@ -559,3 +559,48 @@ def test_an_audits_event_ids_are_shown_only_to_who_may_read_its_dag(monkeypatch)
     assert "team-secret-id-1" not in pages["other"].text and "Event ids hidden" in pages["other"].text
     assert "broken" in pages["other"].text, "the verdict stays visible"
     assert ui.audit_dag_id("pipeline_p1") == "semantics_matrix" and ui.audit_dag_id("orders") == "audit_orders"
+
+
+def test_security_md_lists_exactly_the_allowlists():
+    text = (REPO / "docs" / "SECURITY.md").read_text()
+    for client, policy in client_settings.POLICIES.items():
+        row = next(line for line in text.splitlines() if line.startswith(f"| {client} |"))
+        form, file = row.rstrip(" |").split(" | ")[1:3]
+        named = lambda cell: {k.strip("` ") for k in cell.split(",")}
+        assert named(form) == set(policy.keys(client_settings.FORM)), client
+        assert named(file) == set(policy.keys(client_settings.FILE)) - set(policy.keys(client_settings.FORM)), client
+    spark = text.split("**`spark:`** takes sizes only:", 1)[1].split(". Jars", 1)[0]
+    assert {k.strip("`\n ") for k in spark.split(",")} == set(audits.SPARK_SETTINGS)
+
+
+def test_a_keystore_or_code_folder_others_can_enter_is_refused(tmp_path, monkeypatch):
+    from delivery_semantics.plumbing import endpoints
+
+    shared = tmp_path / "keystores"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("SEMANTICS_KEYSTORE_DIR", str(shared))
+    with pytest.raises(endpoints.EndpointError, match="not a private folder of this user's"):
+        endpoints.keystore_dir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setenv("SEMANTICS_KEYSTORE_DIR", str(tmp_path / "link"))
+    with pytest.raises(endpoints.EndpointError, match="not a private folder"):
+        endpoints.keystore_dir()
+    monkeypatch.setenv("SEMANTICS_KEYSTORE_DIR", str(tmp_path / "new" / "stores"))
+    made = endpoints.keystore_dir()
+    assert made.is_dir() and made.stat().st_mode & 0o077 == 0
+
+
+def test_the_spark_code_zip_is_made_again_when_it_is_not_the_sources(monkeypatch, tmp_path):
+    from delivery_semantics.plumbing import endpoints
+
+    monkeypatch.setattr(endpoints.tempfile, "gettempdir", lambda: str(tmp_path))
+    first = Path(endpoints.spark_py_files())
+    assert first.parent.stat().st_mode & 0o077 == 0
+    import zipfile
+
+    with zipfile.ZipFile(first, "a") as z:  # a planted module beside the sources
+        z.writestr("checker/evil.py", "import os\n")
+    again = Path(endpoints.spark_py_files())
+    assert again == first and "checker/evil.py" not in zipfile.ZipFile(again).namelist()

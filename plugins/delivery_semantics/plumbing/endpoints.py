@@ -159,13 +159,14 @@ def java_client_config(conf: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def private_dir(name: str) -> Path:
-    """A folder in the temporary folder that only this user may enter, made so (0700) or, when it is
-    there already, used only if it is a real folder of this user's with no access for others:
-    another local user could otherwise plant a file the platform runs or reads with secrets."""
-    path = Path(tempfile.gettempdir()) / f"semantics-{name}-{os.getuid()}"
+def private_dir(name: str, path: Path | None = None) -> Path:
+    """A folder only this user may enter (by default `semantics-<name>-<uid>` in the temporary
+    folder), made so (0700) or, when it is there already, used only if it is a real folder of this
+    user's with no access for others: another local user could otherwise plant a file the platform
+    runs or reads with secrets."""
+    path = path or Path(tempfile.gettempdir()) / f"semantics-{name}-{os.getuid()}"
     try:
-        path.mkdir(mode=0o700)
+        path.mkdir(mode=0o700, parents=True)
     except FileExistsError:
         pass
     st = os.lstat(path)
@@ -174,14 +175,14 @@ def private_dir(name: str) -> Path:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise EndpointError(
             f"{path}: not a private folder of this user's (mode {stat.S_IMODE(st.st_mode):o}, owner {st.st_uid}): "
-            "remove it, or set SEMANTICS_KEYSTORE_DIR"
+            "make it 0700, or remove it"
         )
     return path
 
 
 def keystore_dir() -> Path:
     configured = os.environ.get("SEMANTICS_KEYSTORE_DIR")
-    return Path(configured) if configured else private_dir("keystores")
+    return private_dir("keystores", Path(configured) if configured else None)
 
 
 def client_keystore(cert_path: str | None, key_path: str | None, key_password: str | None) -> dict[str, str]:
@@ -224,7 +225,6 @@ def client_keystore(cert_path: str | None, key_path: str | None, key_password: s
     ).hexdigest()
     name, password = digest[:16], digest[16:48]
     folder = keystore_dir()
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = folder / f"client-{name}.p12"
     if not path.exists():
         blob = pkcs12.serialize_key_and_certificates(
