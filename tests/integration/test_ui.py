@@ -95,6 +95,12 @@ def test_the_page_is_refused_without_airflow_auth(api_server):
     assert e.value.code in (401, 403)
 
 
+def test_the_api_server_listens_on_loopback_only(api_server):
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{PORT}"], capture_output=True, text=True, check=True).stdout
+    addresses = [line.split()[3] for line in out.splitlines()]
+    assert addresses and all(a.startswith(("127.", "[::ffff:127.")) for a in addresses), addresses
+
+
 def test_the_plugin_registers_its_view_in_the_nav(api_server):
     req = urllib.request.Request(f"{BASE}/api/v2/plugins", headers={"Authorization": f"Bearer {_token()}"})
     plugins = json.loads(urllib.request.urlopen(req, timeout=10).read())["plugins"]

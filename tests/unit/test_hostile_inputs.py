@@ -214,7 +214,7 @@ def test_plugin_library_paths_is_refused_before_librdkafka_opens_it(canary_libra
 def test_the_java_protocol_carries_any_text_as_one_value_both_ways(listener):
     """Past the allowlist (as a bug in it would let through): a client.id with the injection and
     every control character arrives whole, and bootstrap.servers is still the platform's."""
-    hostile = _injection(listener.port) + "\n\t\x00é\u2028"
+    hostile = _injection(listener.port) + "\n\t\x00é\u2028\udcff"  # a lone surrogate: not UTF-8
     probe = {"client.id": hostile, "bootstrap.servers": "127.0.0.1:1"}
     done = subprocess.run(
         java_client.command("check"), input=java_client._conf_lines(probe).encode(), capture_output=True, timeout=60
@@ -222,7 +222,8 @@ def test_the_java_protocol_carries_any_text_as_one_value_both_ways(listener):
     lines = [java_client._fields(line) for line in done.stdout.split(b"\n") if line]
     reported = {java_client.text(f[1]): java_client.text(f[2]) for f in lines[1:] if f[0] == "setting"}
     assert lines[0] == ["ok"], done.stderr
-    assert reported["client.id"] == hostile and reported["bootstrap.servers"] == "[127.0.0.1:1]"
+    assert reported["client.id"] == hostile.replace("\udcff", "\ufffd"), "one value, bytes not UTF-8 replaced"
+    assert reported["bootstrap.servers"] == "[127.0.0.1:1]"
     # The other way: the client's own error message echoes a value with \r and \n, and comes back as
     # one refusal, with no line of it read as a report.
     with pytest.raises(catalog.ModeError) as e:
