@@ -126,6 +126,10 @@ def write_lakehouse(
     if properties.get(STATS_PROPERTY) != STATS_COLUMNS:
         alter = f"ALTER TABLE {table} SET TBLPROPERTIES ('{STATS_PROPERTY}' = '{STATS_COLUMNS}')"
         _committed(lambda: spark.sql(alter), attempts)
+    if mine is None:
+        # Nothing to replace and nothing to add (an empty topic, or no record with an event id):
+        # Delta makes no commit, and the partition is empty at the table's latest version.
+        return int(history.first()["version"]), 0
     return int(mine["version"]), int(mine["operationMetrics"].get("numOutputRows", 0))
 
 

@@ -216,7 +216,15 @@ spark.conf.unset(defaults)
 rows("r0", 2).write.format("delta").partitionBy("reconciliation_id").save(old.location)
 spark.conf.set(defaults, copy.session_conf[defaults])
 old_versions = [write_lakehouse(spark, old, rows(rid, 3), rid)[0] for rid in ("r0", "r1")]
-print("RESULT " + json.dumps({"counts": counts, "written": written, "encodings": encodings, "stats": stats(copy.location, 12), "old_stats": [stats(old.location, v) for v in old_versions]}))
+# Nothing to copy (an empty topic, or no record with an event id): a new reconciliation, a rerun
+# that empties its partition, and a table that does not exist yet.
+empty = {"new": write_lakehouse(spark, copy, rows("r4", 0), "r4"), "r5": write_lakehouse(spark, copy, rows("r5", 2), "r5")}
+empty["rerun"] = write_lakehouse(spark, copy, rows("r5", 0), "r5")
+fresh = DedupCopy("lakehouse", sys.argv[1] + "-fresh")
+empty["fresh"] = write_lakehouse(spark, fresh, rows("r9", 0), "r9")
+after = {r["reconciliation_id"]: r["n"] for r in spark.read.format("delta").load(copy.location).groupBy("reconciliation_id").count().withColumnRenamed("count", "n").collect()}
+stats12 = stats(copy.location, 12)
+print("RESULT " + json.dumps({"counts": counts, "written": written, "encodings": encodings, "stats": stats12, "old_stats": [stats(old.location, v) for v in old_versions], "empty": empty, "after": after}))
 """
 
 
@@ -262,6 +270,9 @@ def test_two_copies_written_at_once_each_land_whole_and_a_rerun_replaces_its_own
     assert result["stats"] == ["numRecords", "offset", "partition", "publish_at"]
     everything = ["event_id", "key", "numRecords", "offset", "partition", "publish_at", "seq"]
     assert result["old_stats"] == [everything, ["numRecords", "offset", "partition", "publish_at"]]
+    # Nothing to copy: no crash, no rows, and a rerun with nothing empties its partition.
+    assert result["empty"]["new"][1] == 0 and result["empty"]["rerun"][1] == 0 and result["empty"]["fresh"][1] == 0
+    assert result["after"] == {"audit:o:a'1": 3, "r2": 4, "r3": 10}, "r5's rerun with no rows emptied it; r4 has none"
     table = tmp_path / "lake" / "dedup_events"
     assert list((table / "_delta_log").glob("*.checkpoint*")), "Delta wrote a checkpoint"
     # The query path without Spark reads the same table, checkpoint and all.
