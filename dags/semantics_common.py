@@ -5,6 +5,7 @@ else of the platform: the endpoints, the jars and the secrets are resolved when 
 from __future__ import annotations
 
 import pendulum
+from airflow.exceptions import AirflowException
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param, dag, task
 
@@ -125,4 +126,22 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
         from delivery_semantics.plumbing import endpoints
 
         endpoints.prepare_spark_submit(self)
-        return super().execute(context)
+        try:
+            return super().execute(context)
+        except AirflowException as e:
+            raise spark_failure(e) from None
+
+
+def spark_failure(e: Exception) -> Exception:
+    """A failed application as the task's failure: bad input (exit 2) fails at once, without the
+    retries a transient failure (exit 75: Kafka still unavailable past its bound) or a crash gets."""
+    import re
+
+    from airflow.exceptions import AirflowFailException
+
+    from delivery_semantics.plumbing.kafka_retry import EXIT_BAD_INPUT
+
+    code = re.search(r"Error code is: (-?\d+)", str(e))
+    if code and int(code.group(1)) == EXIT_BAD_INPUT:
+        return AirflowFailException(f"bad input, not retried: {e}")
+    return e

@@ -58,6 +58,7 @@ from checker.incremental import reconcile_window  # noqa: E402
 from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_source  # noqa: E402
 from delivery_semantics import catalog  # noqa: E402
 from delivery_semantics.audit import audits, schemas, stores  # noqa: E402
+from delivery_semantics.plumbing import kafka_retry  # noqa: E402
 
 PRINTED = (
     "reconciliation_id",
@@ -135,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for done in as_completed(futures):
                     for s in done.result():
-                        print("RECONCILED " + json.dumps({k: s[k] for k in PRINTED}), flush=True)
+                        printed = {k: s[k] for k in PRINTED}
+                        if audit is not None:
+                            printed["mapping_suspect"] = _mapping_suspect(audit, s)
+                        print("RECONCILED " + json.dumps(printed), flush=True)
             except BaseException:
                 for f in futures:  # the first failure ends the application, as it would one run at a time
                     f.cancel()
@@ -143,9 +147,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (InputError, stores.StoreError, audits.AuditError) as e:
         print(f"reconcile: {e}", file=sys.stderr)
-        return 2
+        return kafka_retry.EXIT_BAD_INPUT
+    except kafka_retry.TransientKafkaError as e:
+        print(f"reconcile: {e}", file=sys.stderr)
+        return kafka_retry.EXIT_TRANSIENT
     finally:
         spark.stop()
+
+
+def _mapping_suspect(audit, s: dict) -> str | None:
+    """The file's mapping said plainly when no record carries an id where it says (stderr: the task log)."""
+    line = audits.mapping_suspect(audit, s.get("records_read"), s.get("malformed"))
+    if line:
+        print(f"mapping_suspect: {line}", file=sys.stderr, flush=True)
+    return line
 
 
 def _positive(text: str) -> int:
@@ -169,8 +184,17 @@ def _windows(spark, jdbc, kafka, audit, ends: list[str], outbox) -> int:
         timings: dict = {}
         row = reconcile_window(spark, jdbc, src, audit, end, outbox, sink, timings)
         spark.catalog.clearCache()
+        suspect = _mapping_suspect(audit, row)
         print(
-            "WINDOW " + json.dumps({**row, "elapsed_s": round(time.monotonic() - started, 2), "phases": timings}),
+            "WINDOW "
+            + json.dumps(
+                {
+                    **row,
+                    "mapping_suspect": suspect,
+                    "elapsed_s": round(time.monotonic() - started, 2),
+                    "phases": timings,
+                }
+            ),
             flush=True,
         )
     return 0

@@ -26,6 +26,7 @@ from delivery_semantics import catalog
 from delivery_semantics.audit import audits, schemas
 from delivery_semantics.audit.stores import Store
 from delivery_semantics.catalog import ISOLATIONS, READ_COMMITTED
+from delivery_semantics.plumbing import kafka_retry
 from delivery_semantics.workload import generator
 
 MIN_SPLIT_RECORDS = 50_000  # the fewest records per task of a split topic read
@@ -385,8 +386,9 @@ def topic_offsets(
     """Per partition: (log start, log end, and with `at_millis` the first offset whose timestamp is
     at or after it, None when there is none yet); with `covering`, the log ends once they reach
     it (readback.high_watermarks)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+    from delivery_semantics.plumbing.kafka_retry import retrying
     from delivery_semantics.workload import readback
 
     conf = {
@@ -395,26 +397,38 @@ def topic_offsets(
         "enable.auto.commit": False,
         "socket.timeout.ms": 10000,
     }
-    c = Consumer(conf)
+    answered = False
+
+    def attempt() -> dict[int, tuple[int, int, int | None]]:
+        nonlocal answered
+        c = Consumer(conf)  # a new client each time: a broker's handle may be gone with it
+        try:
+            md = c.list_topics(src.topic, timeout=15)
+            answered = True
+            t = md.topics.get(src.topic)
+            if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+                raise InputError(f"topic {src.topic!r}: {t.error if t else 'not found'}")
+            if t.error is not None:
+                raise KafkaException(t.error)
+            marks = {
+                p: (lo, hi, None)
+                for p, (lo, hi) in readback.high_watermarks(c, src.topic, sorted(t.partitions), covering).items()
+            }
+            if at_millis is not None:
+                found = c.offsets_for_times([TopicPartition(src.topic, p, at_millis) for p in marks], timeout=15)
+                for tp in found:
+                    if tp.error is not None:
+                        raise KafkaException(tp.error)
+                    lo, hi, _ = marks[tp.partition]
+                    marks[tp.partition] = (lo, hi, tp.offset if tp.offset >= 0 else None)
+            return marks
+        finally:
+            c.close()
+
     try:
-        md = c.list_topics(src.topic, timeout=15)
-        t = md.topics.get(src.topic)
-        if t is None or t.error is not None:
-            raise InputError(f"topic {src.topic!r}: {t.error if t else 'not found'}")
-        marks = {
-            p: (lo, hi, None)
-            for p, (lo, hi) in readback.high_watermarks(c, src.topic, sorted(t.partitions), covering).items()
-        }
-        if at_millis is not None:
-            found = c.offsets_for_times([TopicPartition(src.topic, p, at_millis) for p in marks], timeout=15)
-            for tp in found:
-                lo, hi, _ = marks[tp.partition]
-                marks[tp.partition] = (lo, hi, tp.offset if tp.offset >= 0 else None)
+        return retrying(attempt, lambda: answered, f"Kafka at {src.kafka.bootstrap_servers}")
     except KafkaException as e:
         raise InputError(f"Kafka at {src.kafka.bootstrap_servers} cannot be read: {e.args[0].str()}") from None
-    finally:
-        c.close()
-    return marks
 
 
 # --------------------------------------------------------------------------- reading
@@ -464,7 +478,7 @@ def _kafka_read(
     ending = json.dumps({src.topic: {str(p): o for p, o in end.items()}})
     reader = (
         spark.read.format("kafka")
-        .options(**{**READ_FETCH, **src.kafka.spark_options})
+        .options(**{**READ_FETCH, **kafka_retry.spark_source_options(), **src.kafka.spark_options})
         .option("subscribe", src.topic)
         .option("startingOffsets", starting)
         .option("endingOffsets", ending)

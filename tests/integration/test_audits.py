@@ -23,7 +23,7 @@ from conftest import REPO, recreate_topic, run, spark_cluster_apps
 
 import devstack
 from delivery_semantics.audit import audits
-from delivery_semantics.plumbing import reconcile
+from delivery_semantics.plumbing import reconcile, topics
 from delivery_semantics.plumbing.endpoints import (
     database,
     kafka_config,
@@ -232,6 +232,70 @@ def test_an_audit_over_mutual_tls_finds_the_same_and_shows_no_key_or_keystore_pa
     assert not [where for where, text in texts.items() if keystore_password in text], "the keystore's password"
 
 
+def _found(rid: str) -> tuple[list, list, list]:
+    """A reconciliation's rows: its summaries, its discrepancies and its deduplicated copy."""
+    summary = report.query("SELECT * FROM reconcile_summary WHERE reconciliation_id = %s ORDER BY isolation", (rid,))
+    disc = report.query(
+        "SELECT isolation, kind, event_id, copies, partitions, offsets FROM reconcile_discrepancies "
+        "WHERE reconciliation_id = %s ORDER BY 1, 2, 3",
+        (rid,),
+    )
+    copy = [{k: v for k, v in r.items() if k != "reconciliation_id"} for r in dedup.rows(rid)]
+    skip = ("reconciliation_id", "first_reconciled_at")
+    return [{k: v for k, v in r.items() if k not in skip} for r in summary], disc, copy
+
+
+def test_the_checker_rides_over_a_leader_that_stops_answering(orders, healthy_cluster_after):
+    """The leader of a partition paused (SIGSTOP) just before the checker asks for the topic's
+    offsets: the cluster answers, the leader does not until the controller moves its partitions.
+    The query is tried again (exit 2, bad input, at the main before this), and gives the offsets
+    a quiet cluster gives."""
+    from checker import sources
+
+    audit, _ = orders
+    kafka = sources.Kafka(kafka_config(audit.kafka_conn_id), {})
+    src = sources.audit_source(audit, f"audit:orders:offsets-{uuid.uuid4().hex[:6]}", kafka)
+    quiet = sources.topic_offsets(src)
+    md = topics.admin_client(kafka.client).list_topics(audit.topic, timeout=10).topics[audit.topic]
+    leader = next(p.leader for p in md.partitions.values() if p.leader != devstack.quorum_leader())
+    backend = devstack.ProcessBackend()
+    backend.pause(leader)
+    try:
+        started = time.monotonic()
+        assert sources.topic_offsets(src) == quiet
+        assert time.monotonic() - started > 5, "the paused leader was asked, and the query tried again"
+    finally:
+        backend.resume(leader)
+
+
+def test_an_audit_run_through_a_leader_kill_has_the_quiet_runs_rows(orders, healthy_cluster_after):
+    """The nemesis's leader kill while an audit runs (the leader of a partition of its topic,
+    SIGKILL as its Spark application starts, restarted 30 s later): the rows are the quiet run's."""
+    audit, _ = orders
+    tag = uuid.uuid4().hex[:6]
+    quiet_id, faulted_id = f"audit:orders:quiet-{tag}", f"audit:orders:faulted-{tag}"
+    assert reconcile.run(audit=audit, reconciliation_id=quiet_id).returncode == 0
+    conf = kafka_config(audit.kafka_conn_id)
+    md = topics.admin_client(conf).list_topics(audit.topic, timeout=10).topics[audit.topic]
+    leader = next(p.leader for p in md.partitions.values() if p.leader != devstack.quorum_leader())
+    backend = devstack.ProcessBackend()
+
+    def fault() -> None:
+        time.sleep(5)  # the application's JVM is starting
+        backend.kill(leader)
+        time.sleep(30)
+        backend.start(leader)
+
+    nemesis = threading.Thread(target=fault)
+    nemesis.start()
+    try:
+        res = reconcile.run(audit=audit, reconciliation_id=faulted_id)
+    finally:
+        nemesis.join()
+    assert res.returncode == 0, res.error
+    assert _found(faulted_id) == _found(quiet_id)
+
+
 def test_two_reconciliations_of_the_same_events_each_write_their_deduplicated_copy(orders):
     """The copy is keyed per reconciliation: the second audit run of the same topic and outbox
     writes its own rows, not none because the first took every event id. The second runs on the
@@ -245,20 +309,7 @@ def test_two_reconciliations_of_the_same_events_each_write_their_deduplicated_co
     assert res.returncode == 0, res.error
     assert f"audit-{second_id}" in spark_cluster_apps() and f"audit-{first_id}" not in spark_cluster_apps()
 
-    def found(rid: str) -> tuple[list, list, list]:
-        summary = report.query(
-            "SELECT * FROM reconcile_summary WHERE reconciliation_id = %s ORDER BY isolation", (rid,)
-        )
-        disc = report.query(
-            "SELECT isolation, kind, event_id, copies, partitions, offsets FROM reconcile_discrepancies "
-            "WHERE reconciliation_id = %s ORDER BY 1, 2, 3",
-            (rid,),
-        )
-        copy = [{k: v for k, v in r.items() if k != "reconciliation_id"} for r in dedup.rows(rid)]
-        skip = ("reconciliation_id", "first_reconciled_at")
-        return [{k: v for k, v in r.items() if k not in skip} for r in summary], disc, copy
-
-    local, cluster = found(first_id), found(second_id)
+    local, cluster = _found(first_id), _found(second_id)
     assert len(local[2]) == 26, "every event id read, the malformed record aside"
     assert local[1], "the planted discrepancies"
     assert cluster == local
@@ -302,6 +353,72 @@ def _variant(tmp_path: Path, edit, name: str = "variant") -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
+
+
+def _audit_run(path: Path, rid: str) -> subprocess.CompletedProcess:
+    return run([str(REPO / "local" / "semantics"), "audit", "run", str(path), "--reconciliation-id", rid])
+
+
+def _summary(rid: str) -> dict:
+    rows = report.query("SELECT * FROM v_audit_results WHERE reconciliation_id = %s", (rid,))
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+@pytest.mark.parametrize(
+    ("event_id", "store", "said"),
+    [
+        ({"header": "event_idd"}, "lakehouse", "header event_idd"),
+        ({"json": "$.event_id"}, "postgres", "JSON path $.event_id"),
+    ],
+)
+def test_an_audit_whose_file_cannot_find_the_event_id_says_so_plainly(
+    orders, tmp_path, monkeypatch, event_id, store, said
+):
+    """A misspelt header or a JSON path no record has: the audit still gives its whole answer
+    (every record malformed, every acked outbox row lost), with each copy store, and says in one
+    line that the file, not the pipeline, is likely wrong; the check task fails with that line."""
+    path = _variant(tmp_path, lambda s: s.update(dedup_copy={"store": store}) or s["record"].update(event_id=event_id))
+    rid = f"audit:variant:mapping-{uuid.uuid4().hex[:6]}"
+    res = _audit_run(path, rid)
+    assert res.returncode == 0, res.stderr[-2000:]
+    row = _summary(rid)
+    assert row["malformed"] == row["records_read"] > 0 and row["delivered_once"] == 0
+    assert (row["lost_acked"], row["lost_unacked"]) == (25, 2), "every outbox row, as the file reads the topic"
+    line = f"no record of topic orders has {said}; 0 of {row['records_read']} records carry an event id"
+    assert f"mapping_suspect: {line}" in res.stderr, res.stderr[-2000:]
+    printed = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
+    assert printed and all(p["mapping_suspect"] == line for p in printed)
+    assert dedup.where(rid)["store"] == store
+    # The check task's failure, which the audit's notifier sends, says it too.
+    monkeypatch.setenv("SEMANTICS_AUDITS_DIR", str(tmp_path))
+    with pytest.raises(report.BrokenPromise, match=re.escape(f"mapping_suspect: {line}")):
+        report.audit_verdict(rid)
+
+
+@pytest.mark.parametrize("store", ["lakehouse", pytest.param("postgres", marks=pytest.mark.slow), "off"])
+def test_an_audit_of_an_empty_topic_against_an_empty_outbox_keeps_its_promise(orders, tmp_path, fresh_topic, store):
+    """The first scheduled audit of a new pipeline, before any traffic: exit 0, every count 0,
+    the promise kept, and no mapping_suspect (nothing was read to suspect)."""
+    table = f"empty_{uuid.uuid4().hex[:8]}"
+    with _outbox_owner() as c, c.cursor() as cur:
+        cur.execute(
+            f"CREATE TABLE public.{table} (seq_no bigserial PRIMARY KEY, id text NOT NULL, aggregate_id text, "
+            "version int, created_at timestamptz NOT NULL DEFAULT now(), state text NOT NULL)"
+        )
+        cur.execute(f"GRANT SELECT ON public.{table} TO PUBLIC")
+    topic = fresh_topic("empty")
+    path = _variant(
+        tmp_path,
+        lambda s: s.update(topic=topic, dedup_copy={"store": store}) or s["outbox"].update(table=f"public.{table}"),
+    )
+    rid = f"audit:variant:empty-{uuid.uuid4().hex[:6]}"
+    res = _audit_run(path, rid)
+    assert res.returncode == 0, res.stderr[-2000:]
+    row = _summary(rid)
+    counts = {k: row[k] for k in ("records_read", "outbox_events", "delivered_once", "lost_acked", "malformed")}
+    assert counts == dict.fromkeys(counts, 0) and row["verdict"] == "kept"
+    assert "mapping_suspect" not in res.stderr
 
 
 WRONG_SASL = json.dumps(

@@ -550,3 +550,22 @@ def test_a_tls_client_certificate_becomes_a_pkcs12_keystore_for_the_java_client(
     assert "cannot be read with the connection's password" in str(e.value) and "not-the-key" not in str(e.value)
     with pytest.raises(EndpointError, match="needs both"):
         spark_kafka_options({k: v for k, v in conf.items() if k != "ssl.key.location"})
+
+
+def test_mapping_suspect_says_when_almost_no_record_carries_an_event_id(tmp_path):
+    from delivery_semantics.audit import audits
+
+    audit = audits.load(REPO / "audits" / "orders.yaml")
+    said = "of topic orders has header event_id"
+    assert audits.mapping_suspect(audit, 12_345, 12_345) == f"no record {said}; 0 of 12,345 records carry an event id"
+    assert (
+        audits.mapping_suspect(audit, 12_345, 12_300)
+        == f"almost no record {said}; 45 of 12,345 records carry an event id"
+    )
+    assert audits.mapping_suspect(audit, 12_345, 12_000) is None, "345 of 12,345 is over 1%"
+    assert audits.mapping_suspect(audit, 0, 0) is None, "an empty window: nothing to suspect"
+    assert audits.mapping_suspect(audit, None, None) is None
+    strict = audits.Audit("o", audit.path, {**audit.spec, "record": {**audit.record, "min_id_share": 0.5}})
+    assert audits.mapping_suspect(strict, 100, 60).startswith("almost no record")
+    json_path = audits.Audit("o", audit.path, {**audit.spec, "record": {**audit.record, "event_id": {"json": "$.id"}}})
+    assert "has JSON path $.id;" in audits.mapping_suspect(json_path, 10, 10)

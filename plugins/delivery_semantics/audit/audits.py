@@ -316,6 +316,41 @@ def check_sink(spec: dict, where: str) -> None:
         raise AuditError(f"{where}: {field}: a {fmt} sink is read from its path, with no database")
 
 
+DEFAULT_MIN_ID_SHARE = 0.01
+
+
+def id_place(spec: dict) -> str:
+    """Where a field spec reads, said for a person: header id, JSON path $.id, field order.id."""
+    kind, where = next(iter(spec.items()))
+    return {
+        "header": f"header {where}",
+        "json": f"JSON path {where}",
+        "field": f"field {where}",
+        "key_field": f"key field {where}",
+        "record_key": "a record key",
+        "value": "a value",
+        "timestamp": "a timestamp",
+    }.get(kind, f"{kind} {where}")
+
+
+def mapping_suspect(audit: Audit, records_read: int | None, malformed: int | None) -> str | None:
+    """One plain line when no record, or almost none (under record.min_id_share of those read),
+    carries an event id where the file says: almost always a mistake in the file (a misspelt
+    header or path), not a loss in the pipeline. None when enough do, or nothing was read."""
+    read, without = int(records_read or 0), int(malformed or 0)
+    if read == 0:
+        return None
+    with_id = read - without
+    share = float(audit.record.get("min_id_share", DEFAULT_MIN_ID_SHARE))
+    if with_id >= share * read and with_id > 0:
+        return None
+    lead = "no record" if with_id == 0 else "almost no record"
+    return (
+        f"{lead} of topic {audit.topic} has {id_place(audit.record['event_id'])}; "
+        f"{with_id:,} of {read:,} records carry an event id"
+    )
+
+
 def parse_duration(text: str) -> timedelta:
     """'90s', '15m', '2h', '1d' (the schema's pattern)."""
     return timedelta(seconds=int(text[:-1]) * _DURATION_UNITS[text[-1]])

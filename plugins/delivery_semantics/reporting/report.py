@@ -568,7 +568,8 @@ def audits_view() -> list[dict]:
     verdicts, what is open and what is pending), else a batch audit's latest run."""
     windows = query(
         """SELECT DISTINCT ON (audit) audit, window_end AS at, verdict, broken_by, sink_verdict, sink_broken_by,
-                  open_discrepancies, pending_outbox, pending_records, records_read, outbox_due, delivered
+                  open_discrepancies, pending_outbox, pending_records, records_read, malformed, outbox_due,
+                  delivered
            FROM audit_windows
            -- a pipeline run's audit shows in the pipeline block
            WHERE audit NOT IN (SELECT audit FROM pipeline_runs)
@@ -579,8 +580,8 @@ def audits_view() -> list[dict]:
         {**r, "open_discrepancies": None, "pending_outbox": None, "pending_records": None}
         for r in query(
             """SELECT DISTINCT ON (audit) audit, reconciled_at AS at, reconciliation_id, verdict, broken_by,
-                      NULL AS sink_verdict, NULL AS sink_broken_by, records_read, outbox_events AS outbox_due,
-                      delivered_once AS delivered
+                      NULL AS sink_verdict, NULL AS sink_broken_by, records_read, malformed,
+                      outbox_events AS outbox_due, delivered_once AS delivered
                FROM v_audit_results ORDER BY audit, reconciled_at DESC"""
         )
         if r["audit"] not in windowed
@@ -700,6 +701,18 @@ def matrix_run_ids(matrix_run: str) -> list[str]:
     ]
 
 
+def mapping_line(audit: str, row: dict) -> str | None:
+    """The audit's mapping_suspect line (audits.mapping_suspect) for one of its results, when its
+    file is among the audits."""
+    from delivery_semantics.audit import audits
+
+    try:
+        found = audits.load(audit)
+    except audits.AuditError:
+        return None
+    return audits.mapping_suspect(found, row.get("records_read"), row.get("malformed"))
+
+
 class BrokenPromise(RuntimeError):
     """An audit run whose mode's promise is broken: it fails the audit's check task, so Airflow's
     own alerting (on_failure_callback, notifiers) fires."""
@@ -717,10 +730,14 @@ def audit_verdict(reconciliation_id: str) -> dict:
         for k in ("outbox_events", "records_read", "delivered_once", "lost_acked", "lost_unacked", "duplicate_events")
     )
     print(f"{row['audit']} {reconciliation_id}: {row['verdict']} ({counts})")
-    if row["verdict"] == "broken":
+    suspect = mapping_line(row["audit"], row)
+    broken = [f"the {row['mode']} promise is broken by {row['broken_by']}"] if row["verdict"] == "broken" else []
+    if suspect:
+        print(f"mapping_suspect: {suspect}")
+        broken.append(f"mapping_suspect: {suspect}")
+    if broken:
         raise BrokenPromise(
-            f"{row['audit']}: the {row['mode']} promise is broken by {row['broken_by']} ({counts}); "
-            f"the events: {audit_page(row['audit'])} on the Airflow UI"
+            f"{row['audit']}: {'; '.join(broken)} ({counts}); the events: {audit_page(row['audit'])} on the Airflow UI"
         )
     return row
 
@@ -787,6 +804,10 @@ def window_verdict(audit: str, window_end: str, max_open: int | None = None) -> 
         broken.append(f"the sink's {row['sink_strategy']} promise is broken by {row['sink_broken_by']}")
     if max_open is not None and row["open_discrepancies"] > max_open:
         broken.append(f"{row['open_discrepancies']} discrepancies are open (alerts.max_open_discrepancies {max_open})")
+    suspect = mapping_line(audit, row)
+    if suspect:
+        print(f"mapping_suspect: {suspect}")
+        broken.append(f"mapping_suspect: {suspect}")
     if broken:
         raise BrokenPromise(
             f"{audit}, window ending {row['window_end']}: {'; '.join(broken)} ({counts}); "

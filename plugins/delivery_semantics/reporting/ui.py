@@ -71,6 +71,7 @@ def audit_page(audit: str, user: AuthenticatedUser) -> str:
         a=latest,
         events=[] if hidden else events,
         hidden=hidden,
+        suspect=report.mapping_line(audit, latest),
         limit=report.MAX_LISTED,
     )
 
