@@ -129,61 +129,62 @@ class ClientPolicy:
         return name, setting.parse(value)
 
 
+def _table(*settings: Setting) -> Mapping[str, Setting]:
+    return MappingProxyType({s.key: s for s in settings})
+
+
+# The same key, meaning and bounds in both clients.
+_SHARED = (
+    _enum("acks", *_ACKS),
+    _bool("enable.idempotence"),
+    _int("retries", 0),
+    _int("max.in.flight.requests.per.connection", 1, 1_000_000),
+    _int("linger.ms", 0, 900_000),
+    _enum("compression.type", *_COMPRESSION),
+    _int("request.timeout.ms", 1, 900_000),
+    _int("transaction.timeout.ms", 1000, 900_000),
+    _int("retry.backoff.ms", 1, 300_000),
+    _int("retry.backoff.max.ms", 1, 300_000),
+)
+_SHARED_FILE = (
+    Setting("client.id", "name", tuning=False),
+    _int("reconnect.backoff.ms", 0, 3_600_000, tuning=False),
+    _int("reconnect.backoff.max.ms", 0, 3_600_000, tuning=False),
+    _int("socket.connection.setup.timeout.ms", 1000, INT_MAX, tuning=False),
+    _enum("client.dns.lookup", *_DNS, tuning=False),
+)
+
 POLICIES = {
     LIBRDKAFKA: ClientPolicy(
         LIBRDKAFKA,
-        MappingProxyType(
-            {
-                s.key: s
-                for s in (
-                    _enum("acks", *_ACKS),
-                    _bool("enable.idempotence"),
-                    _int("retries", 0),
-                    _int("max.in.flight.requests.per.connection", 1, 1_000_000),
-                    _int("linger.ms", 0, 900_000),
-                    _int("batch.size", 1, 64 * _MIB),
-                    _int("batch.num.messages", 1, 1_000_000),
-                    _enum("compression.type", *_COMPRESSION),
-                    _int("compression.level", -1, 12),
-                    _int("request.timeout.ms", 1, 900_000),
-                    _int("message.timeout.ms", 0),
-                    _int("transaction.timeout.ms", 1000, 900_000),
-                    _int("retry.backoff.ms", 1, 300_000),
-                    _int("retry.backoff.max.ms", 1, 300_000),
-                    _int("queue.buffering.max.messages", 1, 10_000_000),
-                    _int("queue.buffering.max.kbytes", 1, 1024 * 1024),
-                    _int("socket.timeout.ms", 10, 300_000),
-                    Setting("client.id", "name", tuning=False),
-                    _int("message.max.bytes", 1000, 100 * _MIB, tuning=False),
-                    _int("message.copy.max.bytes", 0, 100 * _MIB, tuning=False),
-                    _bool("enable.gapless.guarantee", tuning=False),
-                    _enum(
-                        "partitioner",
-                        "random",
-                        "consistent",
-                        "consistent_random",
-                        "murmur2",
-                        "murmur2_random",
-                        "fnv1a",
-                        "fnv1a_random",
-                        tuning=False,
-                    ),
-                    _int("sticky.partitioning.linger.ms", 0, 900_000, tuning=False),
-                    _int("queue.buffering.backpressure.threshold", 1, 1_000_000, tuning=False),
-                    _bool("socket.keepalive.enable", tuning=False),
-                    _bool("socket.nagle.disable", tuning=False),
-                    _int("socket.send.buffer.bytes", 0, 100 * _MIB, tuning=False),
-                    _int("socket.receive.buffer.bytes", 0, 100 * _MIB, tuning=False),
-                    _int("socket.connection.setup.timeout.ms", 1000, INT_MAX, tuning=False),
-                    _int("metadata.max.age.ms", 1, 86_400_000, tuning=False),
-                    _int("topic.metadata.refresh.interval.ms", -1, 3_600_000, tuning=False),
-                    _int("reconnect.backoff.ms", 0, 3_600_000, tuning=False),
-                    _int("reconnect.backoff.max.ms", 0, 3_600_000, tuning=False),
-                    _int("connections.max.idle.ms", 0, INT_MAX, tuning=False),
-                    _enum("broker.address.family", "any", "v4", "v6", tuning=False),
-                    _enum("client.dns.lookup", *_DNS, tuning=False),
-                )
-            }
+        _table(
+            *_SHARED,
+            _int("batch.size", 1, 64 * _MIB),
+            _int("batch.num.messages", 1, 1_000_000),
+            _int("compression.level", -1, 12),
+            _int("message.timeout.ms", 0),
+            _int("queue.buffering.max.messages", 1, 10_000_000),
+            _int("queue.buffering.max.kbytes", 1, 1024 * 1024),
+            _int("socket.timeout.ms", 10, 300_000),
+            *_SHARED_FILE,
+            _int("message.max.bytes", 1000, 100 * _MIB, tuning=False),
+            _int("message.copy.max.bytes", 0, 100 * _MIB, tuning=False),
+            _bool("enable.gapless.guarantee", tuning=False),
+            _enum(
+                "partitioner",
+                *("random", "consistent", "consistent_random", "murmur2", "murmur2_random", "fnv1a", "fnv1a_random"),
+                tuning=False,
+            ),
+            _int("sticky.partitioning.linger.ms", 0, 900_000, tuning=False),
+            _int("queue.buffering.backpressure.threshold", 1, 1_000_000, tuning=False),
+            _bool("socket.keepalive.enable", tuning=False),
+            _bool("socket.nagle.disable", tuning=False),
+            _int("socket.send.buffer.bytes", 0, 100 * _MIB, tuning=False),
+            _int("socket.receive.buffer.bytes", 0, 100 * _MIB, tuning=False),
+            _int("metadata.max.age.ms", 1, 86_400_000, tuning=False),
+            _int("topic.metadata.refresh.interval.ms", -1, 3_600_000, tuning=False),
+            _int("connections.max.idle.ms", 0, INT_MAX, tuning=False),
+            _enum("broker.address.family", "any", "v4", "v6", tuning=False),
         ),
         # librdkafka's aliases of the keys above: an override under either name is the same setting.
         MappingProxyType(
@@ -200,46 +201,28 @@ POLICIES = {
     ),
     JAVA: ClientPolicy(
         JAVA,
-        MappingProxyType(
-            {
-                s.key: s
-                for s in (
-                    _enum("acks", *_ACKS),
-                    _bool("enable.idempotence"),
-                    _int("retries", 0),
-                    _int("max.in.flight.requests.per.connection", 1, 1_000_000),
-                    _int("linger.ms", 0, 900_000),
-                    _int("batch.size", 0, 64 * _MIB),
-                    _enum("compression.type", *_COMPRESSION),
-                    _int("request.timeout.ms", 1, 900_000),
-                    _int("delivery.timeout.ms", 1),
-                    _int("transaction.timeout.ms", 1000, 900_000),
-                    _int("retry.backoff.ms", 1, 300_000),
-                    _int("retry.backoff.max.ms", 1, 300_000),
-                    # The JVM's heap is sized from it (java_client.command): bounded here, before a JVM starts.
-                    _int("buffer.memory", _MIB, 1024 * _MIB),
-                    _int("max.block.ms", 0, 900_000),
-                    Setting("client.id", "name", tuning=False),
-                    _int("max.request.size", 1000, 100 * _MIB, tuning=False),
-                    _int("compression.gzip.level", -1, 9, tuning=False),
-                    _int("compression.lz4.level", 1, 17, tuning=False),
-                    _int("compression.zstd.level", -131072, 22, tuning=False),
-                    _bool("partitioner.ignore.keys", tuning=False),
-                    _bool("partitioner.adaptive.partitioning.enable", tuning=False),
-                    _int("partitioner.availability.timeout.ms", 0, 3_600_000, tuning=False),
-                    _int("send.buffer.bytes", -1, 100 * _MIB, tuning=False),
-                    _int("receive.buffer.bytes", -1, 100 * _MIB, tuning=False),
-                    _int("metadata.max.age.ms", 0, 86_400_000, tuning=False),
-                    _int("metadata.max.idle.ms", 5000, 86_400_000, tuning=False),
-                    _int("reconnect.backoff.ms", 0, 3_600_000, tuning=False),
-                    _int("reconnect.backoff.max.ms", 0, 3_600_000, tuning=False),
-                    _int("connections.max.idle.ms", -1, INT_MAX, tuning=False),
-                    _int("socket.connection.setup.timeout.ms", 1000, INT_MAX, tuning=False),
-                    _int("socket.connection.setup.timeout.max.ms", 1000, INT_MAX, tuning=False),
-                    _enum("client.dns.lookup", *_DNS, tuning=False),
-                    _bool("enable.metrics.push", tuning=False),
-                )
-            }
+        _table(
+            *_SHARED,
+            _int("batch.size", 0, 64 * _MIB),
+            _int("delivery.timeout.ms", 1),
+            # The JVM's heap is sized from it (java_client.command): bounded here, before a JVM starts.
+            _int("buffer.memory", _MIB, 1024 * _MIB),
+            _int("max.block.ms", 0, 900_000),
+            *_SHARED_FILE,
+            _int("max.request.size", 1000, 100 * _MIB, tuning=False),
+            _int("compression.gzip.level", -1, 9, tuning=False),
+            _int("compression.lz4.level", 1, 17, tuning=False),
+            _int("compression.zstd.level", -131072, 22, tuning=False),
+            _bool("partitioner.ignore.keys", tuning=False),
+            _bool("partitioner.adaptive.partitioning.enable", tuning=False),
+            _int("partitioner.availability.timeout.ms", 0, 3_600_000, tuning=False),
+            _int("send.buffer.bytes", -1, 100 * _MIB, tuning=False),
+            _int("receive.buffer.bytes", -1, 100 * _MIB, tuning=False),
+            _int("metadata.max.age.ms", 0, 86_400_000, tuning=False),
+            _int("metadata.max.idle.ms", 5000, 86_400_000, tuning=False),
+            _int("connections.max.idle.ms", -1, INT_MAX, tuning=False),
+            _int("socket.connection.setup.timeout.max.ms", 1000, INT_MAX, tuning=False),
+            _bool("enable.metrics.push", tuning=False),
         ),
         MappingProxyType({}),
         ("transactional.id", "key.serializer", "value.serializer"),

@@ -19,6 +19,21 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SEMANTICS_KAFKA_CLIENT_JARS", str(REPO / ".cache" / "kafka" / "lib"))
 
 
+def cli(*args: str, **extra_env: str):
+    """`local/semantics ARGS` as a user runs it, without the stack's connections."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
+    env.update(extra_env, PYTHONPATH=str(REPO / "plugins"))
+    return subprocess.run(
+        [sys.executable, "-m", "delivery_semantics.plumbing.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
 @pytest.fixture(scope="session")
 def spark():
     from pyspark.sql import SparkSession

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, cli
 
 from delivery_semantics import catalog, client_settings, files, mode_files
 from delivery_semantics.audit import audits, schemas
@@ -70,18 +70,6 @@ def _injection(port: int) -> str:
     return (
         f"x\rconf\tbootstrap.servers\t127.0.0.1:{port}\rconf\tsecurity.protocol\tSASL_PLAINTEXT"
         "\rconf\tsasl.mechanism\tPLAIN"
-    )
-
-
-def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
-    full.update(env, PYTHONPATH=str(REPO / "plugins"))
-    return subprocess.run(
-        [sys.executable, "-m", "delivery_semantics.plumbing.cli", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=120,
     )
 
 
@@ -151,7 +139,7 @@ def test_the_r_injection_is_refused_from_a_form_from_set_and_from_a_mode_file(tm
     path.write_text(json.dumps({"client": "java", "settings": {"client.id": hostile}, "promise": "no_acked_loss"}))
     with pytest.raises(mode_files.ModeFileError, match=r"settings.client.id: client.id=.*holds no control character"):
         mode_files.load(path)
-    res = _cli(
+    res = cli(
         "load", "run", "--mode", "idempotent", "--client", "java", "--messages", "5", "--set", f"linger.ms={hostile}"
     )
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
@@ -203,7 +191,7 @@ def test_plugin_library_paths_is_refused_before_librdkafka_opens_it(canary_libra
     path.write_text(json.dumps(spec))
     with pytest.raises(mode_files.ModeFileError, match=r"loads code"):
         mode_files.load(path)
-    res = _cli("load", "run", "--mode", "idempotent", "--messages", "5", "--set", f"plugin.library.paths={library}")
+    res = cli("load", "run", "--mode", "idempotent", "--messages", "5", "--set", f"plugin.library.paths={library}")
     assert res.returncode == 2 and "loads code" in res.stderr
     assert not marker.exists(), "the library was opened"
 
@@ -307,7 +295,7 @@ def test_a_schema_file_that_protoc_would_read_as_options_is_refused(tmp_path, ca
     path = _audit(tmp_path, lambda s: s["record"].update(format="protobuf", schemas={"1": name}))
     with pytest.raises(audits.AuditError, match=r"a schema file is named by a path relative to the audit's folder"):
         schemas.load(audits.load(path))
-    res = _cli("audit", "validate", str(path))
+    res = cli("audit", "validate", str(path))
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert not marker.exists(), "protoc ran the plugin"
 
@@ -347,7 +335,7 @@ def test_avro_schemas_that_crash_a_reader_are_refused_in_one_line(tmp_path):
         with pytest.raises(audits.AuditError, match=message) as e:
             schemas.load(audits.load(path))
         assert "\n" not in str(e.value) and len(str(e.value)) < 600
-        res = _cli("audit", "validate", str(path))  # without --endpoints, the schemas are read too
+        res = cli("audit", "validate", str(path))  # without --endpoints, the schemas are read too
         assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
@@ -432,7 +420,7 @@ def test_a_grace_with_a_trailing_newline_is_one_line_not_a_traceback(tmp_path):
     stream["window"]["grace"] = "90s\n"
     path = tmp_path / "stream.yaml"
     path.write_text(yaml.safe_dump(stream))
-    res = _cli("audit", "validate", str(path))
+    res = cli("audit", "validate", str(path))
     assert res.returncode == 2 and "window.grace" in res.stderr and "Traceback" not in res.stderr, res.stderr
 
 

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, cli
 
 from delivery_semantics import catalog
 from delivery_semantics.audit.stores import sql
@@ -99,18 +96,6 @@ def test_producer_slices_cover_every_event_once_and_evenly(messages, producers):
     assert len(cut) == producers and max(sizes) - min(sizes) <= 1 and min(sizes) > 0
 
 
-def _cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
-    env.update(extra_env, PYTHONPATH=str(REPO / "plugins"))
-    return subprocess.run(
-        [sys.executable, "-m", "delivery_semantics.plumbing.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -167,13 +152,13 @@ def _cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
     ],
 )
 def test_the_cli_refuses_bad_input_with_one_line_and_exit_2(args, message):
-    res = _cli(*args)
+    res = cli(*args)
     assert res.returncode == 2, res.stderr
     assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
 def test_a_partition_is_refused_where_the_brokers_links_are_not_proxied():
-    res = _cli(
+    res = cli(
         *("load", "run", "--mode", "idempotent", "--scenario", "partitioned_leader", "--messages", "5"),
         SEMANTICS_NEMESIS_BACKEND="docker",
     )

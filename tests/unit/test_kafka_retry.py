@@ -42,7 +42,7 @@ def _failing(*codes, then="done"):
         (KafkaError._INVALID_ARG, False),
     ],
 )
-def test_each_error_is_classified_as_kafka_and_its_meaning_say(code, retried):
+def test_each_error_is_classified_as_its_meaning_says(code, retried):
     assert transient(KafkaError(code)) is retried
 
 

@@ -203,3 +203,29 @@ def test_the_platform_reader_over_empty_ranges_reads_nothing_in_the_checkers_col
         ("n", "bigint"),
         ("id_rest", "string"),
     ]
+
+
+def test_avro_decoding_never_crashes_and_never_invents_an_id(spark, tmp_path):
+    """Every truncation of a good record, the good record itself, and random bytes behind each
+    schema id (and none): each row decodes to the planted id, to nothing, or, for random bytes
+    that happen to be valid Avro, to an id whose bytes are in the record; no row fails the job."""
+    import random
+
+    audit = audit_file(tmp_path, AVRO_RECORD)
+    v1 = AvroWriter(1, (HERE / "order_event-v1.avsc").read_text())
+    good = v1({"order": {"id": "planted-id"}, "version": 3, "created_at": T0})
+    rng = random.Random(55)
+    noise = [
+        frame(rng.choice([1, 2, 9]), bytes(rng.randrange(256) for _ in range(rng.randrange(0, 30)))) for _ in range(200)
+    ]
+    rows = [(None, good[:cut]) for cut in range(len(good) + 1)] + [(None, raw) for raw in noise]
+    got = decoded(spark, audit, rows)
+    assert len(got) == len(rows)
+    for (_, raw), r in zip(rows, got, strict=True):
+        if raw == good:
+            assert r["event_id"] == "planted-id"
+        elif r["event_id"] is not None:  # bytes that happen to be a valid record: its string, as carried
+            # (bytes that are not UTF-8 reach Python as U+FFFD: each run between them is in the record)
+            assert all(piece.encode() in raw for piece in r["event_id"].split("\ufffd")), (raw, r["event_id"])
+            assert r["event_id"] != "planted-id"
+    assert all(r["event_id"] is None for r in got[: len(good) - 1][:6]), "a record cut in its header is malformed"

@@ -235,6 +235,8 @@ def _progress(total: int, what: str):
         key = s.get("reconciliation_id") or s.get("window_end")
         if key not in seen:
             seen.add(key)
+            if s.get("mapping_suspect"):
+                progress.note(f"mapping_suspect: {s['mapping_suspect']}")
             broken = f" ({s['broken_by']})" if s.get("broken_by") else ""
             progress.step(f"{s.get('window_end') or key}: {s.get('verdict')}{broken}")
 
