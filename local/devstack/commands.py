@@ -75,8 +75,12 @@ def check_prerequisites() -> None:
 
 def start() -> None:
     check_prerequisites()
-    for d in (LOGS, RUN):
+    for d in (VAR, LOGS, RUN):
         d.mkdir(parents=True, exist_ok=True)
+        # The stack's umask makes everything its owner's; PostgreSQL and MariaDB run as their
+        # packages' accounts, which must pass through these folders to their own (nothing here is
+        # listable by them, and every file stays 0600).
+        d.chmod(0o711)
     report("postgres", start_postgres())
     report("postgres", bootstrap_postgres())
     report(CDC.name, start_postgres(CDC))
