@@ -43,6 +43,25 @@ def write_private(path: Path, text: str) -> Path:
     return path
 
 
+def reserve_ports(ports) -> None:
+    """The stack's listening ports that lie in the kernel's ephemeral range, taken out of it: an
+    outgoing connection that picked one made a restarted broker fail to bind ("Address already in
+    use"). Needs root; elsewhere it does nothing, and a collision stays possible."""
+    reserved = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        current = reserved.read_text().strip()
+        have = set()
+        for part in filter(None, current.split(",")):
+            a, _, b = part.partition("-")
+            have.update(range(int(a), int(b or a) + 1))
+        missing = sorted(p for p in ports if low <= p <= high and p not in have)
+        if missing:
+            reserved.write_text(",".join(filter(None, [current, *map(str, missing)])))
+    except (OSError, ValueError):
+        pass
+
+
 class StackError(RuntimeError):
     """A start-up precondition failed; the message names the component and the cause."""
 
@@ -123,6 +142,9 @@ def spawn(cmd: list[str], log_file: Path, pid_file: Path, env: dict | None = Non
             start_new_session=True,
             env=env,
             cwd=REPO,
+            # Every service's files are its owner's, whoever starts it (the controller, or the
+            # nemesis's backend restarting a broker from a test).
+            umask=PRIVATE_UMASK,
         )
     pid_file.write_text(f"{proc.pid} {start_time(proc.pid) or ''}".strip())
     return proc.pid

@@ -26,6 +26,7 @@ from devstack.base import (
     pid_alive,
     read_pid,
     require_port_free,
+    reserve_ports,
     spawn,
     terminate,
     wait_until,
@@ -272,6 +273,7 @@ def start_broker(b: Broker) -> str:
         (b.controller_port, "controller"),
     ):
         require_port_free(port, f"{b.name} ({what} listener)")
+    reserve_ports([b.client_port, b.secure_port, b.mtls_port, b.internal_port, b.controller_port])
     config = _render_broker_config(b)
     _format_storage(b, config)
     spawn(
