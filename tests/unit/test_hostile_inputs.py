@@ -593,3 +593,10 @@ def test_the_spark_code_zip_is_made_again_when_it_is_not_the_sources(monkeypatch
         z.writestr("checker/evil.py", "import os\n")
     again = Path(endpoints.spark_py_files())
     assert again == first and "checker/evil.py" not in zipfile.ZipFile(again).namelist()
+
+
+@pytest.mark.parametrize("share", [2, -0.1, "0.5", True, None])
+def test_an_audits_min_id_share_is_a_number_from_0_to_1(tmp_path, share):
+    path = _audit(tmp_path, lambda s: s["record"].update(min_id_share=share))
+    with pytest.raises(audits.AuditError, match=r"record.min_id_share: "):
+        audits.load(path)
