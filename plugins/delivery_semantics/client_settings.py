@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from delivery_semantics.catalog import JAVA, LIBRDKAFKA, ModeError
+from delivery_semantics.files import control
 
 FORM, FILE = "form", "file"
 _KEY = re.compile(r"[a-z][a-z0-9_.]{0,99}")
@@ -124,7 +125,7 @@ class ClientPolicy:
             )
         if value is None or isinstance(value, (dict, list, tuple)):
             raise ModeError(f"{name}={_shown(value)}: a setting's value is a string, a number or a boolean")
-        if any(ord(c) < 32 or ord(c) == 127 for c in str(value)):
+        if any(map(control, str(value))):
             raise ModeError(f"{name}={_shown(value)}: a setting's value holds no control character")
         return name, setting.parse(value)
 

@@ -15,9 +15,14 @@ MAX_NODES = 100_000
 MESSAGE_CHARS = 300
 
 
+def control(c: str) -> bool:
+    """A control character: one that can end, split or rewrite a line."""
+    return ord(c) < 32 or ord(c) == 127
+
+
 def one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
     """A message as one line of at most `limit` characters: control characters become spaces."""
-    flat = "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in str(text))
+    flat = "".join(" " if control(c) else c for c in str(text))
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
@@ -86,7 +91,7 @@ def _whole_pattern(validator, pattern, instance, schema):
 
     if not validator.is_type(instance, "string"):
         return
-    if re.search(pattern, instance) is None or any(ord(c) < 32 or ord(c) == 127 for c in instance):
+    if re.search(pattern, instance) is None or any(map(control, instance)):
         yield ValidationError(f"{one_line(repr(instance), 80)} does not match {pattern!r}")
 
 

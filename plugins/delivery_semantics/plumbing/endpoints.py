@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import zipfile
@@ -170,8 +171,6 @@ def private_dir(name: str, path: Path | None = None) -> Path:
     except FileExistsError:
         pass
     st = os.lstat(path)
-    import stat
-
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise EndpointError(
             f"{path}: not a private folder of this user's (mode {stat.S_IMODE(st.st_mode):o}, owner {st.st_uid}): "
