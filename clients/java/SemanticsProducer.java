@@ -10,16 +10,25 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Base64;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.LogDirDescription;
+import org.apache.kafka.clients.admin.ReplicaInfo;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.Node;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigException;
 import org.apache.kafka.common.errors.InvalidProducerEpochException;
 import org.apache.kafka.common.errors.ProducerFencedException;
@@ -38,8 +47,11 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * broker's error message can hold a separator. The other fields are numbers and fixed words.
  *
  * <pre>
- * both modes:  conf key value ...   end
+ * all modes:   conf key value ...   end
  * check:       replies "ok" then "setting key value" lines then "end", or "refused message"
+ * sizes:       topic name ...   start
+ *              replies "size name BYTES" per named topic the brokers hold (every replica's log
+ *              summed, Admin.describeLogDirs), then "end"; or "fatal message"
  * run:         gen run_id KEYS KEY_BASE PAYLOAD_BYTES pool topic    txn id ...    start
  *              replies "ready" or "fatal message"; then, per producer turn T (one without transactions):
  *   p T PUBLISH_AT N N N ...   send events N (no reply; each one's report comes as a line:
@@ -83,8 +95,10 @@ public final class SemanticsProducer {
             check(conf);
         } else if (args.length == 1 && args[0].equals("run")) {
             new SemanticsProducer().run(conf, in);
+        } else if (args.length == 1 && args[0].equals("sizes")) {
+            sizes(conf, in);
         } else {
-            System.err.println("usage: SemanticsProducer check|run (settings on stdin)");
+            System.err.println("usage: SemanticsProducer check|run|sizes (settings on stdin)");
             System.exit(2);
         }
     }
@@ -126,6 +140,43 @@ public final class SemanticsProducer {
         p.setProperty("key.serializer", ByteArraySerializer.class.getName());
         p.setProperty("value.serializer", ByteArraySerializer.class.getName());
         return p;
+    }
+
+    /** What each named topic takes on the brokers' disks: librdkafka has no DescribeLogDirs. */
+    private static void sizes(Properties conf, InputStream in) throws Exception {
+        Set<String> wanted = new HashSet<>();
+        String line;
+        while ((line = readLine(in)) != null && !line.equals("start")) {
+            String[] f = line.split("\t", -1);
+            if (f.length == 2 && f[0].equals("topic")) {
+                wanted.add(text(f[1]));
+            }
+        }
+        Map<String, Long> bytes = new TreeMap<>();
+        try (Admin admin = Admin.create(conf)) {
+            List<Integer> brokers = new ArrayList<>();
+            for (Node node : admin.describeCluster().nodes().get(60, TimeUnit.SECONDS)) {
+                brokers.add(node.id());
+            }
+            for (Map<String, LogDirDescription> dirs :
+                    admin.describeLogDirs(brokers).allDescriptions().get(60, TimeUnit.SECONDS).values()) {
+                for (LogDirDescription dir : dirs.values()) {
+                    for (Map.Entry<TopicPartition, ReplicaInfo> r : dir.replicaInfos().entrySet()) {
+                        if (wanted.contains(r.getKey().topic())) {
+                            bytes.merge(r.getKey().topic(), r.getValue().size(), Long::sum);
+                        }
+                    }
+                }
+            }
+        } catch (Exception e) {
+            reply("fatal\t" + field(e.toString()));
+            OUT.flush();
+            Runtime.getRuntime().halt(1);
+        }
+        for (Map.Entry<String, Long> e : bytes.entrySet()) {
+            reply("size\t" + field(e.getKey()) + "\t" + e.getValue());
+        }
+        reply("end");
     }
 
     /** ProducerConfig's own validation, with unknown keys refused first (it only warns of them). */

@@ -92,6 +92,23 @@ def pytest_sessionfinish(session, exitstatus):
         sys.stderr.write("\nsecret scan: no secret in any process's arguments, log, artifact or result row\n")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def retire_run_topics_after_each_module(stack_env):
+    """Each module's run topics are retired as `local/semantics gc --keep-days 0` would: a broker
+    the nemesis restarts recovers and catches up every partition it holds, and with every run's
+    topic kept (hundreds by the end of the suite) each heal took seconds longer."""
+    yield
+    from delivery_semantics.plumbing import retention
+
+    try:
+        conf, db = kafka_config(), endpoints.ledger_database()
+        refused = retention.retire(db, conf, retention.expired(db, conf, 0, sizes=False))
+    except Exception as e:  # the module's own tests said what is wrong with the stack
+        refused = [f"{type(e).__name__}: {str(e)[:200]}"]
+    if refused:
+        sys.stderr.write(f"\nrun topics not retired: {'; '.join(refused[:5])}\n")
+
+
 @pytest.fixture
 def kafka_conf():
     return kafka_config()

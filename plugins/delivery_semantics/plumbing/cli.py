@@ -12,6 +12,7 @@
     pipeline run --pipeline debezium_outbox [--scenario connect_worker_kill] [--events N] ...
     dedup show RECONCILIATION_ID [--limit N] | dedup sql "SELECT ... FROM dedup_events ..."
     dedup vacuum [--retain-hours N] [--dry-run] [--lakehouse PATH]
+    gc [--keep-days N] [--dry-run]   (the platform's own run topics unused for N days, with their sizes)
 
 Bad input is refused with a one-line message and exit 2 before any side effect. `consumer_session`
 is the consumer process a consumer run starts; it is not for people.
@@ -465,6 +466,46 @@ def _dedup_vacuum(args) -> int:
     return 0
 
 
+def _gc_parser(sub) -> None:
+    ap = sub.add_parser("gc", help="delete the platform's own run topics unused for the retention, with their sizes")
+    ap.add_argument(
+        "--keep-days",
+        type=_count,
+        help="keep a topic this many days after its last use: made, loaded or reconciled "
+        "(default SEMANTICS_RETENTION_DAYS, else 7)",
+    )
+    ap.add_argument("--dry-run", action="store_true", help="list them with their sizes, delete nothing")
+
+
+def _gc(args) -> int:
+    from delivery_semantics.plumbing import endpoints, retention
+
+    try:
+        days = retention.retention_days(args.keep_days)
+        db, kafka_conf = endpoints.ledger_database(), endpoints.kafka_config()
+        doomed = retention.expired(db, kafka_conf, days)
+    except (retention.RetentionError, endpoints.EndpointError) as e:
+        print(f"gc: {e}", file=sys.stderr)
+        return 2
+    for e in doomed:
+        print(f"{e.topic}\t{e.owner}\tlast used {e.last_used_at:%Y-%m-%d %H:%M}\t{retention.human(e.bytes)}")
+    total = retention.human(sum(e.bytes or 0 for e in doomed))
+    unmeasured = sum(e.bytes is None for e in doomed)
+    note = f" ({unmeasured} not measured)" if unmeasured else ""
+    if args.dry_run:
+        print(
+            f"gc: {len(doomed)} topics unused for over {days} days, {total}{note}: to delete (dry run)", file=sys.stderr
+        )
+        return 0
+    refused = retention.retire(db, kafka_conf, doomed) if doomed else []
+    for line in refused:
+        print(f"gc: not deleted: {line}", file=sys.stderr)
+    print(
+        f"gc: {len(doomed) - len(refused)} topics unused for over {days} days deleted, {total}{note}", file=sys.stderr
+    )
+    return 1 if refused else 0
+
+
 def _report_parser(sub) -> None:
     ap = sub.add_parser("report", help="the matrix as text, and an HTML report")
     ap.add_argument("--runs", help="comma-separated run ids (default: the latest run of every pair)")
@@ -527,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         _report_parser,
         _pipeline_parser,
         _dedup_parser,
+        _gc_parser,
     ):
         add(sub)
     args = ap.parse_args(argv)
@@ -541,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         "report": _report,
         "pipeline": _pipeline,
         "dedup": _dedup,
+        "gc": _gc,
     }[args.command](args)
 
 

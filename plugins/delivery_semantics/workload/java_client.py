@@ -150,6 +150,25 @@ def check(settings: dict[str, str], transactional: bool) -> dict[str, str]:
     return effective
 
 
+def topic_sizes(conf: dict[str, str], names: list[str]) -> dict[str, int]:
+    """The bytes each named topic takes on the brokers' disks, every replica summed (the runner's
+    `sizes`: librdkafka has no DescribeLogDirs). `conf` is the cluster's Java client settings."""
+    body = _conf_lines(conf) + "".join(f"topic\t{field(n)}\n" for n in names) + "start\n"
+    try:
+        done = subprocess.run(
+            command("sizes"), input=body.encode("ascii"), capture_output=True, timeout=180, check=False
+        )
+    except (FileNotFoundError, subprocess.TimeoutExpired) as e:
+        raise JavaClientError(f"the brokers' log sizes could not be read: {type(e).__name__}") from None
+    lines = [_fields(line) for line in done.stdout.split(b"\n") if line]
+    if not lines or lines[-1] != ["end"]:
+        why = (
+            text(lines[0][1]) if lines and lines[0][0] == "fatal" and len(lines[0]) == 2 else f"exit {done.returncode}"
+        )
+        raise JavaClientError(one_line(f"the brokers' log sizes could not be read: {why}"))
+    return {text(f[1]): int(f[2]) for f in lines if f[0] == "size" and len(f) == 3}
+
+
 class JavaClient(ProducerClient):
     """The Java runner as a producer client. Its reports are read on a thread of their own, in the
     order the JVM wrote them: a turn's flush or commit reply comes after every report it waited
