@@ -1,5 +1,5 @@
 # The two commands of the README:  make demo  |  make test
-.PHONY: setup start stop status reset demo unit integration test test-slow lint screenshots
+.PHONY: setup start stop status reset demo matrix unit integration test test-slow lint screenshots
 
 setup:
 	bash local/setup
@@ -19,6 +19,10 @@ reset:
 demo: start
 	bash local/demo
 
+# Every pair of the matrix, both clients, every strategy and pipeline pair (89 runs).
+matrix: start
+	MATRIX=all bash local/demo
+
 # No service needed: the catalog, the checker's anomaly functions in local Spark, DAG parsing, input validation.
 unit: setup
 	.venv/bin/python -m pytest tests/unit
@@ -27,7 +31,13 @@ integration: start
 	bash local/setup --with-browser
 	bash local/pytest tests/integration -m "not slow" --durations=60
 
-test: unit integration
+# Each stage's time printed as it ends (CI's budget is spent by stage; the suite prints its files').
+test:
+	@t=$$(date +%s); took() { n=$$(date +%s); echo "make test: $$1 took $$((n - t)) s"; t=$$n; }; \
+	$(MAKE) --no-print-directory unit && took "the unit tier" && \
+	$(MAKE) --no-print-directory start && took "the stack's start" && \
+	bash local/setup --with-browser && took "the browser's set-up" && \
+	bash local/pytest tests/integration -m "not slow" --durations=60 && took "the integration suite"
 
 test-slow: start
 	bash local/pytest tests/integration -m slow

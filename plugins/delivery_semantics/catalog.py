@@ -10,6 +10,7 @@ the Spark checker's driver imports it too.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -1117,6 +1118,47 @@ def consumer_run_form() -> dict[str, dict]:
     }
 
 
+# `make demo`'s tour: each behaviour DESIGN.md §3 and the seeds describe, once, in about ten
+# minutes; `make matrix` runs every pair. A pair is "MODE x SCENARIO", on librdkafka unless it
+# ends "on CLIENT"; a pipeline pair is "PIPELINE x SCENARIO".
+TOUR: dict[str, list] = {
+    "pairs": [
+        "at_most_once x leader_kill",  # fire-and-forget loses what the dead leader had
+        "at_least_once x lost_ack",  # a retry after a lost ack duplicates ...
+        "at_least_once x lost_ack on java",  # ... on both clients
+        "at_least_once x isolated_leader",  # acks=1: acked loss, and other events at its offsets
+        "at_least_once_all x isolated_leader",  # acks=all keeps every acked event
+        "idempotent x producer_crash",  # the restart caveat: a new producer id re-sends
+        "transactional x producer_crash",  # exactly-once through a crash
+        "transactional x txn_abort",  # aborted records never visible to read_committed
+    ],
+    "consumer_strategies": list(STRATEGIES),  # each under consumer_crash
+    "pipeline_pairs": ["debezium_outbox x connect_worker_kill", "debezium_outbox_eos x connect_worker_kill"],
+}
+PAIR_PATTERN = r"^[a-z][a-z0-9_]{0,63} x [a-z][a-z0-9_]{0,63}( on [a-z][a-z0-9_]{0,31})?$"
+
+
+def parse_pair(text: str) -> tuple[str, str, str]:
+    """A form's "MODE x SCENARIO [on CLIENT]" as (mode, scenario, client), each checked."""
+    if not isinstance(text, str) or not re.fullmatch(PAIR_PATTERN, text):
+        raise CatalogError(f"pair {str(text)[:80]!r} is not 'MODE x SCENARIO' or 'MODE x SCENARIO on CLIENT'")
+    head, _, client = text.partition(" on ")
+    mode, _, scenario = head.partition(" x ")
+    client = client or LIBRDKAFKA
+    if client not in CLIENTS:
+        raise CatalogError(f"pair {text!r}: unknown client {client!r}: choose from {', '.join(CLIENTS)}")
+    check_pair(mode, scenario)
+    return mode, scenario, client
+
+
+def parse_pipeline_pair(text: str) -> tuple[str, str]:
+    if not isinstance(text, str) or not re.fullmatch(PAIR_PATTERN, text) or " on " in text:
+        raise CatalogError(f"pipeline pair {str(text)[:80]!r} is not 'PIPELINE x SCENARIO'")
+    pipeline, _, scenario = text.partition(" x ")
+    check_pipeline_pair(pipeline, scenario)
+    return pipeline, scenario
+
+
 def matrix_form(messages: int = 15_000) -> dict[str, dict]:
     return {
         "messages": _int_param(messages, "messages", "events per mode x scenario run"),
@@ -1163,6 +1205,21 @@ def matrix_form(messages: int = 15_000) -> dict[str, dict]:
             "description": "scenarios of the pipeline block (coordinator_kill only with exactly-once support)",
         },
         "pipeline_events": _int_param(3000, "messages", "outbox events per pipeline x scenario run"),
+        "pairs": {
+            "default": [],
+            "type": "array",
+            "items": {"type": "string", "pattern": PAIR_PATTERN},
+            "maxItems": 200,
+            "description": "instead of modes x scenarios x clients: these runs alone, each 'MODE x SCENARIO' "
+            "or 'MODE x SCENARIO on CLIENT' (the demo's tour: " + ", ".join(TOUR["pairs"][:2]) + ", ...)",
+        },
+        "pipeline_pairs": {
+            "default": [],
+            "type": "array",
+            "items": {"type": "string", "pattern": PAIR_PATTERN},
+            "maxItems": 50,
+            "description": "instead of pipelines x pipeline scenarios: these, each 'PIPELINE x SCENARIO'",
+        },
     }
 
 

@@ -56,10 +56,15 @@ def stack_env():
 SMALL_RUN_JVM = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
 
 
+SECONDS_BY_FILE: dict[str, float] = {}
+
+
 def pytest_runtest_logreport(report):
-    """A failure's cause printed as it happens, with the disk's free space and the stack's services
+    """Each file's time, for the summary (CI's budget is spent by file); and a failure's cause printed as it happens, with the disk's free space and the stack's services
     that are down: a run stopped by CI's time limit never reaches pytest's summary, and a stack
     broken halfway (a full disk, a broker down) fails every test after it."""
+    path = report.nodeid.split("::")[0]
+    SECONDS_BY_FILE[path] = SECONDS_BY_FILE.get(path, 0.0) + report.duration
     if not report.failed:
         return
     free = shutil.disk_usage(REPO).free / 2**30
@@ -71,6 +76,15 @@ def pytest_runtest_logreport(report):
     sys.stderr.write(
         f"\n--- {report.nodeid} failed in {report.when} ({free:.1f} GiB free; down: {down})\n" + "\n".join(cause) + "\n"
     )
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not SECONDS_BY_FILE:
+        return
+    terminalreporter.section("time by file")
+    for path, seconds in sorted(SECONDS_BY_FILE.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
+    terminalreporter.write_line(f"{sum(SECONDS_BY_FILE.values()):8.1f} s  in all")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -54,3 +54,61 @@ def test_a_reconciliation_steps_once_a_run_or_window_on_stderr(capsys):
         "reconciled run 1/2: r1: kept",
         "reconciled run 2/2: r2: broken (lost_acked)",
     ]
+
+
+def test_the_tour_shows_each_behaviour_once_and_names_only_valid_pairs():
+    from delivery_semantics.plumbing import orchestration
+
+    params = {**{name: spec.get("default") for name, spec in catalog.matrix_form().items()}, **catalog.TOUR}
+    runs = orchestration.matrix_confs(params)
+    pairs = {(c.get("mode") or c["strategy"], c["scenario"], c.get("client")) for c in runs}
+    assert {
+        ("at_most_once", "leader_kill", "librdkafka"),
+        ("at_least_once", "lost_ack", "librdkafka"),
+        ("at_least_once", "lost_ack", "java"),
+        ("at_least_once", "isolated_leader", "librdkafka"),
+        ("at_least_once_all", "isolated_leader", "librdkafka"),
+        ("idempotent", "producer_crash", "librdkafka"),
+        ("transactional", "producer_crash", "librdkafka"),
+        ("transactional", "txn_abort", "librdkafka"),
+    } | {(s, "consumer_crash", None) for s in catalog.STRATEGIES} == pairs
+    pipelines = {(c["pipeline"], c["scenario"]) for c in orchestration.pipeline_confs(params)}
+    assert pipelines == {("debezium_outbox", "connect_worker_kill"), ("debezium_outbox_eos", "connect_worker_kill")}
+    assert matrix_size(catalog.TOUR) == 14
+
+
+def test_a_pair_the_form_names_is_checked_whole():
+    from delivery_semantics.plumbing import orchestration
+
+    base = {**{name: spec.get("default") for name, spec in catalog.matrix_form().items()}}
+    for bad, message in (
+        ("idempotent lost_ack", "is not 'MODE x SCENARIO'"),
+        ("idempotent x lost_ack on kotlin", "unknown client 'kotlin'"),
+        ("at_most_once x txn_abort", "txn_abort needs the transactional mode"),
+        ("nosuch x lost_ack", "nosuch"),
+        ("idempotent x lost_ack\r\nbootstrap.servers=evil", "is not 'MODE x SCENARIO'"),
+    ):
+        try:
+            orchestration.matrix_confs({**base, "pairs": [bad]})
+        except orchestration.ConfError as e:
+            assert message in str(e), (bad, str(e))
+        else:
+            raise AssertionError(f"{bad!r} was taken")
+    try:
+        orchestration.pipeline_confs({**base, "pipeline_pairs": ["debezium_outbox x coordinator_kill"]})
+    except orchestration.ConfError as e:
+        assert "coordinator_kill" in str(e)
+    else:
+        raise AssertionError("coordinator_kill needs exactly-once support")
+
+
+def test_the_eta_weighs_each_step_by_its_kind():
+    from delivery_semantics.reporting.progress import matrix_work
+
+    steps, reconcile = matrix_work({"messages": 15000, **catalog.TOUR})
+    p = Progress(len(steps), "matrix run", io.StringIO(), work=sum(steps) + reconcile)
+    p.work_done = steps[0]  # the first paced run, at the model's own pace
+    assert abs(p.eta(steps[0]) - (sum(steps[1:]) + reconcile)) < 1e-6
+    # Pipelines cost about three paced runs: an unweighted ETA after one run would be far short.
+    unweighted = steps[0] * (len(steps) - 1)
+    assert p.eta(steps[0]) > unweighted * 1.2

@@ -240,7 +240,8 @@ def matrix_pairs(modes_filter: list[str] | None = None, scenarios_filter: list[s
 
 def matrix_confs(params: dict[str, Any]) -> list[dict]:
     """The matrix DAG's runs: every chosen mode x scenario pair on every chosen client (a mode file
-    on its own), then every chosen consumer strategy under consumer_crash."""
+    on its own), or the form's `pairs` alone; then every chosen consumer strategy under
+    consumer_crash."""
     common = {"messages": params["messages"], "seed": params["seed"]}
     producers = {"producers": params["producers"]} if params.get("producers") else {}
     clients = params.get("clients") or [catalog.LIBRDKAFKA]
@@ -248,7 +249,14 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
         if client not in catalog.CLIENTS:
             raise ConfError(f"unknown client {client!r}: choose from {', '.join(catalog.CLIENTS)}")
     try:
-        pairs = matrix_pairs(params["modes"], params["scenarios"])
+        if params.get("pairs"):
+            runs = [catalog.parse_pair(p) for p in params["pairs"]]
+        else:
+            runs = [
+                (m, s, c)
+                for m, s in matrix_pairs(params["modes"], params["scenarios"])
+                for c in (clients if m in catalog.MODES else catalog.get_mode(m).clients)
+            ]
     except catalog.CatalogError as e:
         raise ConfError(str(e)) from None
     record_format = params.get("record_format") or "text"
@@ -257,8 +265,7 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
         {"mode": m, "scenario": s, "client": c, "record_format": record_format if c == catalog.LIBRDKAFKA else "text"}
         | common
         | producers
-        for m, s in pairs
-        for c in (clients if m in catalog.MODES else catalog.get_mode(m).clients)
+        for m, s, c in runs
     ]
     confs += [
         {"strategy": st, "scenario": "consumer_crash", **common} for st in params.get("consumer_strategies") or []
@@ -271,7 +278,10 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
 def pipeline_confs(params: dict[str, Any]) -> list[dict]:
     """The matrix DAG's pipeline block: every chosen pipeline x scenario pair."""
     try:
-        pairs = catalog.pipeline_pairs(params.get("pipelines") or [], params.get("pipeline_scenarios"))
+        if params.get("pipeline_pairs"):
+            pairs = [catalog.parse_pipeline_pair(p) for p in params["pipeline_pairs"]]
+        else:
+            pairs = catalog.pipeline_pairs(params.get("pipelines") or [], params.get("pipeline_scenarios"))
     except catalog.CatalogError as e:
         raise ConfError(str(e)) from None
     events = params.get("pipeline_events") or PIPELINE_EVENTS

@@ -34,8 +34,11 @@ def clock(seconds: float) -> str:
 class Progress:
     """Steps of known count: a bar on a terminal, a line a step otherwise."""
 
-    def __init__(self, total: int, what: str, stream: TextIO = sys.stdout):
+    def __init__(self, total: int, what: str, stream: TextIO = sys.stdout, work: float | None = None):
+        """`work`: the steps' expected cost in all (seconds of a model, any unit), when steps differ;
+        each step then says its own, and the ETA is the cost left at the pace so far."""
         self.total, self.what, self.stream, self.done = total, what, stream, 0
+        self.work, self.work_done = work, 0.0
         self.started = time.monotonic()
         self.bar = None
         if stream.isatty():
@@ -43,10 +46,11 @@ class Progress:
 
             self.bar = tqdm(total=total, desc=what, unit="run", file=stream, dynamic_ncols=True)
 
-    def step(self, label: str) -> str:
+    def step(self, label: str, work: float = 1.0) -> str:
         self.done += 1
+        self.work_done += work
         elapsed = time.monotonic() - self.started
-        eta = elapsed / self.done * (self.total - self.done)
+        eta = self.eta(elapsed)
         line = f"{self.what} {self.done}/{self.total}: {label} | elapsed {clock(elapsed)}, eta {clock(eta)}"
         if self.bar is not None:
             self.bar.set_postfix_str(label, refresh=False)
@@ -54,6 +58,15 @@ class Progress:
         else:
             print(line, file=self.stream, flush=True)
         return line
+
+    def eta(self, elapsed: float) -> float:
+        if self.work is None:
+            return elapsed / self.done * (self.total - self.done)
+        return elapsed / max(self.work_done, 1e-9) * max(self.work - self.work_done, 0.0)
+
+    def advance(self, work: float) -> None:
+        """Work done that is not a step of its own (the reconciliation of every run at the end)."""
+        self.work_done += work
 
     def note(self, text: str) -> None:
         text = f"{text} | elapsed {clock(time.monotonic() - self.started)}"
@@ -92,8 +105,48 @@ def matrix_size(conf: dict) -> int:
     return sum(matrix_sizes(conf))
 
 
+# What each kind of step of the matrix costs, in seconds on this machine (2 cores, the tour of
+# 2026-11-28, docs/BENCHMARKS.md): the ETA scales them by the pace so far, so that a first paced
+# run predicts a pipeline's two minutes and the reconciliation at the end.
+STEP_SECONDS = {"paced": catalog.LOAD_SECONDS + 8.0, "java": 6.0, "consumer": 45.0, "pipeline": 110.0}
+RECONCILE_SECONDS = {"start": 30.0, "per_run": 5.0, "per_million_events": 40.0}
+
+
+def step_seconds(scenario: str, client: str | None = None, consumer: bool = False, pipeline: bool = False) -> float:
+    if pipeline:
+        return STEP_SECONDS["pipeline"]
+    if consumer:
+        return STEP_SECONDS["consumer"]
+    paced = catalog.SCENARIOS[scenario].paced if scenario in catalog.SCENARIOS else False
+    seconds = STEP_SECONDS["paced"] if paced else 10.0
+    return seconds + (STEP_SECONDS["java"] if client == catalog.JAVA else 0.0)
+
+
+def reconcile_seconds(runs: int, messages: int) -> float:
+    r = RECONCILE_SECONDS
+    return r["start"] + runs * (r["per_run"] + r["per_million_events"] * messages / 1e6)
+
+
+def matrix_work(conf: dict) -> tuple[list[float], float]:
+    """Each run's expected seconds, in the DAG's order, and the reconciliation's."""
+    params = {**{name: spec.get("default") for name, spec in catalog.matrix_form().items()}, **conf}
+    runs = [
+        step_seconds(c["scenario"], c.get("client"), consumer="strategy" in c)
+        for c in orchestration.matrix_confs(params)
+    ]
+    runs += [step_seconds(c["scenario"], pipeline=True) for c in orchestration.pipeline_confs(params)]
+    producers_and_consumers = len(orchestration.matrix_confs(params))
+    return runs, reconcile_seconds(producers_and_consumers, int(params["messages"]))
+
+
 def follow_matrix(
-    proc: subprocess.Popen, total: int, since: datetime, progress: Progress, poll: float = 2.0, pipelines: int = 0
+    proc: subprocess.Popen,
+    total: int,
+    since: datetime,
+    progress: Progress,
+    poll: float = 2.0,
+    pipelines: int = 0,
+    reconcile_work: float = 0.0,
 ) -> None:
     """Reports each run of the matrix as its load ends, then the reconciliation, until `proc`
     exits; and each pipeline run once audited (`pipelines` of the `total`)."""
@@ -105,12 +158,14 @@ def follow_matrix(
         for r in sorted(query(_MATRIX_RUNS, {"since": since}), key=lambda r: r["run_id"]):
             if r["run_id"] not in loaded and r["status"] in ("completed", "failed"):
                 loaded.add(r["run_id"])
-                progress.step(f"{r['label']} x {r['scenario']} loaded ({r['status']})")
+                client = catalog.JAVA if r["label"].endswith(f"({catalog.JAVA})") else None
+                work = step_seconds(r["scenario"], client, consumer=r["label"] in catalog.STRATEGIES)
+                progress.step(f"{r['label']} x {r['scenario']} loaded ({r['status']})", work)
         if pipelines:
             for r in sorted(query(_PIPELINE_RUNS, {"since": since}), key=lambda r: r["run_id"]):
                 if r["run_id"] not in audited and r["status"] in ("reconciled", "failed"):
                     audited.add(r["run_id"])
-                    progress.step(f"pipeline {r['label']} x {r['scenario']} {r['status']}")
+                    progress.step(f"pipeline {r['label']} x {r['scenario']} {r['status']}", STEP_SECONDS["pipeline"])
         if stage == "load" and loaded and len(loaded) >= total - pipelines:
             stage = "reconcile"
             progress.note(f"reconciling {len(loaded)} runs in one Spark application")
@@ -121,6 +176,7 @@ def follow_matrix(
             )[0]["n"]
             if judged >= len(loaded):
                 stage = "reported"
+                progress.advance(reconcile_work)
                 progress.note(f"reconciled {judged} runs")
         if not running:
             return
@@ -138,11 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         conf = json.loads(args.conf)
         runs, pipelines = matrix_sizes(conf)
         total = runs + pipelines
+        steps, reconcile_work = matrix_work(conf)
     except (ValueError, orchestration.ConfError) as e:
         print(f"progress: bad matrix conf: {e}", file=sys.stderr)
         return 2
     since = datetime.now(UTC)
-    progress = Progress(total, "matrix run")
+    progress = Progress(total, "matrix run", work=sum(steps) + reconcile_work)
     with open(args.log, "w") as log:
         proc = subprocess.Popen(
             ["airflow", "dags", "test", "semantics_matrix", "-c", json.dumps(conf)],  # noqa: S607 (the venv's airflow, first on the PATH the stack sets)
@@ -150,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             stderr=subprocess.STDOUT,
         )
         try:
-            follow_matrix(proc, total, since, progress, pipelines=pipelines)
+            follow_matrix(proc, total, since, progress, pipelines=pipelines, reconcile_work=reconcile_work)
         finally:
             if proc.poll() is None:
                 proc.kill()
