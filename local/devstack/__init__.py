@@ -5,7 +5,7 @@ support off and on), a Spark standalone master and worker, Airflow's database an
 catcher. Not part of what a deployment mounts (docker-compose.yaml runs
 its own services).
 
-Usage: local/stack {start,stop,status,reset,env,ui}
+Usage: local/stack {start,stop,status,reset,env,ui,sample}
 
 One module per service, as kafkatest's services/ are: postgres, mariadb, kafka, connect, spark, toxiproxy,
 credentials (passwords, TLS), mail, airflow_processes; `base` is what they share, `environment` the

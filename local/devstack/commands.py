@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="stack",
         description="the local stack: 3 KRaft brokers, Toxiproxy, PostgreSQL, MariaDB, Kafka Connect, Airflow",
     )
-    parser.add_argument("command", choices=["start", "stop", "status", "reset", "env", "ui"])
+    parser.add_argument("command", choices=["start", "stop", "status", "reset", "env", "ui", "sample"])
     args = parser.parse_args(argv)
     try:
         if args.command == "start":
@@ -209,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "ui":
             start()
             start_ui()
+        elif args.command == "sample":
+            from devstack.sample import TABLE, TOPIC, fill_quickstart
+
+            planted = fill_quickstart()
+            print(f"sample: {TABLE} and topic {TOPIC} made afresh for audits/quickstart.yaml; planted: {json.dumps(planted)}")
         return 0
     except StackError as e:
         print(f"stack {args.command}: {e}", file=sys.stderr)

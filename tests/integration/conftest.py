@@ -148,19 +148,7 @@ def fresh_topic(kafka_conf):
 
 
 def recreate_topic(conf: dict, name: str, partitions: int = 3) -> None:
-    """The topic deleted if it exists and made anew, empty."""
-    try:
-        topics.delete_topic(conf, name)
-    except Exception:
-        pass
-    for _ in range(30):  # deletion completes asynchronously: until the topic is made anew
-        try:
-            if topics.ensure_topic(conf, name, partitions=partitions):
-                return
-        except Exception:
-            pass
-        time.sleep(1)
-    raise AssertionError(f"topic {name} could not be made afresh")
+    topics.recreate_topic(conf, name, partitions)
 
 
 def run(cmd: list[str], timeout: float = 600, env: dict | None = None, check: bool = False):

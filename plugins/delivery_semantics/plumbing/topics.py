@@ -157,3 +157,18 @@ def delete_topic(kafka_conf: dict, name: str, timeout: float = 30.0) -> None:
     except KafkaException as e:
         if not (e.args and e.args[0].name() == "UNKNOWN_TOPIC_OR_PART"):
             raise
+
+
+def recreate_topic(kafka_conf: dict, name: str, partitions: int = 3, timeout: float = 30.0) -> None:
+    """The topic deleted if it exists and made anew, empty."""
+    delete_topic(kafka_conf, name, timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # a deletion completes after its request returns
+        try:
+            if ensure_topic(kafka_conf, name, partitions=partitions):
+                return
+        except Exception:  # TOPIC_ALREADY_EXISTS while it is still being deleted
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"topic {name!r} could not be made afresh within {timeout:.0f}s")
+
