@@ -214,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             from devstack.sample import TABLE, TOPIC, fill_quickstart
 
             planted = fill_quickstart()
-            print(f"sample: {TABLE} and topic {TOPIC} made afresh for audits/quickstart.yaml; planted: {json.dumps(planted)}")
+            print(
+                f"sample: {TABLE} and topic {TOPIC} made afresh for audits/quickstart.yaml; planted: {json.dumps(planted)}"
+            )
         return 0
     except StackError as e:
         print(f"stack {args.command}: {e}", file=sys.stderr)

@@ -45,6 +45,8 @@ def environment() -> dict[str, str]:
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(VAR / "airflow" / "passwords.json"),
         **{f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(c) for conn_id, c in connections.items()},
         "SEMANTICS_NEMESIS_BACKEND": NEMESIS_BACKEND,
+        # The brokers', PostgreSQL's and the lakehouse's data: a run checks their disk first.
+        "SEMANTICS_DATA_DISKS": str(VAR),
         "SEMANTICS_SPARK_JARS": jars,
         # The Java load client's kafka-clients: the brokers' own version (one version of Kafka).
         "SEMANTICS_KAFKA_CLIENT_JARS": str(KAFKA_LIB),

@@ -9,6 +9,7 @@ import uuid
 
 import psycopg2
 from confluent_kafka import Producer
+from psycopg2 import sql
 
 from delivery_semantics.plumbing import topics
 from devstack.base import HOST
@@ -17,6 +18,7 @@ from devstack.kafka import bootstrap_servers
 from devstack.postgres import OUTBOX_DB, OUTBOX_OWNER, PG_PORT
 
 TOPIC, TABLE = "quickstart_orders", "public.quickstart_outbox"
+_TABLE = sql.Identifier("public", "quickstart_outbox")
 
 
 def fill_quickstart(orders: int = 1000) -> dict[str, str]:
@@ -32,12 +34,13 @@ def fill_quickstart(orders: int = 1000) -> dict[str, str]:
         ) as c,
         c.cursor() as cur,
     ):
-        cur.execute(f"DROP TABLE IF EXISTS {TABLE}")
+        cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(_TABLE))
         cur.execute(
-            f"CREATE TABLE {TABLE} (id text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now(), "
-            "state text NOT NULL)"
+            sql.SQL(
+                "CREATE TABLE {} (id text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now(), state text NOT NULL)"
+            ).format(_TABLE)
         )
-        cur.executemany(f"INSERT INTO {TABLE} (id, state) VALUES (%s, 'SENT')", [(i,) for i in ids])
+        cur.executemany(sql.SQL("INSERT INTO {} (id, state) VALUES (%s, 'SENT')").format(_TABLE), [(i,) for i in ids])
     p = Producer({**conf, "acks": "all", "enable.idempotence": True})
     for i in ids:
         for _ in range(0 if i == lost else 2 if i == duplicated else 1):

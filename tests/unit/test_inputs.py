@@ -554,3 +554,19 @@ def test_mapping_suspect_says_when_almost_no_record_carries_an_event_id(tmp_path
     assert audits.mapping_suspect(strict, 100, 60).startswith("almost no record")
     json_path = audits.Audit("o", audit.path, {**audit.spec, "record": {**audit.record, "event_id": {"json": "$.id"}}})
     assert "has JSON path $.id;" in audits.mapping_suspect(json_path, 10, 10)
+
+
+def test_a_run_the_disk_cannot_hold_is_refused_in_one_line_before_anything(tmp_path, monkeypatch):
+    import shutil
+
+    from delivery_semantics.workload import load
+
+    monkeypatch.setenv("SEMANTICS_DATA_DISKS", str(tmp_path))
+    free = shutil.disk_usage(tmp_path).free
+    too_many = free // (3 * 260 + load.DISK_BYTES_PER_EVENT) + 1
+    spec = load.LoadSpec(mode="idempotent", messages=int(too_many))
+    with pytest.raises(load.LoadError, match=r"^not enough disk for [0-9,]+ events: .* GiB free, the run needs about"):
+        load.require_free_disk(spec)
+    load.require_free_disk(load.LoadSpec(mode="idempotent", messages=1000))  # a small run fits
+    monkeypatch.delenv("SEMANTICS_DATA_DISKS")
+    load.require_free_disk(spec)  # no folder named: a cluster of its own, not checked

@@ -3,6 +3,7 @@ and the cluster health the fault runs gate on."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 
@@ -164,11 +165,8 @@ def recreate_topic(kafka_conf: dict, name: str, partitions: int = 3, timeout: fl
     delete_topic(kafka_conf, name, timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # a deletion completes after its request returns
-        try:
+        with contextlib.suppress(KafkaException):  # TOPIC_ALREADY_EXISTS while it is still being deleted
             if ensure_topic(kafka_conf, name, partitions=partitions):
                 return
-        except Exception:  # TOPIC_ALREADY_EXISTS while it is still being deleted
-            pass
         time.sleep(1)
     raise TimeoutError(f"topic {name!r} could not be made afresh within {timeout:.0f}s")
-

@@ -8,8 +8,10 @@ that fails validation or cannot reach its broker or database.
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +42,31 @@ BROKER_MESSAGE_MAX_BYTES = 1048588
 # Key, the event's fields in the value and record framing, generously: what a record adds to its
 # payload.
 RECORD_OVERHEAD_BYTES = 512
+# The free disk a run needs, where SEMANTICS_DATA_DISKS (os.pathsep-separated folders; the local
+# stack names var/) says the cluster's, the ledger's and the lakehouse's data live: each event on
+# three replicas with its key and event fields (about 60 bytes), its ledger and copy rows (about
+# 200 bytes), and a margin that no run may eat, since a full disk stops brokers halfway.
+DISK_MARGIN_BYTES = 2 << 30
+DISK_BYTES_PER_EVENT = 200
+
+
+def require_free_disk(spec: LoadSpec) -> None:
+    """Refuses a run the disks cannot hold (SEMANTICS_DATA_DISKS, else no check), in one line."""
+    folders = [f for f in os.environ.get("SEMANTICS_DATA_DISKS", "").split(os.pathsep) if f]
+    needed = spec.messages * (3 * (spec.payload_bytes + 60) + DISK_BYTES_PER_EVENT) + DISK_MARGIN_BYTES
+    for folder in folders:
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError:
+            continue  # a folder not made yet is on a disk another folder names
+        if free < needed:
+            raise LoadError(
+                f"not enough disk for {spec.messages:,} events: {folder} has {free / 2**30:.1f} GiB free, the run "
+                f"needs about {needed / 2**30:.1f} GiB with a {DISK_MARGIN_BYTES >> 30} GiB margin; "
+                "`local/semantics gc` frees the platform's old topics"
+            )
+
+
 RESEND_ROUNDS = 3
 # Each client's setting for the largest record it sends.
 RECORD_SIZE_LIMIT = {catalog.LIBRDKAFKA: "message.max.bytes", catalog.JAVA: "max.request.size"}
@@ -187,6 +214,7 @@ def create(
     """Validates the spec, then makes the run's topic and its row in the ledger; returns the run
     id. Every parameter a producer session needs is in that row, so `resume` can run it."""
     mode, resolved = validate(spec)
+    require_free_disk(spec)
     kafka_conf = kafka_conf or kafka_config()
     ledger = open_endpoints(kafka_conf, db or ledger_database())
     try:
