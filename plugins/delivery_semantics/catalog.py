@@ -580,6 +580,8 @@ PIPELINE_SIDE = "pipeline"
 SOURCE_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 OUTBOX_ROUTER = "io.debezium.transforms.outbox.EventRouter"
 SINK_CONNECTOR = "io.debezium.connector.jdbc.JdbcSinkConnector"
+# The sink appends each record it applies as a row, so a record applied twice is seen twice.
+SINK_INSERT_MODE = "insert"
 
 
 @dataclass(frozen=True)

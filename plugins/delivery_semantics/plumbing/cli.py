@@ -13,6 +13,7 @@
     dedup show RECONCILIATION_ID [--limit N] | dedup sql "SELECT ... FROM dedup_events ..."
     dedup vacuum [--retain-hours N] [--dry-run] [--lakehouse PATH]
     gc [--keep-days N] [--dry-run]   (the platform's own run topics unused for N days, with their sizes)
+    predict --mode NAME | --audit NAME | --pipeline NAME | --set FAMILY.KEY=VALUE ... [--json] [--fail-on G]
 
 Bad input is refused with a one-line message and exit 2 before any side effect. `consumer_session`
 is the consumer process a consumer run starts; it is not for people.
@@ -506,6 +507,88 @@ def _gc(args) -> int:
     return 1 if refused else 0
 
 
+def _predict_parser(sub) -> None:
+    ap = sub.add_parser(
+        "predict", help="read settings, say which guarantee each breaks under which fault (the rule catalog)"
+    )
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--mode", help="a preset or a mode file (modes/NAME.yaml): its producer on the platform's topic")
+    what.add_argument("--audit", help="an audit (audits/NAME.yaml): its topic's and brokers' configuration, read live")
+    what.add_argument("--pipeline", help="a connector pipeline of the catalog: its source and sink connectors")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FAMILY.KEY=VALUE",
+        help="a setting of producer, topic, broker, consumer or connector, added to or over the above "
+        "(app.commit=before_process|after_process|transactional, app.dedup, app.processing.ms for what a "
+        "consumer does)",
+    )
+    ap.add_argument("--client", help="the producer's client: librdkafka (default) or java")
+    ap.add_argument("--json", action="store_true", help="one JSON object per finding")
+    ap.add_argument("--fail-on", action="append", default=[], metavar="GUARANTEE", help="exit 1 if one breaks it")
+
+
+def _predict(args) -> int:
+    from delivery_semantics import rules
+    from delivery_semantics.plumbing import endpoints, topics
+
+    try:
+        given: dict[str, dict] = {}
+        client = args.client
+        if args.mode:
+            given, mode_client = rules.of_mode(args.mode)
+            client = client or mode_client
+        if args.audit:
+            from delivery_semantics.audit import audits
+
+            audit = audits.load(args.audit)
+            topic_conf, broker_conf = topics.configurations(endpoints.kafka_config(audit.kafka_conn_id), audit.topic)
+            if audit.windowed:
+                topic_conf["app.audit.window.ms"] = str(int(audit.grace.total_seconds() * 1000))
+            if audit.transactional:
+                topic_conf["app.transactional"] = "true"
+            given = {"topic": topic_conf, "broker": broker_conf}
+        for pair in args.set:
+            name, sep, value = pair.partition("=")
+            family, dot, key = name.partition(".")
+            if not sep or not dot or not key:
+                raise rules.RuleError(f"--set {pair[:80]!r} is not FAMILY.KEY=VALUE")
+            given.setdefault(family, {})[key] = value
+        unknown = [g for g in args.fail_on if g not in rules.GUARANTEES]
+        if unknown:
+            raise rules.RuleError(f"--fail-on {unknown[0]!r}: choose from {', '.join(rules.GUARANTEES)}")
+        if args.pipeline:
+            found = [p for role in rules.of_pipeline(args.pipeline).values() for p in rules.predict(role)]
+        elif not given:
+            raise rules.RuleError("nothing to read: give --mode, --audit, --pipeline or --set")
+        else:
+            found = rules.predict(given, client or catalog.LIBRDKAFKA)
+    except (
+        rules.RuleError,
+        catalog.CatalogError,
+        catalog.ModeError,
+        topics.TopicError,
+        endpoints.EndpointError,
+        ConnectionError,
+    ) as e:
+        print(f"predict: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # the cluster did not answer, an audit file that does not load: bad input
+        print(f"predict: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
+        return 2
+    for p in found:
+        if args.json:
+            r = p.rule
+            row = {"rule": r.name, "family": r.family, "settings": p.settings, "guarantee": r.guarantee}
+            row |= {"scenarios": list(r.scenarios), "kind": r.kind, "reason": r.reason, "reference": r.reference}
+            print(json.dumps(row))
+        else:
+            print(p.line())
+    print(f"predict: {len(found)} findings of {len(rules.RULES)} rules", file=sys.stderr)
+    return 1 if any(p.rule.guarantee in args.fail_on for p in found) else 0
+
+
 def _report_parser(sub) -> None:
     ap = sub.add_parser("report", help="the matrix as text, and an HTML report")
     ap.add_argument("--runs", help="comma-separated run ids (default: the latest run of every pair)")
@@ -569,6 +652,7 @@ def main(argv: list[str] | None = None) -> int:
         _pipeline_parser,
         _dedup_parser,
         _gc_parser,
+        _predict_parser,
     ):
         add(sub)
     args = ap.parse_args(argv)
@@ -584,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         "pipeline": _pipeline,
         "dedup": _dedup,
         "gc": _gc,
+        "predict": _predict,
     }[args.command](args)
 
 

@@ -8,7 +8,7 @@ import re
 import time
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 _LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 REPLICATION_FACTOR = 3
@@ -170,3 +170,25 @@ def recreate_topic(kafka_conf: dict, name: str, partitions: int = 3, timeout: fl
                 return
         time.sleep(1)
     raise TimeoutError(f"topic {name!r} could not be made afresh within {timeout:.0f}s")
+
+
+def configurations(kafka_conf: dict, topic: str, timeout: float = 15.0) -> tuple[dict[str, str], dict[str, str]]:
+    """The topic's configuration (with its replication factor) and a broker's, as the cluster
+    reports them (DescribeConfigs); a sensitive value is never read. TopicError if it is missing."""
+    admin = admin_client(kafka_conf)
+    md = admin.list_topics(validate_topic_name(topic), timeout=timeout)
+    described = md.topics.get(topic)
+    if described is None or described.error is not None or not described.partitions:
+        raise TopicError(f"topic {topic!r} does not exist on the cluster")
+    resources = [ConfigResource(ResourceType.TOPIC, topic), ConfigResource(ResourceType.BROKER, str(min(md.brokers)))]
+    futures = admin.describe_configs(resources, request_timeout=timeout)
+    topic_conf, broker_conf = (
+        {
+            k: str(e.value)
+            for k, e in futures[r].result(timeout=timeout).items()
+            if not e.is_sensitive and e.value is not None
+        }
+        for r in resources
+    )
+    topic_conf["replication.factor"] = str(max(len(p.replicas) for p in described.partitions.values()))
+    return topic_conf, broker_conf

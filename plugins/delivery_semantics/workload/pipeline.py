@@ -204,7 +204,7 @@ def sink_config(pipeline: Pipeline, names: Names, sink_db: Database, password: s
         "connection.url": sink_db.jdbc_url,
         "connection.username": sink_db.user,
         "connection.password": password,
-        "insert.mode": "insert",
+        "insert.mode": catalog.SINK_INSERT_MODE,
         "primary.key.mode": "none",
         "schema.evolution": "none",
         "collection.name.format": names.sink,

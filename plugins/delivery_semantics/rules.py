@@ -1,0 +1,514 @@
+"""The rule catalog: the settings that decide delivery, read as Kafka's experts read them, each
+with the guarantee it takes away, the fault that exposes it and the anomaly kind the checker must
+then report. A second, independent account of the semantics beside the checker: `predict` reads a
+configuration and says what each setting breaks before any load, and a run proves it or not.
+
+Settings come by family (producer, topic, broker, consumer, connector), under their clients' own
+key names. A family that is not given is not judged; within a given family, a key not given takes
+its client's default (DEFAULTS). Keys under `app.` say what the application does around the client
+(`app.commit`: when a consumer commits; `app.dedup`: whether it skips what it applied;
+`app.processing.ms`: how long it works on a poll), which no client setting can say.
+
+Pure Python over the catalog: no client, no Spark; the rules run in milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from delivery_semantics import catalog
+
+FAMILIES = ("producer", "topic", "broker", "consumer", "connector")
+# The catalog's guarantees, and `delivery`: every event sent arrives, acked or not.
+GUARANTEES = (*catalog.GUARANTEES, "delivery", "no_reordering")
+
+# A leader's loss takes this long to fail over here (a broker's session timeout, then an
+# election): a send that must land sooner fails instead.
+FAILOVER_MS = 30_000
+# The longest stall of a fault scenario (isolated_leader's paused followers, lost_ack's 15 s).
+LONGEST_STALL_MS = 22_000
+
+DEFAULTS: dict[str, dict[str, str]] = {
+    # The producer's client is librdkafka unless `client` says java (catalog.CLIENT_DEFAULTS).
+    "topic": {"min.insync.replicas": "1", "replication.factor": "3", "unclean.leader.election.enable": "false"},
+    "broker": {"unclean.leader.election.enable": "false", "min.insync.replicas": "1"},
+    "consumer": {
+        "enable.auto.commit": "true",
+        "auto.offset.reset": "latest",
+        "isolation.level": "read_uncommitted",
+        "max.poll.interval.ms": "300000",
+        "app.commit": "after_process",
+        "app.dedup": "false",
+    },
+    "connector": {"errors.tolerance": "none", "exactly.once.source.support": "disabled", "insert.mode": "insert"},
+}
+
+KAFKA_DOCS = "https://kafka.apache.org/documentation/"
+DEBEZIUM_JDBC = "https://debezium.io/documentation/reference/stable/connectors/jdbc.html"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    family: str
+    reads: tuple[str, ...]  # "family.key", each a setting the rule reads
+    kind: str  # catalog.KINDS: what the checker must report once the fault hits
+    scenarios: tuple[str, ...]  # catalog.SCENARIOS that expose it ("none": no fault needed)
+    guarantee: str
+    reason: str
+    reference: str
+    applies: Callable[[Mapping[str, Mapping[str, str]]], bool]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    rule: Rule
+    settings: dict[str, str]  # what the rule read, as given or defaulted
+
+    def line(self) -> str:
+        said = ", ".join(f"{k}={v}" for k, v in self.settings.items())
+        return (
+            f"{self.rule.name}: {said} breaks {self.rule.guarantee}; under {' or '.join(self.rule.scenarios)} "
+            f"expect {self.rule.kind}: {self.rule.reason}"
+        )
+
+
+def _int(value, default: int = 0) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return default
+
+
+def _true(value) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+def _acks(view) -> str:
+    return {"-1": "all"}.get(str(view["producer"].get("acks")), str(view["producer"].get("acks")))
+
+
+def _idempotent(view) -> bool:
+    p = view["producer"]
+    return _true(p.get("enable.idempotence")) or bool(p.get("transactional.id"))
+
+
+def _delivery_timeout(view) -> int:
+    p = view["producer"]
+    return _int(p.get("delivery.timeout.ms") or p.get("message.timeout.ms"), 120_000)
+
+
+def _min_isr(view) -> int:
+    topic = view.get("topic") or {}
+    broker = view.get("broker") or {}
+    return _int(topic.get("min.insync.replicas") or broker.get("min.insync.replicas"), 1)
+
+
+def _unclean(view) -> bool:
+    topic, broker = view.get("topic") or {}, view.get("broker") or {}
+    value = topic.get("unclean.leader.election.enable") or broker.get("unclean.leader.election.enable")
+    return _true(value)
+
+
+def _retention_short(view) -> bool:
+    retention = _int((view.get("topic") or {}).get("retention.ms"), -1)
+    window = _int((view.get("topic") or {}).get("app.audit.window.ms"), 0)
+    return retention >= 0 and window > 0 and retention < window
+
+
+def _has(*families: str) -> Callable:
+    return lambda view: all(view.get(f) is not None for f in families)
+
+
+RULES: tuple[Rule, ...] = (
+    # ----------------------------------------------------------------- producer
+    Rule(
+        "acks_zero",
+        "producer",
+        ("producer.acks",),
+        "lost_unacked",
+        ("leader_kill", "partitioned_leader"),
+        "delivery",
+        "nothing waits for the leader: what its socket held when it died is gone, and no one knows",
+        KAFKA_DOCS + "#producerconfigs_acks",
+        lambda v: _acks(v) == "0",
+    ),
+    Rule(
+        "acks_one",
+        "producer",
+        ("producer.acks",),
+        "lost_acked",
+        ("isolated_leader", "partitioned_leader"),
+        "no_acked_loss",
+        "the leader acks before any follower has the write; a leader cut off or killed first takes it along",
+        KAFKA_DOCS + "#producerconfigs_acks",
+        lambda v: _acks(v) == "1",
+    ),
+    Rule(
+        "acks_one_offsets",
+        "producer",
+        ("producer.acks",),
+        "inconsistent_offset",
+        ("isolated_leader", "partitioned_leader"),
+        "no_acked_loss",
+        "the acked writes the followers never had are truncated, and the new leader writes others at their offsets",
+        KAFKA_DOCS + "#replication",
+        lambda v: _acks(v) == "1",
+    ),
+    Rule(
+        "retries_without_idempotence",
+        "producer",
+        ("producer.enable.idempotence", "producer.retries", "producer.acks"),
+        "duplicate",
+        ("lost_ack",),
+        "no_duplicates",
+        "a send retried after its ack was lost is written again: only idempotence lets the broker drop it",
+        KAFKA_DOCS + "#producerconfigs_enable.idempotence",
+        lambda v: not _idempotent(v) and _int(v["producer"].get("retries"), 1) > 0 and _acks(v) != "0",
+    ),
+    Rule(
+        "in_flight_without_idempotence",
+        "producer",
+        (
+            "producer.enable.idempotence",
+            "producer.max.in.flight.requests.per.connection",
+            "producer.retries",
+        ),
+        "out_of_order",
+        ("lost_ack",),
+        "no_reordering",
+        "with several batches in flight, a retried batch lands after the ones sent behind it",
+        KAFKA_DOCS + "#producerconfigs_max.in.flight.requests.per.connection",
+        lambda v: (
+            not _idempotent(v)
+            and _int(v["producer"].get("max.in.flight.requests.per.connection"), 5) > 1
+            and _int(v["producer"].get("retries"), 1) > 0
+            and _acks(v) != "0"
+        ),
+    ),
+    Rule(
+        "delivery_timeout_shorter_than_failover",
+        "producer",
+        ("producer.delivery.timeout.ms", "producer.message.timeout.ms"),
+        "lost_unacked",
+        ("leader_kill",),
+        "delivery",
+        f"a send must land within the timeout, and a leader's failover takes about {FAILOVER_MS // 1000} s: "
+        "it fails, and an application that drops failures loses it",
+        KAFKA_DOCS + "#producerconfigs_delivery.timeout.ms",
+        lambda v: _delivery_timeout(v) < FAILOVER_MS,
+    ),
+    Rule(
+        "idempotence_across_restarts",
+        "producer",
+        ("producer.enable.idempotence", "producer.transactional.id"),
+        "duplicate",
+        ("producer_crash",),
+        "no_duplicates",
+        "idempotence holds within one producer id; a restarted producer gets a new one and re-sends what the "
+        "old one may have written (KIP-98)",
+        "https://cwiki.apache.org/confluence/display/KAFKA/KIP-98+-+Exactly+Once+Delivery+and+Transactional+Messaging",
+        lambda v: _true(v["producer"].get("enable.idempotence")) and not v["producer"].get("transactional.id"),
+    ),
+    Rule(
+        "transaction_timeout_shorter_than_a_stall",
+        "producer",
+        ("producer.transaction.timeout.ms", "producer.transactional.id"),
+        "lost_unacked",
+        ("isolated_leader", "partitioned_leader"),
+        "delivery",
+        "the coordinator aborts a transaction open longer than its timeout: a stall that outlasts it aborts "
+        "the transaction, and its events must be sent again",
+        KAFKA_DOCS + "#producerconfigs_transaction.timeout.ms",
+        lambda v: (
+            bool(v["producer"].get("transactional.id"))
+            and _int(v["producer"].get("transaction.timeout.ms"), 60_000) < LONGEST_STALL_MS
+        ),
+    ),
+    Rule(
+        "transactions_read_uncommitted",
+        "producer",
+        ("producer.transactional.id", "consumer.isolation.level"),
+        "aborted_visible",
+        ("txn_abort", "producer_crash"),
+        "no_aborted_visible",
+        "a transactional producer's aborted records are in the log; only read_committed consumers skip them",
+        KAFKA_DOCS + "#consumerconfigs_isolation.level",
+        lambda v: (
+            v.get("consumer") is not None
+            and bool(v["producer"].get("transactional.id"))
+            and v["consumer"].get("isolation.level") == "read_uncommitted"
+        ),
+    ),
+    # ----------------------------------------------------------------- topic and broker
+    Rule(
+        "min_insync_one",
+        "topic",
+        ("topic.min.insync.replicas", "broker.min.insync.replicas", "producer.acks"),
+        "lost_acked",
+        ("isolated_leader",),
+        "no_acked_loss",
+        "acks=all waits for the in-sync replicas only: with min.insync.replicas=1 the ISR shrinks to the "
+        "leader, which then acks alone",
+        KAFKA_DOCS + "#topicconfigs_min.insync.replicas",
+        lambda v: v.get("producer") is not None and _acks(v) == "all" and _min_isr(v) <= 1,
+    ),
+    Rule(
+        "unclean_leader_election",
+        "topic",
+        ("topic.unclean.leader.election.enable", "broker.unclean.leader.election.enable"),
+        "lost_acked",
+        ("isolated_leader",),
+        "no_acked_loss",
+        "an out-of-sync replica may become leader: the acked writes it never had are truncated, even under acks=all",
+        KAFKA_DOCS + "#topicconfigs_unclean.leader.election.enable",
+        _unclean,
+    ),
+    Rule(
+        "replication_factor_one",
+        "topic",
+        ("topic.replication.factor",),
+        "lost_unacked",
+        ("leader_kill",),
+        "delivery",
+        "one replica: while its broker is down nothing can be written, and its disk is the only copy",
+        KAFKA_DOCS + "#replication",
+        lambda v: _int((v.get("topic") or {}).get("replication.factor"), 3) <= 1,
+    ),
+    Rule(
+        "retention_shorter_than_the_audit",
+        "topic",
+        ("topic.retention.ms", "topic.app.audit.window.ms"),
+        "lost_acked",
+        ("none",),
+        "no_acked_loss",
+        "records are deleted before the audit's window and grace have read them",
+        KAFKA_DOCS + "#topicconfigs_retention.ms",
+        _retention_short,
+    ),
+    Rule(
+        "broker_unclean_leader_election",
+        "broker",
+        ("broker.unclean.leader.election.enable",),
+        "lost_acked",
+        ("isolated_leader",),
+        "no_acked_loss",
+        "the cluster's default lets every topic without its own setting elect an out-of-sync replica",
+        KAFKA_DOCS + "#brokerconfigs_unclean.leader.election.enable",
+        lambda v: (
+            _true((v.get("broker") or {}).get("unclean.leader.election.enable"))
+            and (v.get("topic") or {}).get("unclean.leader.election.enable") in (None, "")
+        ),
+    ),
+    # ----------------------------------------------------------------- consumer
+    Rule(
+        "auto_commit",
+        "consumer",
+        ("consumer.enable.auto.commit",),
+        "lost",
+        ("consumer_crash",),
+        "delivery",
+        "offsets are committed on a timer, whatever was processed: a crash after a commit loses the records "
+        "polled but not yet processed",
+        KAFKA_DOCS + "#consumerconfigs_enable.auto.commit",
+        lambda v: _true(v["consumer"].get("enable.auto.commit")) and v["consumer"].get("app.commit") != "transactional",
+    ),
+    Rule(
+        "commit_before_process",
+        "consumer",
+        ("consumer.app.commit",),
+        "lost",
+        ("consumer_crash",),
+        "delivery",
+        "the offsets are committed before the batch is processed: a crash in between skips it",
+        KAFKA_DOCS + "#semantics",
+        lambda v: v["consumer"].get("app.commit") == "before_process",
+    ),
+    Rule(
+        "commit_after_process_without_dedup",
+        "consumer",
+        ("consumer.app.commit", "consumer.app.dedup"),
+        "duplicate",
+        ("consumer_crash",),
+        "no_duplicates",
+        "a crash after processing and before the commit processes the batch again",
+        KAFKA_DOCS + "#semantics",
+        lambda v: v["consumer"].get("app.commit") == "after_process" and not _true(v["consumer"].get("app.dedup")),
+    ),
+    Rule(
+        "auto_offset_reset_latest",
+        "consumer",
+        ("consumer.auto.offset.reset",),
+        "lost",
+        ("consumer_crash",),
+        "delivery",
+        "a new group, or one whose offsets expired, starts at the end: what was written before is never read",
+        KAFKA_DOCS + "#consumerconfigs_auto.offset.reset",
+        lambda v: v["consumer"].get("auto.offset.reset") == "latest",
+    ),
+    Rule(
+        "max_poll_interval_shorter_than_processing",
+        "consumer",
+        ("consumer.max.poll.interval.ms", "consumer.app.processing.ms"),
+        "duplicate",
+        ("none",),
+        "no_duplicates",
+        "a poll loop slower than the interval leaves the group; its partitions move, and the batch it was "
+        "processing is processed again by their new owner",
+        KAFKA_DOCS + "#consumerconfigs_max.poll.interval.ms",
+        lambda v: (
+            _int(v["consumer"].get("app.processing.ms"), 0) > _int(v["consumer"].get("max.poll.interval.ms"), 300_000)
+        ),
+    ),
+    Rule(
+        "read_uncommitted_on_a_transactional_topic",
+        "consumer",
+        ("consumer.isolation.level", "topic.app.transactional"),
+        "aborted_visible",
+        ("txn_abort",),
+        "no_aborted_visible",
+        "a transactional topic holds aborted records; read_uncommitted shows them",
+        KAFKA_DOCS + "#consumerconfigs_isolation.level",
+        lambda v: (
+            v["consumer"].get("isolation.level") == "read_uncommitted"
+            and _true((v.get("topic") or {}).get("app.transactional"))
+        ),
+    ),
+    # ----------------------------------------------------------------- connector
+    Rule(
+        "errors_tolerated_without_a_dead_letter_queue",
+        "connector",
+        ("connector.errors.tolerance", "connector.errors.deadletterqueue.topic.name"),
+        "lost",
+        ("none",),
+        "delivery",
+        "a record that fails conversion is skipped, and with no dead-letter queue nothing keeps it",
+        KAFKA_DOCS + "#sinkconnectorconfigs_errors.tolerance",
+        lambda v: (
+            v["connector"].get("errors.tolerance") == "all"
+            and not v["connector"].get("errors.deadletterqueue.topic.name")
+        ),
+    ),
+    Rule(
+        "source_without_exactly_once",
+        "connector",
+        ("connector.exactly.once.source.support", "connector.exactly.once.support"),
+        "duplicate",
+        ("connect_worker_kill",),
+        "no_duplicates",
+        "a source task's offsets are committed apart from its records: a killed worker's successor re-sends "
+        "what came after the last commit (KIP-618)",
+        "https://cwiki.apache.org/confluence/display/KAFKA/KIP-618%3A+Exactly-Once+Support+for+Source+Connectors",
+        lambda v: (
+            v["connector"].get("exactly.once.source.support") != "enabled"
+            and ("connector.class" not in v["connector"] or _source(v))
+        ),
+    ),
+    Rule(
+        "jdbc_sink_insert",
+        "connector",
+        ("connector.insert.mode",),
+        "duplicate",
+        ("connect_worker_kill",),
+        "no_duplicates",
+        "a sink redelivers what it had not committed when its worker died; insert writes it again, upsert would not",
+        DEBEZIUM_JDBC + "#jdbc-property-insert-mode",
+        lambda v: _jdbc_sink(v) and v["connector"].get("insert.mode") == "insert",
+    ),
+    Rule(
+        "producer_override_weakens_acks",
+        "connector",
+        ("connector.producer.override.acks",),
+        "lost_acked",
+        ("isolated_leader",),
+        "no_acked_loss",
+        "the connector's own producer acks before the followers have its records",
+        KAFKA_DOCS + "#connectconfigs_connector.client.config.override.policy",
+        lambda v: str(v["connector"].get("producer.override.acks", "all")) in ("0", "1"),
+    ),
+    Rule(
+        "sink_reads_uncommitted",
+        "connector",
+        ("connector.consumer.override.isolation.level",),
+        "aborted_visible",
+        ("connect_worker_kill",),
+        "no_aborted_visible",
+        "a sink that reads read_uncommitted applies what an exactly-once source aborted",
+        KAFKA_DOCS + "#consumerconfigs_isolation.level",
+        lambda v: _jdbc_sink(v) and v["connector"].get("consumer.override.isolation.level") == "read_uncommitted",
+    ),
+)
+
+RULES_BY_NAME = {r.name: r for r in RULES}
+
+
+def _source(view) -> bool:
+    """A source connector: every class that is not a sink (Debezium's are named by database)."""
+    return "sink" not in str(view["connector"].get("connector.class", "")).lower()
+
+
+def _jdbc_sink(view) -> bool:
+    cls = str(view["connector"].get("connector.class", "")).lower()
+    return "jdbc" in cls and "sink" in cls
+
+
+class RuleError(ValueError):
+    """Bad input to predict: one line, exit 2."""
+
+
+def view_of(given: Mapping[str, Mapping[str, object]], client: str = catalog.LIBRDKAFKA) -> dict:
+    """The settings by family, each given family filled with its defaults; the others None."""
+    unknown = set(given) - set(FAMILIES)
+    if unknown:
+        raise RuleError(f"unknown settings family {sorted(unknown)[0]!r}: use {', '.join(FAMILIES)}")
+    if client not in catalog.CLIENTS:
+        raise RuleError(f"unknown client {client!r}: choose from {', '.join(catalog.CLIENTS)}")
+    view: dict[str, dict | None] = dict.fromkeys(FAMILIES)
+    for family, settings in given.items():
+        base = catalog.CLIENT_DEFAULTS[client] if family == "producer" else DEFAULTS.get(family, {})
+        view[family] = {**base, **{str(k): str(v) for k, v in settings.items()}}
+    return view
+
+
+def predict(given: Mapping[str, Mapping[str, object]], client: str = catalog.LIBRDKAFKA) -> list[Prediction]:
+    """Each rule whose family was given and whose settings are there, with what it read."""
+    view = view_of(given, client)
+    out = []
+    for rule in RULES:
+        if view.get(rule.family) is None:
+            continue
+        needed = {r.split(".", 1)[0] for r in rule.reads}
+        if not all(view.get(f) is not None for f in needed if f == rule.family):
+            continue
+        if rule.applies(view):
+            read = {}
+            for ref in rule.reads:
+                family, key = ref.split(".", 1)
+                value = (view.get(family) or {}).get(key)
+                if value not in (None, ""):
+                    read[ref] = value
+            out.append(Prediction(rule, read))
+    return out
+
+
+# The topic a platform run writes: the local stack's and the compose file's cluster defaults.
+PLATFORM_TOPIC = {"replication.factor": "3", "min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
+
+
+def of_mode(name: str) -> tuple[dict, str]:
+    """A preset's or a mode file's producer settings on the platform's own topic, and its client."""
+    mode = catalog.get_mode(name)
+    settings = dict(mode.semantics)
+    if mode.transactional:
+        settings.setdefault("transactional.id", f"semantics-{name}")
+    return {"producer": settings, "topic": dict(PLATFORM_TOPIC)}, mode.client or catalog.LIBRDKAFKA
+
+
+def of_pipeline(name: str) -> dict[str, dict]:
+    """A connector pipeline's two connectors, each with its cluster's worker settings, by role."""
+    pipeline = catalog.get_pipeline(name)
+    worker = dict(pipeline.worker_settings)
+    source = {"connector.class": catalog.SOURCE_CONNECTOR, **worker, **dict(pipeline.source_settings)}
+    sink = {"connector.class": catalog.SINK_CONNECTOR, "insert.mode": catalog.SINK_INSERT_MODE}
+    return {"source": {"connector": source}, "sink": {"connector": {**sink, **dict(pipeline.sink_settings)}}}

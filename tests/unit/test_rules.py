@@ -1,0 +1,207 @@
+"""The rule catalog: each rule found where its setting is and not where it is not, every name it
+uses the catalog's, and the rules' account of the presets agreeing with DESIGN.md's expectations."""
+
+from __future__ import annotations
+
+import pytest
+
+from delivery_semantics import catalog, rules
+
+# Per rule: settings that trip it, and the same with the setting that makes it hold.
+CASES = {
+    "acks_zero": ({"producer": {"acks": "0"}}, {"producer": {"acks": "all"}}),
+    "acks_one": ({"producer": {"acks": "1"}}, {"producer": {"acks": "-1"}}),
+    "acks_one_offsets": ({"producer": {"acks": "1"}}, {"producer": {"acks": "all"}}),
+    "retries_without_idempotence": (
+        {"producer": {"enable.idempotence": "false", "retries": "5"}},
+        {"producer": {"enable.idempotence": "true", "retries": "5"}},
+    ),
+    "in_flight_without_idempotence": (
+        {"producer": {"enable.idempotence": "false", "max.in.flight.requests.per.connection": "5"}},
+        {"producer": {"enable.idempotence": "false", "max.in.flight.requests.per.connection": "1"}},
+    ),
+    "delivery_timeout_shorter_than_failover": (
+        {"producer": {"delivery.timeout.ms": "10000"}},
+        {"producer": {"delivery.timeout.ms": "120000"}},
+    ),
+    "idempotence_across_restarts": (
+        {"producer": {"enable.idempotence": "true"}},
+        {"producer": {"enable.idempotence": "true", "transactional.id": "t"}},
+    ),
+    "transaction_timeout_shorter_than_a_stall": (
+        {"producer": {"transactional.id": "t", "transaction.timeout.ms": "10000"}},
+        {"producer": {"transactional.id": "t", "transaction.timeout.ms": "60000"}},
+    ),
+    "transactions_read_uncommitted": (
+        {"producer": {"transactional.id": "t"}, "consumer": {"isolation.level": "read_uncommitted"}},
+        {"producer": {"transactional.id": "t"}, "consumer": {"isolation.level": "read_committed"}},
+    ),
+    "min_insync_one": (
+        {"producer": {"acks": "all"}, "topic": {"min.insync.replicas": "1"}},
+        {"producer": {"acks": "all"}, "topic": {"min.insync.replicas": "2"}},
+    ),
+    "unclean_leader_election": (
+        {"topic": {"unclean.leader.election.enable": "true"}},
+        {"topic": {"unclean.leader.election.enable": "false"}},
+    ),
+    "replication_factor_one": ({"topic": {"replication.factor": "1"}}, {"topic": {"replication.factor": "3"}}),
+    "retention_shorter_than_the_audit": (
+        {"topic": {"retention.ms": "60000", "app.audit.window.ms": "600000"}},
+        {"topic": {"retention.ms": "604800000", "app.audit.window.ms": "600000"}},
+    ),
+    "broker_unclean_leader_election": (
+        {"broker": {"unclean.leader.election.enable": "true"}},
+        {"broker": {"unclean.leader.election.enable": "false"}},
+    ),
+    "auto_commit": (
+        {"consumer": {"enable.auto.commit": "true"}},
+        {"consumer": {"enable.auto.commit": "false"}},
+    ),
+    "commit_before_process": (
+        {"consumer": {"app.commit": "before_process"}},
+        {"consumer": {"app.commit": "after_process"}},
+    ),
+    "commit_after_process_without_dedup": (
+        {"consumer": {"app.commit": "after_process", "app.dedup": "false"}},
+        {"consumer": {"app.commit": "after_process", "app.dedup": "true"}},
+    ),
+    "auto_offset_reset_latest": (
+        {"consumer": {"auto.offset.reset": "latest"}},
+        {"consumer": {"auto.offset.reset": "earliest"}},
+    ),
+    "max_poll_interval_shorter_than_processing": (
+        {"consumer": {"max.poll.interval.ms": "30000", "app.processing.ms": "60000"}},
+        {"consumer": {"max.poll.interval.ms": "300000", "app.processing.ms": "60000"}},
+    ),
+    "read_uncommitted_on_a_transactional_topic": (
+        {"consumer": {"isolation.level": "read_uncommitted"}, "topic": {"app.transactional": "true"}},
+        {"consumer": {"isolation.level": "read_committed"}, "topic": {"app.transactional": "true"}},
+    ),
+    "errors_tolerated_without_a_dead_letter_queue": (
+        {"connector": {"errors.tolerance": "all"}},
+        {"connector": {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq"}},
+    ),
+    "source_without_exactly_once": (
+        {"connector": {"connector.class": "io.debezium.connector.postgresql.PostgresConnector"}},
+        {
+            "connector": {
+                "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+                "exactly.once.source.support": "enabled",
+            }
+        },
+    ),
+    "jdbc_sink_insert": (
+        {"connector": {"connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector", "insert.mode": "insert"}},
+        {"connector": {"connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector", "insert.mode": "upsert"}},
+    ),
+    "producer_override_weakens_acks": (
+        {"connector": {"producer.override.acks": "1"}},
+        {"connector": {"producer.override.acks": "all"}},
+    ),
+    "sink_reads_uncommitted": (
+        {
+            "connector": {
+                "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector",
+                "consumer.override.isolation.level": "read_uncommitted",
+            }
+        },
+        {
+            "connector": {
+                "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector",
+                "consumer.override.isolation.level": "read_committed",
+            }
+        },
+    ),
+}
+
+
+def test_the_catalog_has_twenty_rules_across_every_family_each_with_its_reference():
+    assert len(rules.RULES) >= 20 and len(rules.RULES_BY_NAME) == len(rules.RULES)
+    assert {r.family for r in rules.RULES} == set(rules.FAMILIES)
+    for r in rules.RULES:
+        assert r.kind in catalog.KINDS, r.name
+        assert r.scenarios and set(r.scenarios) <= set(catalog.SCENARIOS), r.name
+        assert r.guarantee in rules.GUARANTEES, r.name
+        assert r.reference.startswith("https://") and r.reason, r.name
+        assert all(ref.split(".", 1)[0] in rules.FAMILIES for ref in r.reads), r.name
+    assert set(CASES) == set(rules.RULES_BY_NAME), "a known-answer case per rule"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_rule_is_found_with_its_setting_and_not_without(name):
+    tripped, held = CASES[name]
+    assert name in {p.rule.name for p in rules.predict(tripped)}, tripped
+    assert name not in {p.rule.name for p in rules.predict(held)}, held
+    assert name not in {p.rule.name for p in rules.predict({})}, "nothing given, nothing judged"
+
+
+def test_a_family_not_given_is_not_judged_with_its_defaults():
+    # The consumer's defaults (auto commit, latest) would trip three rules: a producer alone trips none of them.
+    found = {p.rule.family for p in rules.predict({"producer": {"acks": "all", "enable.idempotence": "true"}})}
+    assert "consumer" not in found and "connector" not in found
+
+
+def test_the_java_clients_defaults_are_its_own():
+    # kafka-clients 3+ defaults to idempotence; librdkafka does not.
+    assert "retries_without_idempotence" not in {p.rule.name for p in rules.predict({"producer": {}}, catalog.JAVA)}
+    assert "retries_without_idempotence" in {p.rule.name for p in rules.predict({"producer": {}})}
+
+
+def test_bad_input_is_one_line():
+    for given, client, message in (
+        ({"nosuch": {}}, catalog.LIBRDKAFKA, "unknown settings family 'nosuch'"),
+        ({"producer": {}}, "kotlin", "unknown client 'kotlin'"),
+    ):
+        with pytest.raises(rules.RuleError, match=message):
+            rules.predict(given, client)
+
+
+def _columns(predictions) -> set[str]:
+    cols = {catalog.KINDS[p.rule.kind].summary for p in predictions}
+    return cols | ({"lost"} if cols & {"lost_acked", "lost_unacked"} else set())
+
+
+def test_the_rules_and_design_md_agree_on_every_preset_pair():
+    """Two accounts of the semantics: what the rules predict of each preset's settings under each
+    scenario, and what DESIGN.md §3 expects (catalog.Scenario.expected). Every count expected above
+    zero is predicted, and nothing predicted is expected to be zero."""
+    for mode, scenario in catalog.valid_pairs():
+        given, client = rules.of_mode(mode)
+        predicted = _columns(p for p in rules.predict(given, client) if scenario in p.rule.scenarios)
+        expected = catalog.expectation(mode, scenario)
+        above = {k for k, v in expected.items() if v.startswith(">")}
+        zero = {k for k, v in expected.items() if v.startswith("=")}
+        assert above <= predicted, (mode, scenario, above - predicted)
+        assert not predicted & zero, (mode, scenario, predicted & zero)
+
+
+def test_predict_reads_a_mode_a_pipeline_or_settings_and_refuses_bad_input_in_one_line(capsys):
+    import json
+
+    from delivery_semantics.plumbing.cli import main
+
+    assert main(["predict", "--mode", "at_least_once", "--json"]) == 0
+    found = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {f["rule"] for f in found} == {
+        "acks_one",
+        "acks_one_offsets",
+        "retries_without_idempotence",
+        "in_flight_without_idempotence",
+    }
+    assert all(f["reference"].startswith("https://") for f in found)
+    assert main(["predict", "--pipeline", "debezium_outbox"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("source_without_exactly_once: ") and "jdbc_sink_insert: " in out
+    assert main(["predict", "--set", "producer.acks=1", "--fail-on", "no_acked_loss"]) == 1
+    capsys.readouterr()
+    for argv, message in (
+        (["--set", "producer.acks"], "is not FAMILY.KEY=VALUE"),
+        (["--set", "nosuch.key=1"], "unknown settings family"),
+        (["--mode", "nosuch"], "unknown mode 'nosuch'"),
+        (["--pipeline", "nosuch"], "unknown pipeline 'nosuch'"),
+        (["--mode", "idempotent", "--fail-on", "nope"], "--fail-on 'nope'"),
+        ([], "nothing to read"),
+    ):
+        assert main(["predict", *argv]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (argv, err)
