@@ -25,11 +25,14 @@ matrix: start
 
 # No service needed: the catalog, the checker's anomaly functions in local Spark, DAG parsing, input validation.
 unit: setup
-	.venv/bin/python -m pytest tests/unit
+	.venv/bin/python -m pytest tests/unit -n 2 --dist loadfile
 
+# Two phases: the tests on their own topics and tables in two processes, then those that stop
+# brokers or restart PostgreSQL one at a time (tests/integration/conftest.py's SERIAL_FILES).
 integration: start
 	bash local/setup --with-browser
-	bash local/pytest tests/integration -m "not slow" --durations=60
+	bash local/pytest tests/integration -m "not slow and not serial" -n 2 --dist loadfile --durations=30
+	bash local/pytest tests/integration -m "not slow and serial" --durations=30
 
 # Each stage's time printed as it ends (CI's budget is spent by stage; the suite prints its files').
 test:
@@ -37,7 +40,9 @@ test:
 	$(MAKE) --no-print-directory unit && took "the unit tier" && \
 	$(MAKE) --no-print-directory start && took "the stack's start" && \
 	bash local/setup --with-browser && took "the browser's set-up" && \
-	bash local/pytest tests/integration -m "not slow" --durations=60 && took "the integration suite"
+	bash local/pytest tests/integration -m "not slow and not serial" -n 2 --dist loadfile --durations=30 && \
+	took "the integration suite's parallel phase" && \
+	bash local/pytest tests/integration -m "not slow and serial" --durations=30 && took "its serial phase"
 
 test-slow: start
 	bash local/pytest tests/integration -m slow

@@ -89,7 +89,7 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_sessionfinish(session, exitstatus):
     """The secret scan over the whole run (secret_scan.py): a secret of the stack in a process's
     arguments, a log, an artifact or a result row fails the run, naming where, never the secret."""
-    if not session.testscollected or exitstatus not in (0, 1):
+    if not session.testscollected or exitstatus not in (0, 1) or _in_parallel():
         return
     import secret_scan
 
@@ -105,12 +105,33 @@ def pytest_sessionfinish(session, exitstatus):
         sys.stderr.write("\nsecret scan: no secret in any process's arguments, log, artifact or result row\n")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def retire_run_topics_after_each_module(stack_env):
-    """Each module's run topics are retired as `local/semantics gc --keep-days 0` would: a broker
-    the nemesis restarts recovers and catches up every partition it holds, and with every run's
-    topic kept (hundreds by the end of the suite) each heal took seconds longer."""
-    yield
+# The suite runs in two phases (`make integration`): the tests below, and those that stop,
+# pause or cut off brokers, restart PostgreSQL or delete every run topic, one at a time; then the
+# rest in two processes (pytest-xdist, a file to a process), on their own topics and tables.
+SERIAL_FILES = {
+    "test_dags.py",  # the demo's matrix: lost acks, a Connect worker killed
+    "test_faults.py",
+    "test_load.py",  # a follower paused
+    "test_modes.py",  # isolated_leader
+    "test_pipelines.py",
+    "test_platform_faults.py",  # PostgreSQL restarted
+    "test_retention.py",  # gc --keep-days 0 retires every run topic
+    "test_stack.py",  # brokers stopped and proxies disabled
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SERIAL_FILES or "healthy_cluster_after" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.serial)
+
+
+def _in_parallel() -> bool:
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def _retire_run_topics() -> None:
     from delivery_semantics.plumbing import retention
 
     try:
@@ -120,6 +141,19 @@ def retire_run_topics_after_each_module(stack_env):
         refused = [f"{type(e).__name__}: {str(e)[:200]}"]
     if refused:
         sys.stderr.write(f"\nrun topics not retired: {'; '.join(refused[:5])}\n")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def retire_run_topics_around_each_module(stack_env):
+    """Run topics are retired as `local/semantics gc --keep-days 0` would, before and after each
+    module that runs alone: a broker the nemesis restarts recovers and catches up every partition
+    it holds, and with every run's topic kept (hundreds by the end of the suite) each heal took
+    seconds longer. Never in the parallel phase, where another process's run may be under way."""
+    if not _in_parallel():
+        _retire_run_topics()
+    yield
+    if not _in_parallel():
+        _retire_run_topics()
 
 
 @pytest.fixture

@@ -77,6 +77,8 @@ def _sizes(kafka_conf: dict, names: list[str]) -> dict[str, int]:
 
 def retire(db: Database, kafka_conf: dict, doomed: list[Expired]) -> list[str]:
     """Deletes the topics and records each as retired; returns the ones Kafka refused, with why."""
+    if not doomed:
+        return []
     refused = []
     admin = topics.admin_client(kafka_conf)  # must outlive the futures
     futures = admin.delete_topics([topics.validate_topic_name(e.topic) for e in doomed], operation_timeout=60)
