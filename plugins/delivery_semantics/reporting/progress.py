@@ -105,11 +105,13 @@ def matrix_size(conf: dict) -> int:
     return sum(matrix_sizes(conf))
 
 
-# What each kind of step of the matrix costs, in seconds on this machine (2 cores, the tour of
-# 2026-11-28, docs/BENCHMARKS.md): the ETA scales them by the pace so far, so that a first paced
-# run predicts a pipeline's two minutes and the reconciliation at the end.
-STEP_SECONDS = {"paced": catalog.LOAD_SECONDS + 8.0, "java": 6.0, "consumer": 45.0, "pipeline": 110.0}
-RECONCILE_SECONDS = {"start": 30.0, "per_run": 5.0, "per_million_events": 40.0}
+# What each kind of step of the matrix costs, in seconds on this machine (2 cores; `make demo`'s
+# tour on a fresh clone, 2026-11-28, docs/BENCHMARKS.md): a paced run its 30 s load and its heal,
+# a consumer run under its crash 9 s, a pipeline run and its audit 105 s; the one reconciliation
+# of every run at the end, 110 s for 12 runs of 15,000 events. The ETA scales them by the pace
+# so far, so that whichever run comes first predicts the rest.
+STEP_SECONDS = {"paced": catalog.LOAD_SECONDS + 3.0, "unpaced": 8.0, "java": 1.0, "consumer": 9.0, "pipeline": 105.0}
+RECONCILE_SECONDS = {"start": 40.0, "per_run": 5.0, "per_million_events": 40.0}
 
 
 def step_seconds(scenario: str, client: str | None = None, consumer: bool = False, pipeline: bool = False) -> float:
@@ -118,7 +120,7 @@ def step_seconds(scenario: str, client: str | None = None, consumer: bool = Fals
     if consumer:
         return STEP_SECONDS["consumer"]
     paced = catalog.SCENARIOS[scenario].paced if scenario in catalog.SCENARIOS else False
-    seconds = STEP_SECONDS["paced"] if paced else 10.0
+    seconds = STEP_SECONDS["paced"] if paced else STEP_SECONDS["unpaced"]
     return seconds + (STEP_SECONDS["java"] if client == catalog.JAVA else 0.0)
 
 
