@@ -478,9 +478,6 @@ def predict(given: Mapping[str, Mapping[str, object]], client: str = catalog.LIB
     for rule in RULES:
         if view.get(rule.family) is None:
             continue
-        needed = {r.split(".", 1)[0] for r in rule.reads}
-        if not all(view.get(f) is not None for f in needed if f == rule.family):
-            continue
         if rule.applies(view):
             read = {}
             for ref in rule.reads:

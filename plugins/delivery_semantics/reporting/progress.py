@@ -94,10 +94,15 @@ _PIPELINE_RUNS = """
     WHERE airflow_run_id LIKE 'semantics_matrix/%%' AND created_at >= %(since)s"""
 
 
+def _with_defaults(conf: dict) -> dict:
+    """The matrix DAG's params for this conf: its form's defaults filled in."""
+    return {**{name: spec.get("default") for name, spec in catalog.matrix_form().items()}, **conf}
+
+
 def matrix_sizes(conf: dict) -> tuple[int, int]:
     """How many runs the matrix DAG makes for this conf, its form's defaults filled in: producer
     and consumer runs, and pipeline runs."""
-    params = {**{name: spec.get("default") for name, spec in catalog.matrix_form().items()}, **conf}
+    params = _with_defaults(conf)
     return len(orchestration.matrix_confs(params)), len(orchestration.pipeline_confs(params))
 
 
@@ -131,14 +136,11 @@ def reconcile_seconds(runs: int, messages: int) -> float:
 
 def matrix_work(conf: dict) -> tuple[list[float], float]:
     """Each run's expected seconds, in the DAG's order, and the reconciliation's."""
-    params = {**{name: spec.get("default") for name, spec in catalog.matrix_form().items()}, **conf}
-    runs = [
-        step_seconds(c["scenario"], c.get("client"), consumer="strategy" in c)
-        for c in orchestration.matrix_confs(params)
-    ]
+    params = _with_defaults(conf)
+    confs = orchestration.matrix_confs(params)
+    runs = [step_seconds(c["scenario"], c.get("client"), consumer="strategy" in c) for c in confs]
     runs += [step_seconds(c["scenario"], pipeline=True) for c in orchestration.pipeline_confs(params)]
-    producers_and_consumers = len(orchestration.matrix_confs(params))
-    return runs, reconcile_seconds(producers_and_consumers, int(params["messages"]))
+    return runs, reconcile_seconds(len(confs), int(params["messages"]))
 
 
 def follow_matrix(
