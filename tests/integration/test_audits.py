@@ -19,6 +19,7 @@ import psycopg2
 import pytest
 import yaml
 from confluent_kafka import Producer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from conftest import REPO, recreate_topic, run, spark_cluster_apps
 
 import devstack
@@ -633,3 +634,14 @@ def test_the_readme_tour_audits_its_sample_and_finds_exactly_the_planted_loss_an
     assert "min_insync_one" in {json.loads(line)["rule"] for line in res.stdout.splitlines()}
     res = run([str(REPO / "local" / "semantics"), "predict", "--audit", "orders_nosuch"])
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    # A team that lets an out-of-sync replica lead: the audit's preflight says what that breaks.
+    admin = topics.admin_client(kafka_config())
+    change = ConfigResource(ResourceType.TOPIC, "quickstart_orders")
+    change.add_incremental_config(
+        ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)
+    )
+    admin.incremental_alter_configs([change])[change].result(timeout=30)
+    checked = run([str(REPO / "local" / "semantics"), "audit", "validate", "quickstart", "--endpoints"], check=True)
+    assert "audit quickstart: predicted: unclean_leader_election: topic.unclean.leader.election.enable=true" in (
+        checked.stderr
+    ), checked.stderr

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -528,7 +529,34 @@ def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Au
     if window_ends:
         check_window_order(audit, window_ends)
     check_notifier(audit)
+    try:
+        found = predictions(audit, kafka_conf)
+    except Exception as e:  # a user that may not describe configs: the audit runs all the same
+        print(f"audit {audit.name}: settings not read for predictions: {type(e).__name__}", file=sys.stderr)
+    else:
+        for p in found:  # the task log, beside what the run then observes
+            print(f"audit {audit.name}: predicted: {p.line()}", file=sys.stderr)
     return audit
+
+
+def given_settings(audit: Audit, kafka_conf: dict) -> dict[str, dict]:
+    """What the rule catalog reads of an audit: its topic's and a broker's configuration, as the
+    cluster reports them, with the audit's window and whether its topic is transactional."""
+    from delivery_semantics.plumbing import topics
+
+    topic_conf, broker_conf = topics.configurations(kafka_conf, audit.topic)
+    if audit.windowed:
+        topic_conf["app.audit.window.ms"] = str(int(audit.grace.total_seconds() * 1000))
+    if audit.transactional:
+        topic_conf["app.transactional"] = "true"
+    return {"topic": topic_conf, "broker": broker_conf}
+
+
+def predictions(audit: Audit, kafka_conf: dict) -> list:
+    """The rule catalog's findings on the audit's topic and brokers (rules.predict)."""
+    from delivery_semantics import rules
+
+    return rules.predict(given_settings(audit, kafka_conf))
 
 
 def check_notifier(audit: Audit) -> None:

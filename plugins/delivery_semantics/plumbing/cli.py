@@ -543,12 +543,7 @@ def _predict(args) -> int:
             from delivery_semantics.audit import audits
 
             audit = audits.load(args.audit)
-            topic_conf, broker_conf = topics.configurations(endpoints.kafka_config(audit.kafka_conn_id), audit.topic)
-            if audit.windowed:
-                topic_conf["app.audit.window.ms"] = str(int(audit.grace.total_seconds() * 1000))
-            if audit.transactional:
-                topic_conf["app.transactional"] = "true"
-            given = {"topic": topic_conf, "broker": broker_conf}
+            given = audits.given_settings(audit, endpoints.kafka_config(audit.kafka_conn_id))
         for pair in args.set:
             name, sep, value = pair.partition("=")
             family, dot, key = name.partition(".")
