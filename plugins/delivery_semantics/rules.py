@@ -117,10 +117,6 @@ def _retention_short(view) -> bool:
     return retention >= 0 and window > 0 and retention < window
 
 
-def _has(*families: str) -> Callable:
-    return lambda view: all(view.get(f) is not None for f in families)
-
-
 RULES: tuple[Rule, ...] = (
     # ----------------------------------------------------------------- producer
     Rule(

@@ -58,8 +58,9 @@ def test_a_reconciliation_steps_once_a_run_or_window_on_stderr(capsys):
 
 def test_the_tour_shows_each_behaviour_once_and_names_only_valid_pairs():
     from delivery_semantics.plumbing import orchestration
+    from delivery_semantics.reporting.progress import _with_defaults
 
-    params = {**{name: spec.get("default") for name, spec in catalog.matrix_form().items()}, **catalog.TOUR}
+    params = _with_defaults(catalog.TOUR)
     runs = orchestration.matrix_confs(params)
     pairs = {(c.get("mode") or c["strategy"], c["scenario"], c.get("client")) for c in runs}
     assert {
@@ -79,8 +80,9 @@ def test_the_tour_shows_each_behaviour_once_and_names_only_valid_pairs():
 
 def test_a_pair_the_form_names_is_checked_whole():
     from delivery_semantics.plumbing import orchestration
+    from delivery_semantics.reporting.progress import _with_defaults
 
-    base = {**{name: spec.get("default") for name, spec in catalog.matrix_form().items()}}
+    base = _with_defaults({})
     for bad, message in (
         ("idempotent lost_ack", "is not 'MODE x SCENARIO'"),
         ("idempotent x lost_ack on kotlin", "unknown client 'kotlin'"),
