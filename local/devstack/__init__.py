@@ -5,12 +5,13 @@ support off and on), a Spark standalone master and worker, Airflow's database an
 catcher. Not part of what a deployment mounts (docker-compose.yaml runs
 its own services).
 
-Usage: local/stack {start,stop,status,reset,env,ui,sample}
+Usage: local/stack {start,stop} [SERVICE ...] | {status,reset,env,ui,sample}
 
 One module per service, as kafkatest's services/ are: postgres, mariadb, kafka, connect, spark, toxiproxy,
-credentials (passwords, TLS), mail, airflow_processes; `base` is what they share, `environment` the
-connections they publish, `commands` the order they start in, and `nemesis_backend` the
-nemesis's backend over their processes.
+credentials (passwords, TLS), mail, airflow_processes. Each makes its `service.Service` object (start,
+stop, processes, connections, needs); `services` is the registry, in start order; `base` is what
+they share, `environment` the connections they publish, `commands` the `local/stack` commands over
+the registry, and `nemesis_backend` the nemesis's backend over their processes.
 
 Everything lives under the repository: downloads in .cache/ (made by local/setup), state and
 logs in var/. `start` is idempotent, `stop` keeps data, `reset` wipes var/.

@@ -174,6 +174,20 @@ def terminate(pid: int | None, grace: float) -> None:
             time.sleep(0.1)
 
 
+def stop_together(members, pid_of, kill, grace: float = 30) -> None:
+    """SIGTERM to each, a shared grace, then SIGKILL to whatever is left."""
+    for x in members:
+        pid = pid_of(x)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(pid_of(x) for x in members):
+        time.sleep(0.3)
+    for x in members:
+        kill(x)
+        report(x.name, "stopped")
+
+
 # --------------------------------------------------------------------------- prerequisites
 
 

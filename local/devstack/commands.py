@@ -1,15 +1,14 @@
-"""`local/stack start|stop|status|reset|env|ui`: the services in order."""
+"""`local/stack start|stop [SERVICE ...]`, `status|reset|env|ui|sample`: the services of the
+registry (`services.SERVICES`), in its order."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import sys
-import time
 
+from devstack import postgres
 from devstack.airflow_processes import (
     AIRFLOW_PROCESSES,
     API_SERVER_PORT,
@@ -30,36 +29,13 @@ from devstack.base import (
     VAR,
     StackError,
     java_version,
-    port_open,
     report,
-    wait_until,
 )
-from devstack.connect import WORKERS, kill_worker, start_workers, worker_pid
-from devstack.credentials import make_tls
 from devstack.environment import write_env_file
-from devstack.kafka import (
-    BROKERS,
-    add_scram_user,
-    bootstrap_servers,
-    broker_pid,
-    kill_broker,
-    start_broker,
-    wait_for_cluster,
-)
-from devstack.mariadb import MARIADB_PORT, bootstrap_mariadb, mariadb_bin, mariadb_pid, start_mariadb, stop_mariadb
-from devstack.postgres import (
-    CDC,
-    PG_PORT,
-    bootstrap_cdc,
-    bootstrap_postgres,
-    pg_bin,
-    postgres_pid,
-    start_postgres,
-    stop_postgres,
-)
-from devstack.spark import SERVICES as SPARK_SERVICES
-from devstack.spark import spark_pid, start_spark, stop_spark
-from devstack.toxiproxy import TOXIPROXY_PORT, start_toxiproxy, stop_toxiproxy, toxiproxy_pid
+from devstack.mariadb import mariadb_bin
+from devstack.postgres import pg_bin
+from devstack.service import Service
+from devstack.services import BY_NAME, SERVICES
 
 
 def check_prerequisites() -> None:
@@ -74,7 +50,29 @@ def check_prerequisites() -> None:
     mariadb_bin("mariadbd")
 
 
-def start() -> None:
+def with_needs(names: list[str]) -> list[Service]:
+    """The services named, and those they need first, in the registry's order; an unknown name
+    is refused in one line."""
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise StackError(f"no service named {', '.join(map(repr, unknown))}; the services: {', '.join(BY_NAME)}")
+    wanted: set[str] = set()
+
+    def add(name: str) -> None:
+        if name not in wanted:
+            wanted.add(name)
+            for need in BY_NAME[name].needs:
+                add(need)
+
+    for n in names:
+        add(n)
+    return [s for s in SERVICES if s.name in wanted]
+
+
+def start(names: list[str] | None = None) -> None:
+    """Every service, or those named (with what they need). The platform's schema and Airflow's
+    database are migrated whenever PostgreSQL is among them."""
+    services = with_needs(names) if names else list(SERVICES)
     check_prerequisites()
     for d in (VAR, LOGS, RUN):
         d.mkdir(parents=True, exist_ok=True)
@@ -82,62 +80,25 @@ def start() -> None:
         # packages' accounts, which must pass through these folders to their own (nothing here is
         # listable by them, and every file stays 0600).
         d.chmod(0o711)
-    report("postgres", start_postgres())
-    report("postgres", bootstrap_postgres())
-    report(CDC.name, start_postgres(CDC))
-    report(CDC.name, bootstrap_cdc())
-    report("mariadb", start_mariadb())
-    report("mariadb", bootstrap_mariadb())
-    report("tls", make_tls())
-    report("toxiproxy", start_toxiproxy())
-    for b in BROKERS:
-        report(b.name, start_broker(b))
-    for b in BROKERS:
-        wait_until(lambda b=b: port_open(b.client_port) or not broker_pid(b), 90, b.name, b.log_file)
-        if not broker_pid(b):
-            raise StackError(f"{b.name}: exited during start-up; see {b.log_file}")
-    wait_for_cluster()
-    report("kafka", f"3 brokers up, bootstrap {bootstrap_servers()}")
-    report("kafka", add_scram_user())
-    report("connect", start_workers())
-    report("spark", start_spark())
-    report("schema", migrate_schema())
-    report("airflow-db", migrate_airflow())
-    write_airflow_passwords()
+    for service in services:
+        service.start()
+    if postgres.SERVICE in services:
+        report("schema", migrate_schema())
+        report("airflow-db", migrate_airflow())
+        write_airflow_passwords()
     env_file = write_env_file()
     report("env", f"source {env_file.relative_to(REPO)} to use the stack from a shell")
 
 
-def stop() -> None:
-    stop_ui()
-    stop_spark()
-    report("spark", "stopped")
-    # Workers leave before the brokers go, together (each one's shutdown waits on its group).
-    _stop_together(WORKERS, worker_pid, kill_worker)
-    # Brokers shut down together: one at a time, the last ones would wait on a lost quorum.
-    _stop_together(BROKERS, broker_pid, kill_broker)
-    stop_toxiproxy()
-    report("toxiproxy", "stopped")
-    stop_postgres()
-    report("postgres", "stopped")
-    stop_postgres(CDC)
-    report(CDC.name, "stopped")
-    stop_mariadb()
-    report("mariadb", "stopped")
-
-
-def _stop_together(services, pid_of, kill, grace: float = 30) -> None:
-    """SIGTERM to each, a shared grace, then SIGKILL to whatever is left."""
-    for x in services:
-        pid = pid_of(x)
-        if pid:
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(pid_of(x) for x in services):
-        time.sleep(0.3)
-    for x in services:
-        kill(x)
-        report(x.name, "stopped")
+def stop(names: list[str] | None = None) -> None:
+    """Every service (the UI first), or only those named, in the reverse of the start order."""
+    services = with_needs(names) if names else list(SERVICES)
+    if names:
+        services = [s for s in services if s.name in names]
+    else:
+        stop_ui()
+    for service in reversed(services):
+        service.stop()
 
 
 def reset() -> None:
@@ -148,28 +109,11 @@ def reset() -> None:
 
 
 def status_rows() -> list[tuple[str, str, str, str]]:
-    rows = []
-    pid = postgres_pid()
-    rows.append(("postgres", "up" if pid and port_open(PG_PORT) else "down", str(PG_PORT), str(pid or "-")))
-    pid = postgres_pid(CDC)
-    rows.append((CDC.name, "up" if pid and port_open(CDC.port) else "down", str(CDC.port), str(pid or "-")))
-    pid = mariadb_pid()
-    rows.append(("mariadb", "up" if pid and port_open(MARIADB_PORT) else "down", str(MARIADB_PORT), str(pid or "-")))
-    pid = toxiproxy_pid()
-    rows.append(
-        ("toxiproxy", "up" if pid and port_open(TOXIPROXY_PORT) else "down", str(TOXIPROXY_PORT), str(pid or "-"))
-    )
-    for b in BROKERS:
-        pid = broker_pid(b)
-        up = pid and port_open(b.client_port)
-        rows.append((b.name, "up" if up else "down", f"{b.proxy_port}->{b.client_port}", str(pid or "-")))
-    for w in WORKERS:
-        pid = worker_pid(w)
-        rows.append((w.name, "up" if pid and port_open(w.rest_port) else "down", str(w.rest_port), str(pid or "-")))
-    for sp in SPARK_SERVICES:
-        pid = spark_pid(sp)
-        rows.append((sp.name, "up" if pid and port_open(sp.port) else "down", str(sp.port), str(pid or "-")))
-    return rows
+    return [
+        (p.name, "up" if p.up() else "down", p.shown_port or str(p.port), str(p.pid() or "-"))
+        for service in SERVICES
+        for p in service.processes
+    ]
 
 
 def status() -> int:
@@ -192,15 +136,20 @@ def status() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="stack",
-        description="the local stack: 3 KRaft brokers, Toxiproxy, PostgreSQL, MariaDB, Kafka Connect, Airflow",
+        description="the local stack: 3 KRaft brokers, Toxiproxy, PostgreSQL, MariaDB, Kafka Connect, Spark, Airflow",
     )
     parser.add_argument("command", choices=["start", "stop", "status", "reset", "env", "ui", "sample"])
+    parser.add_argument(
+        "services", nargs="*", metavar="SERVICE", help=f"start or stop only these ({', '.join(BY_NAME)})"
+    )
     args = parser.parse_args(argv)
     try:
+        if args.services and args.command not in ("start", "stop"):
+            raise StackError(f"only start and stop take service names, not {args.command}")
         if args.command == "start":
-            start()
+            start(args.services)
         elif args.command == "stop":
-            stop()
+            stop(args.services)
         elif args.command == "reset":
             reset()
         elif args.command == "status":

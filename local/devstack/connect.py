@@ -31,14 +31,17 @@ from devstack.base import (
     StackError,
     pid_alive,
     read_pid,
+    report,
     require_port_free,
     spawn,
+    stop_together,
     terminate,
     wait_until,
     write_private,
 )
 from devstack.credentials import secret
 from devstack.kafka import bootstrap_servers, kafka_tool_command
+from devstack.service import Process, Service
 
 PLUGINS = CACHE / "connect" / "plugins"
 WORKER_HEAP = os.environ.get("SEMANTICS_CONNECT_HEAP", "384m")
@@ -234,3 +237,14 @@ def connections() -> dict[str, dict]:
             },
         }
     return out
+
+
+SERVICE = Service(
+    "connect",
+    lambda: report("connect", start_workers()),
+    # Together, before the brokers go: each one's shutdown waits on its group.
+    lambda: stop_together(WORKERS, worker_pid, kill_worker),
+    tuple(Process(w.name, w.rest_port, lambda w=w: worker_pid(w)) for w in WORKERS),
+    connections,
+    needs=("kafka",),
+)

@@ -9,7 +9,8 @@ import shutil
 import string
 import subprocess
 
-from devstack.base import HOST, REPO, VAR, StackError, write_private
+from devstack.base import HOST, REPO, VAR, StackError, report, write_private
+from devstack.service import Service
 
 SCRAM_USER = "semantics"
 # The hostname the SASL_SSL listener advertises and its certificate names.
@@ -123,3 +124,7 @@ def _make_client() -> None:
         ["x509", "-req", "-in", csr, "-CA", TLS_CA, "-CAkey", TLS_DIR / "ca.key", "-CAcreateserial",
          "-out", TLS_CLIENT_CERT, "-days", "825"],
     ))  # fmt: skip
+
+
+# Not a process: the certificates the brokers' TLS listeners and the clients need, made once.
+TLS = Service("tls", lambda: report("tls", make_tls()))

@@ -7,8 +7,9 @@ import json
 import os
 from pathlib import Path
 
-from devstack import connect, kafka, mail, mariadb, postgres, spark, toxiproxy
+from devstack import mail, postgres
 from devstack.base import HOST, KAFKA_LIB, LOGS, REPO, SPARK_JARS, VAR, write_private
+from devstack.services import SERVICES
 
 # The nemesis's backend here, by module and class: the production nemesis does not import the
 # local stack.
@@ -19,13 +20,8 @@ def environment() -> dict[str, str]:
     venv_bin = REPO / ".venv" / "bin"
     jars = ",".join(str(p) for p in sorted(SPARK_JARS.glob("*.jar")))
     connections = {
-        **postgres.connections(),
-        **mariadb.connections(),
-        **kafka.connections(),
-        **connect.connections(),
-        **toxiproxy.connections(),
-        **mail.connections(),
-        **spark.connections(),
+        **{conn_id: c for service in SERVICES for conn_id, c in service.connections().items()},
+        **mail.connections(),  # the mail catcher: started by the tests that need it
         # JSON, because a URI cannot carry local[2]
         "spark_default": {"conn_type": "spark", "host": "local[2]"},
     }

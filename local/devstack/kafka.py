@@ -24,10 +24,13 @@ from devstack.base import (
     VAR,
     StackError,
     pid_alive,
+    port_open,
     read_pid,
+    report,
     require_port_free,
     reserve_ports,
     spawn,
+    stop_together,
     terminate,
     wait_until,
     write_private,
@@ -41,6 +44,7 @@ from devstack.credentials import (
     TLS_KEYSTORE,
     passwords,
 )
+from devstack.service import Process, Service
 
 BROKER_IDS = (1, 2, 3)
 BROKER_HEAP = os.environ.get("SEMANTICS_BROKER_HEAP", "768m")
@@ -368,3 +372,29 @@ def connections() -> dict[str, dict]:
             },
         },
     }
+
+
+def _start() -> None:
+    for b in BROKERS:
+        report(b.name, start_broker(b))
+    for b in BROKERS:
+        wait_until(lambda b=b: port_open(b.client_port) or not broker_pid(b), 90, b.name, b.log_file)
+        if not broker_pid(b):
+            raise StackError(f"{b.name}: exited during start-up; see {b.log_file}")
+    wait_for_cluster()
+    report("kafka", f"3 brokers up, bootstrap {bootstrap_servers()}")
+    report("kafka", add_scram_user())
+
+
+SERVICE = Service(
+    "kafka",
+    _start,
+    # Together: one at a time, the last ones would wait on a lost quorum.
+    lambda: stop_together(BROKERS, broker_pid, kill_broker),
+    tuple(
+        Process(b.name, b.client_port, lambda b=b: broker_pid(b), f"{b.proxy_port}->{b.client_port}") for b in BROKERS
+    ),
+    connections,
+    # The brokers advertise their client listeners through the proxies; the secure ones need the certificates.
+    needs=("tls", "toxiproxy"),
+)

@@ -9,8 +9,21 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from devstack.base import HOST, LOGS, RUN, VAR, StackError, pid_alive, port_open, read_pid, terminate, wait_until
+from devstack.base import (
+    HOST,
+    LOGS,
+    RUN,
+    VAR,
+    StackError,
+    pid_alive,
+    port_open,
+    read_pid,
+    report,
+    terminate,
+    wait_until,
+)
 from devstack.credentials import passwords
+from devstack.service import Process, Service
 
 MARIADB_PORT = int(os.environ.get("SEMANTICS_MARIADB_PORT", "3307"))
 OUTBOX_DB = "outbox_demo"
@@ -140,3 +153,16 @@ def connections() -> dict[str, dict]:
         "outbox_mysql": _user_conn(OUTBOX_READER, "OUTBOX_READER_PASSWORD"),
         "outbox_mysql_app": _user_conn(OUTBOX_OWNER, "OUTBOX_OWNER_PASSWORD"),
     }
+
+
+def _start() -> None:
+    report("mariadb", start_mariadb())
+    report("mariadb", bootstrap_mariadb())
+
+
+def _stop() -> None:
+    stop_mariadb()
+    report("mariadb", "stopped")
+
+
+SERVICE = Service("mariadb", _start, _stop, (Process("mariadb", MARIADB_PORT, mariadb_pid),), connections)

@@ -13,8 +13,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from devstack.base import HOST, LOGS, RUN, VAR, StackError, pid_alive, require_port_free
+from devstack.base import HOST, LOGS, RUN, VAR, StackError, pid_alive, report, require_port_free
 from devstack.credentials import passwords
+from devstack.service import Process, Service
 
 PG_PORT = int(os.environ.get("SEMANTICS_PG_PORT", "5433"))
 PLATFORM_DB = "semantics"
@@ -284,3 +285,29 @@ def connections() -> dict[str, dict]:
 
 def airflow_database_url() -> str:
     return f"postgresql+psycopg2://airflow:{passwords()['AIRFLOW_DB_PASSWORD']}@{HOST}:{PG_PORT}/{AIRFLOW_DB}"
+
+
+def cluster_service(cluster: Cluster, bootstrap, connections_of=lambda: {}) -> Service:
+    """A PostgreSQL cluster as a service of the stack: started, then `bootstrap` (its roles and
+    databases); `connections_of` publishes its connections."""
+
+    def start() -> None:
+        report(cluster.name, start_postgres(cluster))
+        report(cluster.name, bootstrap())
+
+    def stop() -> None:
+        stop_postgres(cluster)
+        report(cluster.name, "stopped")
+
+    return Service(
+        cluster.name,
+        start,
+        stop,
+        (Process(cluster.name, cluster.port, lambda: postgres_pid(cluster)),),
+        connections_of,
+    )
+
+
+# The connections of both clusters are the main one's to publish: they share roles and passwords.
+SERVICE = cluster_service(MAIN, bootstrap_postgres, connections)
+CDC_SERVICE = cluster_service(CDC, bootstrap_cdc)

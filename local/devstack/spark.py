@@ -23,6 +23,7 @@ from devstack.base import (
     pid_alive,
     port_open,
     read_pid,
+    report,
     require_port_free,
     spawn,
     terminate,
@@ -30,6 +31,7 @@ from devstack.base import (
     write_private,
 )
 from devstack.credentials import secret
+from devstack.service import Process, Service
 
 MASTER_PORT = int(os.environ.get("SEMANTICS_SPARK_MASTER_PORT", "7077"))
 MASTER_UI_PORT = int(os.environ.get("SEMANTICS_SPARK_MASTER_UI_PORT", "8091"))
@@ -42,7 +44,7 @@ PROPERTIES_FILE = VAR / "spark" / "spark-defaults.conf"
 AUTH_CONF = {"spark.authenticate": "true"}
 
 
-class SparkService:
+class SparkDaemon:
     def __init__(self, name: str, port: int, ui_port: int, cmd: list[str]):
         self.name, self.port, self.ui_port, self.cmd = name, port, ui_port, cmd
         self.pid_file, self.log_file = RUN / f"{name}.pid", LOGS / f"{name}.log"
@@ -56,7 +58,7 @@ def _spark_home() -> Path:
     return found[-1].parent
 
 
-MASTER = SparkService(
+MASTER = SparkDaemon(
     "spark-master",
     MASTER_PORT,
     MASTER_UI_PORT,
@@ -66,7 +68,7 @@ MASTER = SparkService(
         *("--properties-file", str(PROPERTIES_FILE)),
     ],
 )
-WORKER = SparkService(
+WORKER = SparkDaemon(
     "spark-worker",
     WORKER_PORT,
     WORKER_UI_PORT,
@@ -78,10 +80,10 @@ WORKER = SparkService(
         MASTER_URL,
     ],
 )
-SERVICES = (MASTER, WORKER)
+DAEMONS = (MASTER, WORKER)
 
 
-def spark_pid(s: SparkService) -> int | None:
+def spark_pid(s: SparkDaemon) -> int | None:
     pid = read_pid(s.pid_file)
     return pid if pid_alive(pid) else None
 
@@ -109,7 +111,7 @@ def connections() -> dict[str, dict]:
 def start_spark() -> str:
     write_private(PROPERTIES_FILE, "".join(f"{k} {v}\n" for k, v in AUTH_CONF.items()))
     started = []
-    for s in SERVICES:
+    for s in DAEMONS:
         if spark_pid(s):
             continue
         require_port_free(s.port, s.name)
@@ -142,5 +144,19 @@ def _worker_registered() -> bool:
 
 
 def stop_spark() -> None:
-    for s in reversed(SERVICES):
+    for s in reversed(DAEMONS):
         terminate(spark_pid(s), 20)
+
+
+def _stop() -> None:
+    stop_spark()
+    report("spark", "stopped")
+
+
+SERVICE = Service(
+    "spark",
+    lambda: report("spark", start_spark()),
+    _stop,
+    tuple(Process(s.name, s.port, lambda s=s: spark_pid(s)) for s in DAEMONS),
+    connections,
+)

@@ -16,12 +16,14 @@ from devstack.base import (
     pid_alive,
     port_open,
     read_pid,
+    report,
     require_port_free,
     spawn,
     terminate,
     wait_until,
 )
 from devstack.kafka import BROKERS, LINKS
+from devstack.service import Process, Service
 
 TOXIPROXY_PORT = int(os.environ.get("SEMANTICS_TOXIPROXY_PORT", "8474"))
 TOXIPROXY_PID = RUN / "toxiproxy.pid"
@@ -117,3 +119,12 @@ def stop_toxiproxy() -> None:
 
 def connections() -> dict[str, dict]:
     return {"toxiproxy_default": {"conn_type": "http", "host": HOST, "port": TOXIPROXY_PORT}}
+
+
+SERVICE = Service(
+    "toxiproxy",
+    lambda: report("toxiproxy", start_toxiproxy()),
+    lambda: stop_toxiproxy() or report("toxiproxy", "stopped"),
+    (Process("toxiproxy", TOXIPROXY_PORT, toxiproxy_pid),),
+    connections,
+)

@@ -1,0 +1,19 @@
+"""The registry: the stack's services in the order they start (and, reversed, stop), each the
+object its own module makes (service.Service). One line per service."""
+
+from __future__ import annotations
+
+from devstack import connect, credentials, kafka, mariadb, postgres, spark, toxiproxy
+from devstack.service import Service
+
+SERVICES: tuple[Service, ...] = (
+    postgres.SERVICE,
+    postgres.CDC_SERVICE,
+    mariadb.SERVICE,
+    credentials.TLS,
+    toxiproxy.SERVICE,
+    kafka.SERVICE,
+    connect.SERVICE,
+    spark.SERVICE,
+)
+BY_NAME = {s.name: s for s in SERVICES}
