@@ -44,7 +44,8 @@ import devstack
 from delivery_semantics import catalog
 from delivery_semantics.history.ledger import Ledger
 from delivery_semantics.plumbing import reconcile
-from delivery_semantics.plumbing.endpoints import kafka_config, spark_application_env
+from delivery_semantics.plumbing.endpoints import kafka_config
+from delivery_semantics.plumbing.reconcile import spark_application_env
 from delivery_semantics.workload import load
 
 

@@ -51,9 +51,10 @@ def audit_dag(audit: audits.Audit):
         def preflight(run_id=None, data_interval_end=None, dag_run=None) -> str:
             """Refuses with the file's field or the endpoint named before Spark starts."""
             from delivery_semantics.audit import audits as a
+            from delivery_semantics.audit.preflight import preflight as check
 
             rid = reconciled_as(a, run_id, data_interval_end, dag_run)
-            a.preflight(audit.path, [a.window_end(rid)] if audit.windowed else ())
+            check(audit.path, [a.window_end(rid)] if audit.windowed else ())
             return rid
 
         rid = preflight()

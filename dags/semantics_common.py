@@ -123,9 +123,9 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
         self.audit_conf = audit_conf  # an audit's `spark:` section, under the connection's settings
 
     def execute(self, context):
-        from delivery_semantics.plumbing import endpoints
+        from delivery_semantics.plumbing import reconcile
 
-        endpoints.prepare_spark_submit(self)
+        reconcile.prepare_spark_submit(self)
         try:
             return super().execute(context)
         except AirflowException as e:

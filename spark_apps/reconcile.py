@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         except audits.AuditError as e:
             print(f"reconcile: {e}", file=sys.stderr)
             return 2
+    if audit is not None and "kafka_retry_seconds" in audit.spec:
+        # One knob for the driver's Kafka calls and Spark's Kafka source (kafka_retry.bound_seconds).
+        os.environ["SEMANTICS_KAFKA_RETRY_SECONDS"] = str(audit.spec["kafka_retry_seconds"])
     try:
         copy = dedup_copy.DedupCopy.choose(args.dedup_copy, audit.dedup_copy if audit else None)
     except ValueError as e:

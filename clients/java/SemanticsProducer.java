@@ -47,7 +47,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * broker's error message can hold a separator. The other fields are numbers and fixed words.
  *
  * <pre>
- * all modes:   conf key value ...   end
+ * every one:   conf key value ...   end
  * check:       replies "ok" then "setting key value" lines then "end", or "refused message"
  * sizes:       topic name ...   start
  *              replies "size name BYTES" per named topic the brokers hold (every replica's log

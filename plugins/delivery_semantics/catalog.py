@@ -732,7 +732,22 @@ _NO_ACKED_LOSS = {"lost_acked": "=0"}
 _EXACTLY_ONCE = {"lost_acked": "=0", "duplicate_events": "=0"}
 
 
+# What an expectation may observe: a kind's count (its reconcile_summary column), or `lost`, acked
+# or not.
+OBSERVABLE = frozenset({*(k.summary for k in KINDS.values() if k.summary), "lost"})
+
+
 def _expect(**by_name: dict[str, str]) -> Mapping[str, Mapping[str, str]]:
+    """DESIGN.md's expectations, checked as the catalog is made: each names a count the checker
+    reports, as `>0` or `=0`; a typo fails at import, not as a row that never meets it."""
+    for name, observed in by_name.items():
+        if name not in MODES and name not in STRATEGIES and name not in PIPELINES:
+            raise CatalogError(f"expectation of {name}: no mode, consumer strategy or pipeline of that name")
+        for key, value in observed.items():
+            if key not in OBSERVABLE or value not in (">0", "=0"):
+                raise CatalogError(
+                    f"expectation of {name}: {key} {value}: observe one of {sorted(OBSERVABLE)}, >0 or =0"
+                )
     return MappingProxyType({k: MappingProxyType(v) for k, v in by_name.items()})
 
 
@@ -1354,7 +1369,8 @@ def expectation_text(name: str, scenario: str) -> str:
     return ", ".join(f"{k} {v[0]} {v[1:]}" for k, v in expectation(name, scenario).items()) or "-"
 
 
-def _observed(counts: Mapping, name: str) -> int:
+def observed(counts: Mapping, name: str) -> int:
+    """A count of a summary row by its column, or `lost`: acked or not."""
     if name == "lost":
         return int(counts.get("lost_acked") or 0) + int(counts.get("lost_unacked") or 0)
     return int(counts.get(name) or 0)
@@ -1370,7 +1386,7 @@ def meets_expectation(name: str, scenario: str, counts: Mapping) -> bool | None:
     exp = expectation(name, scenario)
     if not exp:
         return None
-    return all((_observed(counts, k) > 0) if v == ">0" else (_observed(counts, k) == 0) for k, v in exp.items())
+    return all((observed(counts, k) > 0) if v == ">0" else (observed(counts, k) == 0) for k, v in exp.items())
 
 
 def verdict(name: str, scenario: str, isolation: str, counts: Mapping) -> tuple[str, list[str]]:
@@ -1379,5 +1395,5 @@ def verdict(name: str, scenario: str, isolation: str, counts: Mapping) -> tuple[
     subject = judged(name)
     if subject is None or subject.isolation != isolation:
         return "n/a", []
-    broken = [BROKEN_BY[g][0] for g in subject.promise.in_force(scenario) if _observed(counts, BROKEN_BY[g][1]) > 0]
+    broken = [BROKEN_BY[g][0] for g in subject.promise.in_force(scenario) if observed(counts, BROKEN_BY[g][1]) > 0]
     return ("broken" if broken else "kept"), broken

@@ -505,3 +505,30 @@ def of_pipeline(name: str) -> dict[str, dict]:
     source = {"connector.class": catalog.SOURCE_CONNECTOR, **worker, **dict(pipeline.source_settings)}
     sink = {"connector.class": catalog.SINK_CONNECTOR, "insert.mode": catalog.SINK_INSERT_MODE}
     return {"source": {"connector": source}, "sink": {"connector": {**sink, **dict(pipeline.sink_settings)}}}
+
+
+def observed_columns(found) -> set[str]:
+    """The summary counts predictions say are above zero (`lost` with either loss)."""
+    cols = {catalog.KINDS[p.rule.kind].summary for p in found}
+    return cols | ({"lost"} if cols & {"lost_acked", "lost_unacked"} else set())
+
+
+def disagreements() -> list[str]:
+    """Where the two accounts of the semantics part, on each preset x scenario pair: a count
+    DESIGN.md §3 expects above zero (catalog.Scenario.expected) that no rule predicts, or one it
+    expects to be zero that a rule predicts."""
+    out = []
+    for mode, scenario in catalog.valid_pairs():
+        given, client = of_mode(mode)
+        predicted = observed_columns(p for p in predict(given, client) if scenario in p.rule.scenarios)
+        expected = catalog.expectation(mode, scenario)
+        for key, value in expected.items():
+            if (value == ">0") != (key in predicted):
+                said = "predicted by no rule" if value == ">0" else "predicted by a rule"
+                out.append(f"{mode} x {scenario}: DESIGN.md expects {key} {value}, {said}")
+    return out
+
+
+# Two accounts of one semantics: they agree, or the package does not load.
+if _disagree := disagreements():
+    raise RuleError("the rules and DESIGN.md's expectations disagree: " + "; ".join(_disagree))

@@ -105,13 +105,12 @@ def pytest_sessionfinish(session, exitstatus):
         sys.stderr.write("\nsecret scan: no secret in any process's arguments, log, artifact or result row\n")
 
 
-# The suite runs in two phases (`make integration`): the tests below, and those that stop,
-# pause or cut off brokers, restart PostgreSQL or delete every run topic, one at a time; then the
-# rest in two processes (pytest-xdist, a file to a process), on their own topics and tables.
+# The suite runs in two phases (`make integration`): the rest in two processes (pytest-xdist, a
+# file to a process), on their own topics and tables; then, one at a time, the files below and the
+# tests marked `serial` (or using healthy_cluster_after) that stop, pause or cut off brokers,
+# restart PostgreSQL, delete every run topic, or time what a busy machine would slow.
 SERIAL_FILES = {
-    "test_dags.py",  # the demo's matrix: lost acks, a Connect worker killed
     "test_faults.py",
-    "test_load.py",  # a follower paused
     "test_modes.py",  # isolated_leader
     "test_pipelines.py",
     "test_platform_faults.py",  # PostgreSQL restarted

@@ -23,7 +23,7 @@ def secrets() -> dict[str, str]:
 
 
 def in_processes(values: dict[str, str]) -> list[str]:
-    args = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
+    args = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
     return [
         f"process {line.split(None, 1)[0]}: {name}"
         for line in args.splitlines()

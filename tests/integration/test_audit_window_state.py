@@ -15,6 +15,7 @@ Every other event is clean. Each window's kinds and event ids are compared exact
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +25,10 @@ import yaml
 from confluent_kafka import Producer
 from conftest import REPO, recreate_topic, run
 
+import devstack
+from delivery_semantics.audit import audits
+from delivery_semantics.faults.nemesis import Nemesis
+from delivery_semantics.plumbing import reconcile
 from delivery_semantics.plumbing.endpoints import database, kafka_config
 from delivery_semantics.reporting import report
 
@@ -141,3 +146,42 @@ def test_each_window_judges_its_events_with_the_earlier_windows_state(planted):
     assert (w2["sink_lost"], w2["out_of_order"]) == (0, 1)
     # neither at_least_once nor process_then_commit promises order: both kept
     assert (w2["verdict"], w2["sink_verdict"]) == ("kept", "kept")
+
+
+def _snapshot() -> dict:
+    tables = ("audit_windows", "audit_window_offsets", "audit_sightings", "audit_pending", "audit_discrepancies")
+    return {
+        t: sorted(
+            json.dumps(r, default=str, sort_keys=True)
+            for r in report.query(f"SELECT * FROM {t} WHERE audit = %s", (NAME,))
+        )
+        for t in tables
+    }
+
+
+@pytest.mark.slow  # minutes: three brokers stopped and started in turn
+def test_both_windows_run_again_through_a_rolling_restart_leave_every_row_as_the_quiet_run_did(
+    planted, healthy_cluster_after
+):
+    """The nemesis's rolling restart (each broker stopped, started, and the cluster in sync again
+    before the next) while both windows run again, as often as it lasts: every row of the
+    window state and results is the quiet run's."""
+    audit = audits.load(planted["path"])
+    ends = [t.isoformat() for t in planted["T"]]
+    quiet = reconcile.run(audit=audit, window_ends=ends)
+    assert quiet.returncode == 0, quiet.error
+    before = _snapshot()
+    assert before["audit_windows"] and before["audit_discrepancies"]
+    nemesis = Nemesis(kafka_config("kafka_default"), devstack.ProcessBackend())
+    thread = threading.Thread(target=nemesis.rolling_restart)
+    thread.start()
+    runs = 0
+    try:
+        while thread.is_alive() or runs == 0:
+            again = reconcile.run(audit=audit, window_ends=ends)
+            assert again.returncode == 0, again.error
+            assert _snapshot() == before, f"run {runs} under the rolling restart"
+            runs += 1
+    finally:
+        thread.join()
+    assert [e["action"] for e in nemesis.timeline.entries].count("in_sync") == 3

@@ -7,12 +7,14 @@ bad input is refused with one line and exit 2 before anything is written."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import threading
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg2
@@ -24,12 +26,12 @@ from conftest import REPO, recreate_topic, run, spark_cluster_apps
 
 import devstack
 from delivery_semantics.audit import audits
+from delivery_semantics.audit import preflight as audit_preflight
 from delivery_semantics.plumbing import reconcile, topics
 from delivery_semantics.plumbing.endpoints import (
     database,
     kafka_config,
     ledger_database,
-    spark_application_env,
 )
 from delivery_semantics.reporting import dedup, report
 from delivery_semantics.workload import load
@@ -61,24 +63,36 @@ def _audit_rows() -> int:
     return report.query("SELECT count(*) AS n FROM reconcile_summary WHERE audit IS NOT NULL")[0]["n"]
 
 
+def _command_lines() -> list[str]:
+    # -ww: whole lines, whatever COLUMNS says (under pytest ps cut them at 80 characters)
+    return subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+
+
+@contextmanager
+def _watching(watch, result, join_timeout: float | None = None):
+    """`watch(done)` on a thread while the block runs, which gets `result`; `done` is set after."""
+    done = threading.Event()
+    t = threading.Thread(target=watch, args=(done,), daemon=True)
+    t.start()
+    try:
+        yield result
+    finally:
+        done.set()
+        t.join(join_timeout)
+
+
 @contextmanager
 def watching_ps():
     """Every command line `ps -ef` shows while the block runs."""
     seen: set[str] = set()
-    done = threading.Event()
 
-    def watch():
+    def watch(done: threading.Event) -> None:
         while not done.is_set():
-            seen.update(subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines())
+            seen.update(_command_lines())
             time.sleep(0.3)
 
-    t = threading.Thread(target=watch, daemon=True)
-    t.start()
-    try:
-        yield seen
-    finally:
-        done.set()
-        t.join()
+    with _watching(watch, seen) as result:
+        yield result
 
 
 def _assert_no_secret(texts: dict[str, str]) -> None:
@@ -269,33 +283,167 @@ def test_the_checker_rides_over_a_leader_that_stops_answering(orders, healthy_cl
         backend.resume(leader)
 
 
-@pytest.mark.slow  # about 2 minutes; CI keeps the paused leader above, which asks the same retry of Kafka
-def test_an_audit_run_through_a_leader_kill_has_the_quiet_runs_rows(orders, healthy_cluster_after):
-    """The nemesis's leader kill while an audit runs (the leader of a partition of its topic,
-    SIGKILL as its Spark application starts, restarted 30 s later): the rows are the quiet run's."""
+def _airflow_tries(dag_id: str) -> tuple[str, dict[str, list[str]]]:
+    """The DAG's latest run: its state, and each task's tries in order, by their states (from
+    Airflow's own database: the earlier tries are in task_instance_history)."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    with engine.connect() as c:
+        run_id, state = c.execute(
+            sqlalchemy.text("SELECT run_id, state FROM dag_run WHERE dag_id = :d ORDER BY id DESC LIMIT 1"),
+            {"d": dag_id},
+        ).one()
+        tries: dict[str, list[str]] = {}
+        for table in ("task_instance_history", "task_instance"):
+            for task_id, try_number, ti_state in c.execute(
+                sqlalchemy.text(
+                    f"SELECT task_id, try_number, state FROM {table} WHERE dag_id = :d AND run_id = :r "
+                    "ORDER BY try_number"
+                ),
+                {"d": dag_id, "r": run_id},
+            ):
+                tries.setdefault(task_id, []).append(f"{try_number}:{ti_state}")
+    engine.dispose()
+    return state, tries
+
+
+@contextmanager
+def when_reconcile_starts(tag: str, act, undo=None):
+    """`act()` as soon as `ps` shows the audit's Spark application (its file name carries `tag`),
+    before its JVM has asked Kafka anything; `undo()` once that application has ended."""
+    acted: list[bool] = []
+
+    def running() -> bool:
+        return any("reconcile.py" in line and tag in line for line in _command_lines())
+
+    def watch(done: threading.Event) -> None:
+        while not done.is_set() and not running():
+            time.sleep(0.2)
+        if done.is_set():
+            return
+        act()
+        acted.append(True)
+        while running():
+            time.sleep(0.5)
+        if undo:
+            undo()
+
+    with _watching(watch, acted, join_timeout=300) as result:
+        yield result
+
+
+@pytest.mark.slow  # about 4 minutes: Airflow's retry waits its minute
+def test_the_audit_dag_retries_a_transient_kafka_failure_and_fails_bad_input_at_once(
+    orders, tmp_path, fresh_topic, healthy_cluster_after
+):
+    """`airflow dags test` of an audit's DAG (clean data: five outbox rows, their five records),
+    twice. First, two of the three brokers stop answering (SIGSTOP: no quorum, so no leader moves)
+    as its Spark application starts, until it ends: past the file's `kafka_retry_seconds: 3` it
+    exits 75, Airflow retries the task a minute later, and that try finds every event delivered.
+    Then the topic is deleted as the application starts: bad input, exit 2, the task fails on its
+    first try, with no retry."""
+    tag = uuid.uuid4().hex[:8]
+    name = f"retry_{tag}"
+    topic = fresh_topic("retry")
+    table = f"public.retry_{tag}"
+    events = [f"{tag}-{i}" for i in range(5)]
+    with _outbox_owner() as c, c.cursor() as cur:
+        cur.execute(
+            f"CREATE TABLE {table} (seq_no bigserial PRIMARY KEY, id text NOT NULL, aggregate_id text, "
+            "version int, created_at timestamptz NOT NULL DEFAULT now(), state text NOT NULL DEFAULT 'SENT')"
+        )
+        cur.execute(f"GRANT SELECT ON {table} TO PUBLIC")
+        cur.executemany(f"INSERT INTO {table} (id, aggregate_id, version) VALUES (%s, %s, 1)", [(e, e) for e in events])
+    conf = kafka_config(orders[0].kafka_conn_id)
+    p = Producer({**conf, "acks": "all", "enable.idempotence": True})
+    for e in events:
+        p.produce(topic, key=e.encode(), value=json.dumps({"version": 1}).encode(), headers=[("event_id", e.encode())])
+    assert p.flush(30) == 0
+
+    def edit(spec: dict) -> None:
+        spec.update(topic=topic, kafka_retry_seconds=3, dedup_copy={"store": "off"})
+        spec["outbox"].update(table=table)
+        spec["outbox"].pop("partitioning", None)
+
+    _variant(tmp_path, edit, name=name)
+    env = {"SEMANTICS_AUDITS_DIR": str(tmp_path)}
+    airflow = [str(REPO / ".venv" / "bin" / "airflow"), "dags", "test", f"audit_{name}"]
+
+    md = topics.admin_client(conf).list_topics(topic, timeout=10).topics[topic]
+    alive = next(b for b in (1, 2, 3) if b != md.partitions[0].leader)
+    stopped = [b for b in (1, 2, 3) if b != alive]
+    backend = devstack.ProcessBackend()
+    resume = lambda: [backend.resume(b) for b in stopped]
+    try:
+        with when_reconcile_starts(name, lambda: [backend.pause(b) for b in stopped], resume) as acted:
+            res = run(airflow, timeout=900, env=env)
+    finally:
+        resume()  # SIGCONT again, whatever happened: `stack start` cannot wake a stopped broker
+    out = res.stdout + res.stderr
+    assert acted, f"the brokers were never stopped: no application of {name} seen\n{out[-3000:]}"
+    state, tries = _airflow_tries(f"audit_{name}")
+    assert "Error code is: 75" in out and "still failing after 3 s of retries" in out, out[-4000:]
+    assert [t.split(":")[0] for t in tries["reconcile"]] == ["1", "2"], (tries, out[-4000:])
+    assert tries["reconcile"][-1] == "2:success", (tries, out[-4000:])
+    assert (state, tries["check"]) == ("success", ["1:success"])
+    [row] = report.query("SELECT * FROM v_audit_results WHERE audit = %s", (name,))
+    assert (row["delivered_once"], row["lost_acked"], row["verdict"]) == (5, 0, "kept")
+
+    with when_reconcile_starts(name, lambda: topics.delete_topic(kafka_config(), topic)) as acted:
+        res = run(airflow, timeout=900, env=env)
+    out = res.stdout + res.stderr
+    assert acted, "the topic was deleted as the application started"
+    state, tries = _airflow_tries(f"audit_{name}")
+    assert "Error code is: 2" in out and "bad input, not retried" in out, out[-4000:]
+    assert (state, tries["reconcile"]) == ("failed", ["1:failed"]), (tries, out[-4000:])
+    assert [t.split(":")[1] for t in tries["check"]] == ["upstream_failed"], tries
+
+
+def _leader_kill(nemesis, leader: int) -> None:
+    time.sleep(5)  # the application's JVM is starting
+    nemesis.kill(leader)
+    time.sleep(30)
+    nemesis.restart(leader)
+
+
+def _rolling_restart(nemesis, _leader: int) -> None:
+    time.sleep(5)
+    nemesis.rolling_restart()
+
+
+# Minutes each; CI keeps the paused leader above, which asks the same retry of Kafka.
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [_leader_kill, _rolling_restart], ids=["leader_kill", "rolling_restart"])
+def test_an_audit_run_through_a_broker_fault_has_the_quiet_runs_rows(orders, healthy_cluster_after, fault):
+    """The nemesis's own faults while an audit runs: the leader of a partition of its topic
+    killed (SIGKILL) as its Spark application starts and restarted 30 s later, or every broker
+    stopped and started in turn, each once the cluster is in sync again. The rows are the quiet
+    run's, and the application is tried again while the fault lasts."""
+    from delivery_semantics.faults.nemesis import Nemesis
+
     audit, _ = orders
     tag = uuid.uuid4().hex[:6]
-    quiet_id, faulted_id = f"audit:orders:quiet-{tag}", f"audit:orders:faulted-{tag}"
+    quiet_id = f"audit:orders:quiet-{tag}"
     assert reconcile.run(audit=audit, reconciliation_id=quiet_id).returncode == 0
     conf = kafka_config(audit.kafka_conn_id)
     md = topics.admin_client(conf).list_topics(audit.topic, timeout=10).topics[audit.topic]
     leader = next(p.leader for p in md.partitions.values() if p.leader != devstack.quorum_leader())
-    backend = devstack.ProcessBackend()
-
-    def fault() -> None:
-        time.sleep(5)  # the application's JVM is starting
-        backend.kill(leader)
-        time.sleep(30)
-        backend.start(leader)
-
-    nemesis = threading.Thread(target=fault)
-    nemesis.start()
+    nemesis = Nemesis(kafka_config(), devstack.ProcessBackend())
+    thread = threading.Thread(target=fault, args=(nemesis, leader))
+    thread.start()
+    runs = 0
     try:
-        res = reconcile.run(audit=audit, reconciliation_id=faulted_id)
+        while thread.is_alive() or runs == 0:
+            faulted_id = f"audit:orders:faulted-{tag}-{runs}"
+            res = reconcile.run(audit=audit, reconciliation_id=faulted_id)
+            assert res.returncode == 0, res.error
+            assert _found(faulted_id) == _found(quiet_id), f"run {runs} under the fault"
+            runs += 1
     finally:
-        nemesis.join()
-    assert res.returncode == 0, res.error
-    assert _found(faulted_id) == _found(quiet_id)
+        thread.join()
+    actions = [e["action"] for e in nemesis.timeline.entries]
+    assert actions.count("restart") == (3 if fault is _rolling_restart else 1), actions
 
 
 def test_two_reconciliations_of_the_same_events_each_write_their_deduplicated_copy(orders):
@@ -333,7 +481,7 @@ def test_platform_runs_over_sasl_ssl_reconcile_as_on_plaintext():
         for mode in modes
     }
     with watching_ps() as commands:
-        r = reconcile.run(run_id=list(ids.values()), env=spark_application_env(kafka_conn_id="kafka_secure"))
+        r = reconcile.run(run_id=list(ids.values()), env=reconcile.spark_application_env(kafka_conn_id="kafka_secure"))
     assert r.returncode == 0, r.error
     _assert_no_secret({"ps -ef": "\n".join(commands), "spark output": r.stdout + r.stderr})
     results: dict = {"sasl_ssl": {}, "plaintext": {}}
@@ -402,12 +550,17 @@ def test_an_audit_whose_file_cannot_find_the_event_id_says_so_plainly(
 
 
 # CI keeps the lakehouse copy, the default, which crashed on nothing to copy; the others in the slow suite.
+@pytest.mark.parametrize("kind", ["batch", "window"])
 @pytest.mark.parametrize(
     "store", ["lakehouse", *(pytest.param(s, marks=pytest.mark.slow) for s in ("postgres", "off"))]
 )
-def test_an_audit_of_an_empty_topic_against_an_empty_outbox_keeps_its_promise(orders, tmp_path, fresh_topic, store):
-    """The first scheduled audit of a new pipeline, before any traffic: exit 0, every count 0,
-    the promise kept, and no mapping_suspect (nothing was read to suspect)."""
+def test_an_audit_of_an_empty_topic_against_an_empty_outbox_keeps_its_promise(
+    orders, tmp_path, fresh_topic, store, kind
+):
+    """The first scheduled audit of a new pipeline, before any traffic, as a batch or as a
+    continuous window: exit 0, every count 0, the promise kept, and no mapping_suspect (nothing was
+    read to suspect). A window keeps no deduplicated copy, and runs the same whichever store the
+    file names."""
     table = f"empty_{uuid.uuid4().hex[:8]}"
     with _outbox_owner() as c, c.cursor() as cur:
         cur.execute(
@@ -416,16 +569,28 @@ def test_an_audit_of_an_empty_topic_against_an_empty_outbox_keeps_its_promise(or
         )
         cur.execute(f"GRANT SELECT ON public.{table} TO PUBLIC")
     topic = fresh_topic("empty")
-    path = _variant(
-        tmp_path,
-        lambda s: s.update(topic=topic, dedup_copy={"store": store}) or s["outbox"].update(table=f"public.{table}"),
-    )
-    rid = f"audit:variant:empty-{uuid.uuid4().hex[:6]}"
-    res = _audit_run(path, rid)
-    assert res.returncode == 0, res.stderr[-2000:]
-    row = _summary(rid)
-    counts = {k: row[k] for k in ("records_read", "outbox_events", "delivered_once", "lost_acked", "malformed")}
-    assert counts == dict.fromkeys(counts, 0) and row["verdict"] == "kept"
+
+    def edit(spec: dict) -> None:
+        spec.update(topic=topic, dedup_copy={"store": store})
+        spec["outbox"].update(table=f"public.{table}")
+        if kind == "window":
+            spec["window"] = {"grace": "10m"}
+
+    path = _variant(tmp_path, edit, name=f"empty_{uuid.uuid4().hex[:6]}")
+    counts = ("records_read", "outbox_due" if kind == "window" else "outbox_events", "lost_acked", "malformed")
+    if kind == "batch":
+        rid = f"audit:variant:empty-{uuid.uuid4().hex[:6]}"
+        res = _audit_run(path, rid)
+        assert res.returncode == 0, res.stderr[-2000:]
+        row = _summary(rid)
+        assert row["delivered_once"] == 0
+    else:
+        end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        res = run([str(REPO / "local" / "semantics"), "audit", "run", str(path), "--window-end", end.isoformat()])
+        assert res.returncode == 0, res.stderr[-2000:]
+        [row] = report.query("SELECT * FROM audit_windows WHERE audit = %s AND window_end = %s", (path.stem, end))
+        assert (row["delivered"], row["pending_outbox"], row["open_discrepancies"]) == (0, 0, 0)
+    assert {k: row[k] for k in counts} == dict.fromkeys(counts, 0) and row["verdict"] == "kept"
     assert "mapping_suspect" not in res.stderr
 
 
@@ -563,7 +728,7 @@ def test_every_audit_file_in_the_docs_is_a_file_in_the_repo_and_runs(orders, tmp
         documented.add(path.stem)
         if audits.load(path).windowed or path.stem in RUN_BY_THEIR_TESTS:
             continue  # its pipeline is built, and the file run, by its own test
-        audits.preflight(path)
+        audit_preflight.preflight(path)
         if path == ORDERS:
             continue  # run by its DAG above, and by `audit run orders` in the docs' commands
         rid = f"audit:{path.stem}:docs-{uuid.uuid4().hex[:6]}"

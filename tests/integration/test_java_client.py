@@ -4,13 +4,15 @@ runner turns into the wrong outcome, or a position it records wrong, fails here.
 
 from __future__ import annotations
 
+import pytest
 from direct_check import written_ends
 
 from delivery_semantics import catalog
 from delivery_semantics.history.ledger import Ledger
 from delivery_semantics.plumbing.endpoints import java_client_config
+from delivery_semantics.records.event import event_id
 from delivery_semantics.workload import load, readback
-from delivery_semantics.workload.generator import Generator, event_id, new_run_id
+from delivery_semantics.workload.generator import Generator, new_run_id
 from delivery_semantics.workload.java_client import JavaClient
 from delivery_semantics.workload.settings import resolve
 
@@ -137,3 +139,49 @@ def test_a_java_fire_and_forget_run_records_sent_without_positions(kafka_conf):
     assert (sent, with_offset, distinct) == (3000, 0, 3000), "acks=0: no position is known"
     ids = [r.event_id for r in readback.read_topic(kafka_conf, topic, covering=covering)]
     assert sorted(ids) == sorted(event_id(s.run_id, n) for n in range(3000)), "each event once, none other"
+
+
+@pytest.mark.parametrize("client", [catalog.LIBRDKAFKA, catalog.JAVA])
+def test_a_run_started_by_its_dag_task_checks_its_producer_settings_once(client, monkeypatch):
+    """`orchestration.start_run`, the first task of a run's DAG: the client's check of the
+    producer settings runs once (it ran three times: the task's conf, the scenario, the ledger's
+    row), and for Java that is one JVM launched, not three."""
+    import subprocess
+    import uuid
+
+    from delivery_semantics.plumbing import orchestration
+    from delivery_semantics.workload import java_client, settings
+
+    checks: list[str] = []
+    jvms: list[list[str]] = []
+    real_librdkafka, real_java, real_run = settings._librdkafka_check, java_client.check, subprocess.run
+
+    def librdkafka_check(*a, **kw):
+        checks.append("librdkafka")
+        return real_librdkafka(*a, **kw)
+
+    def java_check(*a, **kw):
+        checks.append("java")
+        return real_java(*a, **kw)
+
+    def run(cmd, *a, **kw):
+        if cmd and str(cmd[0]).endswith("java"):
+            jvms.append(list(cmd))
+        return real_run(cmd, *a, **kw)
+
+    monkeypatch.setattr(settings, "_librdkafka_check", librdkafka_check)
+    monkeypatch.setattr(java_client, "check", java_check)
+    monkeypatch.setattr(java_client.subprocess, "run", run)
+    task_key = f"test-one-check-{uuid.uuid4().hex[:8]}"
+    producers = orchestration.start_run(
+        {"mode": "at_least_once", "scenario": "none", "messages": 100, "client": client}, task_key
+    )
+    assert [p["producer"] for p in producers] == list(range(len(producers))) and producers
+    assert checks == [client]
+    assert len(jvms) == (1 if client == catalog.JAVA else 0), jvms
+    lg = Ledger()
+    try:
+        run = lg.get_run(producers[0]["ledger_run"])
+    finally:
+        lg.close()
+    assert (run["client"], run["airflow_run_id"]) == (client, task_key)

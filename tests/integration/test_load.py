@@ -65,6 +65,7 @@ def test_every_mode_without_fault_delivers_each_event_once(mode, kafka_conf, led
         assert sorted(cur.fetchall()) == sorted((r.event_id, r.key, r.seq) for r in records)
 
 
+@pytest.mark.serial  # a follower paused
 def test_an_acks_1_record_is_read_once_the_high_watermark_reaches_it_not_taken_for_lost(kafka_conf, ledger):
     """acks=1: the leader acks a record its followers do not have yet, and readers see it only
     once the high watermark passes it. Planted: a follower in the ISR paused while the run
@@ -115,6 +116,7 @@ def test_run_row_holds_the_effective_config_and_summary(ledger):
         assert cur.fetchall() == [("acked", 1, 500)]
 
 
+@pytest.mark.serial  # ack latency, which the parallel phase's Spark applications would slow
 def test_a_paced_load_reports_ack_latency_without_its_pauses(ledger):
     # At 5 records/s the runner sends a record, then pauses 200 ms. An ack takes the linger (5 ms)
     # and a round trip, 10-40 ms on this machine; a report served only once the pause ended would

@@ -19,7 +19,7 @@ import devstack
 from delivery_semantics import catalog
 from delivery_semantics.history.ledger import Ledger, LedgerUnavailable
 from delivery_semantics.plumbing import orchestration, reconcile
-from delivery_semantics.plumbing.endpoints import spark_application_env
+from delivery_semantics.plumbing.reconcile import spark_application_env
 from delivery_semantics.reporting import dedup
 from delivery_semantics.reporting.report import query
 from delivery_semantics.workload import load, readback

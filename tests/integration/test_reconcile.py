@@ -16,9 +16,9 @@ from conftest import spark_cluster_apps
 from delivery_semantics.history.ledger import Ledger, Outcome
 from delivery_semantics.plumbing import reconcile, topics
 from delivery_semantics.plumbing.endpoints import ledger_database
+from delivery_semantics.records.event import Event
 from delivery_semantics.reporting import dedup
 from delivery_semantics.workload import load
-from delivery_semantics.workload.generator import Event
 
 
 def _db():

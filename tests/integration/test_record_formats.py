@@ -141,3 +141,53 @@ def test_an_audit_of_each_format_finds_every_planted_case_by_id(name):
         assert kinds == expected, isolation
     assert (rows[0]["outbox_events"], rows[0]["verdict"]) == (24, "broken")
     assert "the at_least_once promise is broken by lost_acked" in out
+
+
+def test_an_avro_audit_naming_a_field_no_record_has_says_so_plainly(tmp_path, fresh_topic):
+    """orders_avro with `event_id: {field: note}`: a field of schema v2 that no record fills (v1
+    records lack it). With no deduplicated copy (`store: off`), the audit still gives its whole
+    answer (every record malformed, every acked outbox row lost) and says in one line that the
+    file, not the pipeline, is likely wrong. The header and JSON-path cases, with the lakehouse and
+    PostgreSQL copies, are in test_audits.py."""
+    import shutil
+
+    import yaml
+
+    from delivery_semantics.reporting import dedup
+
+    audit = audits.load(REPO / "audits" / "orders_avro.yaml")
+    encode, _ = _avro(audit)
+    topic = fresh_topic("avro-mapping")
+    table = f"public.avro_mapping_{uuid.uuid4().hex[:8]}"
+    tag = uuid.uuid4().hex[:6]
+    orders = [(f"{tag}-{i}", f"agg-{i}", 1) for i in range(6)]
+    with psycopg2.connect(**database("outbox_app").psycopg2_kwargs()) as c, c.cursor() as cur:
+        cur.execute(
+            f"CREATE TABLE {table} (seq_no bigserial PRIMARY KEY, id text NOT NULL, customer text, "
+            "version int, created_at timestamptz NOT NULL DEFAULT now(), state text NOT NULL DEFAULT 'SENT')"
+        )
+        cur.execute(f"GRANT SELECT ON {table} TO PUBLIC")
+        cur.executemany(f"INSERT INTO {table} (id, customer, version) VALUES (%s, %s, %s)", orders)
+    p = Producer({**kafka_config(audit.kafka_conn_id), "acks": "all"})
+    for n, (event_id, customer, version) in enumerate(orders):
+        key, value, headers = encode(event_id, customer, version, n)
+        p.produce(topic, key=key, value=value, headers=headers)
+    assert p.flush(30) == 0
+
+    spec = yaml.safe_load((REPO / "audits" / "orders_avro.yaml").read_text())
+    spec["topic"], spec["dedup_copy"] = topic, {"store": "off"}
+    spec["record"]["event_id"] = {"field": "note"}
+    spec["outbox"]["table"] = table
+    shutil.copytree(REPO / "audits" / "schemas", tmp_path / "schemas")
+    path = tmp_path / "avro_mapping.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    rid = f"audit:avro_mapping:{tag}"
+    res = run([str(REPO / "local" / "semantics"), "audit", "run", str(path), "--reconciliation-id", rid], timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    line = f"no record of topic {topic} has field note; 0 of 6 records carry an event id"
+    assert f"mapping_suspect: {line}" in res.stderr, res.stderr[-2000:]
+    [row] = report.query("SELECT * FROM v_audit_results WHERE reconciliation_id = %s", (rid,))
+    assert (row["records_read"], row["malformed"], row["delivered_once"]) == (6, 6, 0)
+    assert row["lost_acked"] == 6 and row["verdict"] == "broken"
+    with pytest.raises(dedup.NoCopy):  # no copy made, and none recorded
+        dedup.where(rid)

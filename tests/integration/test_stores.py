@@ -14,14 +14,14 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pymysql
 import pytest
 import yaml
 from confluent_kafka import Producer
 from conftest import REPO, recreate_topic, run
 
 from delivery_semantics.audit import audits
-from delivery_semantics.plumbing.endpoints import database, kafka_config, spark_jars
+from delivery_semantics.audit.stores.mysql import MysqlStore
+from delivery_semantics.plumbing.endpoints import kafka_config, spark_jars
 from delivery_semantics.reporting import report
 
 pytestmark = pytest.mark.timeout(1500)
@@ -34,7 +34,7 @@ AIRFLOW = str(REPO / ".venv" / "bin" / "airflow")
 
 
 def _owner():
-    return pymysql.connect(**database("outbox_mysql_app").pymysql_kwargs(), autocommit=True)
+    return MysqlStore.connect(MysqlStore.database("outbox_mysql_app"), autocommit=True)
 
 
 def write_delta(rows: list[tuple[str, str, int, datetime]]) -> None:

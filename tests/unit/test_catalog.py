@@ -317,3 +317,16 @@ def test_the_checkers_kind_functions_are_the_catalogs_kinds():
     assert {c for c in report.MATRIX_COLUMNS if c in catalog.summary_columns()} == set(
         catalog.summary_columns(in_matrix=True)
     )
+
+
+@pytest.mark.parametrize(
+    ("by_name", "message"),
+    [
+        ({"at_least_once": {"duplicates": ">0"}}, "expectation of at_least_once: duplicates >0: observe one of"),
+        ({"at_least_once": {"lost": "many"}}, "expectation of at_least_once: lost many"),
+        ({"at_least_one": {"lost": ">0"}}, "expectation of at_least_one: no mode, consumer strategy or pipeline"),
+    ],
+)
+def test_an_expectation_naming_a_count_the_checker_does_not_report_fails_as_the_catalog_is_made(by_name, message):
+    with pytest.raises(catalog.CatalogError, match=message):
+        catalog._expect(**by_name)

@@ -459,7 +459,7 @@ def test_a_dag_file_reading_a_bomb_gives_a_bounded_import_error(tmp_path):
 
 def _protobuf_fields():
     """The checker's Protobuf decoder over the example schema, reading order.id."""
-    from checker import formats
+    from delivery_semantics.audit.formats import protobuf_format
 
     audit = audits.load(
         _audit(
@@ -468,7 +468,7 @@ def _protobuf_fields():
         )
     )
     (ws,) = schemas.load(audit)["value"].values()
-    return ws, formats.protobuf_decoder({3: (ws.descriptor, ws.file)}, ["order.id"])
+    return ws, protobuf_format.protobuf_decoder({3: (ws.descriptor, ws.file)}, ["order.id"])
 
 
 @pytest.fixture
@@ -560,6 +560,12 @@ def test_security_md_lists_exactly_the_allowlists():
         assert named(file) == set(policy.keys(client_settings.FILE)) - set(policy.keys(client_settings.FORM)), client
     spark = text.split("**`spark:`** takes sizes only:", 1)[1].split(". Jars", 1)[0]
     assert {k.strip("`\n ") for k in spark.split(",")} == set(audits.SPARK_SETTINGS)
+    from delivery_semantics.entry import prove
+
+    topic = text.split("a topic may take\n", 1)[1].split("; a consumer", 1)[0]
+    consumer = text.split("a consumer is described with\n", 1)[1].split(".\n", 1)[0]
+    assert {k.strip("`\n ") for k in topic.split(",")} == set(prove.TOPIC_SETTINGS)
+    assert {k.strip("`\n ") for k in consumer.split(",")} == set(prove.CONSUMER_SETTINGS)
 
 
 def test_a_keystore_or_code_folder_others_can_enter_is_refused(tmp_path, monkeypatch):

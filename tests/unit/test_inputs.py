@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, cli
 
 from delivery_semantics import catalog
-from delivery_semantics.audit.stores import sql
+from delivery_semantics.audit.stores import mysql, sql
 from delivery_semantics.workload import load
 from delivery_semantics.workload.generator import slices
 from delivery_semantics.workload.settings import resolve
@@ -270,8 +270,8 @@ def test_window_ends_and_ids_are_exact_and_in_utc():
         'FROM "public"."order_applies"'
     )
     # MySQL's dialect: backticks (`key` is a reserved word there), a time in a UTC session.
-    assert sql.sink_select(a, sql.quote_mysql).startswith("SELECT `event_id` AS `event_id`, `order_id` AS `key`")
-    assert sql.time_bounded("SELECT 1 AS t", "t", None, end, sql.timestamp_utc) == (
+    assert sql.sink_select(a, mysql.quote_mysql).startswith("SELECT `event_id` AS `event_id`, `order_id` AS `key`")
+    assert sql.time_bounded("SELECT 1 AS t", "t", None, end, mysql.timestamp_utc) == (
         "SELECT * FROM (SELECT 1 AS t) AS bounded WHERE t < TIMESTAMP '2026-11-23 14:00:00.000000'"
     )
 
@@ -287,7 +287,7 @@ def test_identifiers_are_quoted_and_free_sql_only_where_allowed(tmp_path):
     with pytest.raises(audits.AuditError):
         sql.quote_ident('x"; DROP TABLE t; --')
     with pytest.raises(audits.AuditError):
-        sql.quote_mysql("order_events` WHERE 1=0; DROP TABLE order_events; -- ")
+        mysql.quote_mysql("order_events` WHERE 1=0; DROP TABLE order_events; -- ")
 
     def free_sql(s):
         s["outbox"] = {

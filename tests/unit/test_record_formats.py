@@ -129,6 +129,10 @@ def test_json_field_paths_and_string_values(spark, tmp_path):
     [
         ({"format": "xml", "event_id": {"field": "id"}}, "record.format: 'xml' is not one of"),
         (
+            {"key_format": "json", "event_id": {"field": "id"}},
+            "record.key_format: 'json' is not one of avro, string",
+        ),
+        (
             {"format": "avro", "event_id": {"json": "$.id"}},
             "record.event_id: {json: ...} does not read a avro value; use {field: ...}",
         ),

@@ -14,13 +14,12 @@ import hashlib
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from delivery_semantics import catalog
-from delivery_semantics.catalog import CatalogError
+from delivery_semantics.audit import AuditError
 from delivery_semantics.files import field_path, first_error, one_line, read_yaml
 
 SCHEMA_PATH = Path(__file__).with_name("audit.schema.json")
@@ -61,10 +60,6 @@ _FORMER_FIELDS = {
     "ledger": "the table is described under outbox",
     "event_id": "record fields go under record",
 }
-
-
-class AuditError(CatalogError):
-    """An audit that cannot be run: the message names the file and the field."""
 
 
 @dataclass(frozen=True)
@@ -270,26 +265,30 @@ def validate(spec, where: str) -> None:
         )
 
 
-# Which field specs read a value or a key of each format: a decoded value has fields, text does not.
-_VALUE_FIELDS = {"json": ("json", "field", "value"), "avro": ("field",), "protobuf": ("field",), "string": ("value",)}
-_KEY_FIELDS = {"string": ("record_key",), "avro": ("key_field",)}
+# The field specs that read a value, and those that read a key (each format says which it takes).
 _VALUE_SPECS, _KEY_SPECS = ("json", "field", "value"), ("record_key", "key_field")
 
 
 def check_record(record: dict, where: str) -> None:
     """Each field spec reads what the record's formats hold: `field` a decoded value's field (or a
     JSON one), `key_field` an Avro key's, `value` a text value, `json` a JSON value."""
+    from delivery_semantics.audit.formats import FORMATS, KEY_FORMATS
+
     value, key = record.get("format", "json"), record.get("key_format", "string")
+    for field, name, known in (("format", value, FORMATS), ("key_format", key, KEY_FORMATS)):
+        if name not in known:
+            raise AuditError(f"{where}: record.{field}: {name!r} is not one of {', '.join(known)}")
+    value_specs, key_specs = FORMATS[value].value_specs, FORMATS[key].key_specs
     for name in ("event_id", "key", "seq", "publish_at"):
         kind = next(iter(record.get(name) or {None: None}))
-        if kind in _VALUE_SPECS and kind not in _VALUE_FIELDS[value]:
-            allowed = " or ".join(f"{{{k}: ...}}" for k in _VALUE_FIELDS[value])
+        if kind in _VALUE_SPECS and kind not in value_specs:
+            allowed = " or ".join(f"{{{k}: ...}}" for k in value_specs)
             raise AuditError(f"{where}: record.{name}: {{{kind}: ...}} does not read a {value} value; use {allowed}")
-        if kind in _KEY_SPECS and kind not in _KEY_FIELDS[key]:
-            allowed = " or ".join(f"{{{k}: ...}}" for k in _KEY_FIELDS[key])
+        if kind in _KEY_SPECS and kind not in key_specs:
+            allowed = " or ".join(f"{{{k}: ...}}" for k in key_specs)
             raise AuditError(f"{where}: record.{name}: {{{kind}: ...}} does not read a {key} key; use {allowed}")
     for side, fmt, schemas in (("value", value, "schemas"), ("key", key, "key_schemas")):
-        if schemas in record and fmt not in ("avro", "protobuf"):
+        if schemas in record and FORMATS[fmt].schemas is None:
             raise AuditError(f"{where}: record.{schemas}: a {fmt} {side} has no schemas")
 
 
@@ -496,69 +495,6 @@ def failure_callback(audit: Audit):
 # --------------------------------------------------------------------------- before anything runs
 
 
-def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Audit:
-    """The audit (loaded first when given by name or path), with every endpoint it needs checked
-    before Spark starts or anything is written: the connections exist, Kafka answers and accepts
-    the credentials, the topic exists, the outbox (and sink) database answers and its table and
-    columns are there; and a continuous audit's windows come in order. Raises AuditError with one
-    line."""
-    from delivery_semantics.audit import stores
-    from delivery_semantics.plumbing import endpoints, topics
-
-    if not isinstance(audit, Audit):
-        audit = load(audit)
-    from delivery_semantics.audit import schemas
-
-    schemas.load(audit)  # the writer schemas' files are there and parse
-
-    try:
-        kafka_conf = endpoints.kafka_config(audit.kafka_conn_id)
-        endpoints.spark_kafka_options(kafka_conf)
-        read = [stores.for_section(audit, s) for s in (("outbox", "sink") if audit.sink else ("outbox",))]
-    except endpoints.EndpointError as e:  # a StoreError too
-        raise AuditError(f"{audit.path}: connections: {e}") from None
-    try:
-        topics.check_topic(kafka_conf, audit.topic)
-    except (ConnectionError, topics.TopicError) as e:
-        raise AuditError(f"{audit.path}: connections.kafka ({audit.kafka_conn_id}): {e}") from None
-    for store in read:
-        try:
-            store.check()
-        except endpoints.EndpointError as e:  # the connection lacks what its store needs
-            raise AuditError(f"{audit.path}: connections: {e}") from None
-    if window_ends:
-        check_window_order(audit, window_ends)
-    check_notifier(audit)
-    try:
-        found = predictions(audit, kafka_conf)
-    except Exception as e:  # a user that may not describe configs: the audit runs all the same
-        print(f"audit {audit.name}: settings not read for predictions: {type(e).__name__}", file=sys.stderr)
-    else:
-        for p in found:  # the task log, beside what the run then observes
-            print(f"audit {audit.name}: predicted: {p.line()}", file=sys.stderr)
-    return audit
-
-
-def given_settings(audit: Audit, kafka_conf: dict) -> dict[str, dict]:
-    """What the rule catalog reads of an audit: its topic's and a broker's configuration, as the
-    cluster reports them, with the audit's window and whether its topic is transactional."""
-    from delivery_semantics.plumbing import topics
-
-    topic_conf, broker_conf = topics.configurations(kafka_conf, audit.topic)
-    if audit.windowed:
-        topic_conf["app.audit.window.ms"] = str(int(audit.grace.total_seconds() * 1000))
-    if audit.transactional:
-        topic_conf["app.transactional"] = "true"
-    return {"topic": topic_conf, "broker": broker_conf}
-
-
-def predictions(audit: Audit, kafka_conf: dict) -> list:
-    """The rule catalog's findings on the audit's topic and brokers (rules.predict)."""
-    from delivery_semantics import rules
-
-    return rules.predict(given_settings(audit, kafka_conf))
-
-
 def check_notifier(audit: Audit) -> None:
     """The notifier's provider is installed: a failure would otherwise go unreported."""
     import importlib.util
@@ -576,11 +512,9 @@ def check_notifier(audit: Audit) -> None:
 def check_window_order(audit: Audit, window_ends: list[datetime]) -> None:
     """Each window follows the latest one recorded, or is a recorded one run again: a window's rows
     depend on the windows before it."""
-    from delivery_semantics.reporting import report
+    from delivery_semantics.plumbing.db import query
 
-    recorded = {
-        r["window_end"] for r in report.query("SELECT window_end FROM audit_windows WHERE audit = %s", (audit.name,))
-    }
+    recorded = {r["window_end"] for r in query("SELECT window_end FROM audit_windows WHERE audit = %s", (audit.name,))}
     latest = max(recorded, default=None)
     for end in sorted(window_ends):
         if end not in recorded and latest is not None and end < latest:

@@ -17,8 +17,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from delivery_semantics.audit.audits import Audit, AuditError
+from delivery_semantics.audit import AuditError
+from delivery_semantics.audit.formats import FORMATS
+
+if TYPE_CHECKING:
+    from delivery_semantics.audit.audits import Audit
 from delivery_semantics.files import one_line
 
 TIMESTAMP_TYPES = ("timestamp-millis", "timestamp-micros", "local-timestamp-millis", "local-timestamp-micros")
@@ -52,8 +57,8 @@ def load(audit: Audit) -> dict[str, dict[int, WriterSchema]]:
     rec = audit.record
     out: dict[str, dict[int, WriterSchema]] = {"value": {}, "key": {}}
     for side, (format_key, schemas_key) in SIDES.items():
-        kind = rec.get(format_key)
-        if kind not in ("avro", "protobuf"):
+        kind = FORMATS[rec.get(format_key) or ("json" if side == "value" else "string")].schemas
+        if kind is None:
             continue
         files = rec.get(schemas_key)
         if not files:

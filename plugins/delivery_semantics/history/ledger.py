@@ -27,7 +27,7 @@ import psycopg2.extras
 
 from delivery_semantics.history import schema
 from delivery_semantics.plumbing.endpoints import Database, ledger_database
-from delivery_semantics.workload.generator import Event, event_id
+from delivery_semantics.records.event import Event, event_id
 
 BATCH_STATUSES = ("acked", "sent", "written")
 # Per run: (partitioned table, the stem of its partitions' names). Per-event outcome partitions

@@ -14,6 +14,7 @@
     dedup vacuum [--retain-hours N] [--dry-run] [--lakehouse PATH]
     gc [--keep-days N] [--dry-run]   (the platform's own run topics unused for N days, with their sizes)
     predict --mode NAME | --audit NAME | --pipeline NAME | --set FAMILY.KEY=VALUE ... [--json] [--fail-on G]
+    prove --mode NAME [--set producer.KEY=VALUE | topic.KEY=VALUE ...] [--dry-run] [--json]
 
 Bad input is refused with a one-line message and exit 2 before any side effect. `consumer_session`
 is the consumer process a consumer run starts; it is not for people.
@@ -283,6 +284,7 @@ def _audit_parser(sub) -> None:
 
 def _audit(args) -> int:
     from delivery_semantics.audit import audits
+    from delivery_semantics.audit import preflight as audit_preflight
 
     if args.action == "run":
         return _audit_run(args.audit, args.reconciliation_id, args.master, args.window_end)
@@ -300,7 +302,7 @@ def _audit(args) -> int:
     for item in args.audits or [a.path if not isinstance(a, Exception) else n for n, a in audits.discover()]:
         try:
             if args.endpoints:
-                audit = audits.preflight(item)
+                audit = audit_preflight.preflight(item)
             else:  # the writer schemas are read and checked too: everything but the endpoints
                 from delivery_semantics.audit import schemas
 
@@ -340,6 +342,7 @@ def _audit_forget(name: str) -> int:
 def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str, window_ends=None) -> int:
     """Refused with one line and exit 2 before Spark starts when the file or an endpoint is bad."""
     from delivery_semantics.audit import audits
+    from delivery_semantics.audit import preflight as audit_preflight
     from delivery_semantics.plumbing import reconcile
     from delivery_semantics.plumbing.endpoints import EndpointError
 
@@ -352,7 +355,7 @@ def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str, wi
         if window_ends and reconciliation_id:
             raise audits.AuditError("a window's reconciliation id is made from its end: give --window-end only")
         ends = [audits.window_end(e) for e in window_ends or ()]
-        audits.preflight(audit, ends)
+        audit_preflight.preflight(audit, ends)
         rid = reconciliation_id or audits.reconciliation_id(audit)
         with _progress(len(ends) or 1, "audit window" if ends else "audit run") as on_result:
             result = reconcile.run(
@@ -541,9 +544,10 @@ def _predict(args) -> int:
             client = client or mode_client
         if args.audit:
             from delivery_semantics.audit import audits
+            from delivery_semantics.audit import preflight as audit_preflight
 
             audit = audits.load(args.audit)
-            given = audits.given_settings(audit, endpoints.kafka_config(audit.kafka_conn_id))
+            given = audit_preflight.given_settings(audit, endpoints.kafka_config(audit.kafka_conn_id))
         for pair in args.set:
             name, sep, value = pair.partition("=")
             family, dot, key = name.partition(".")
@@ -582,6 +586,54 @@ def _predict(args) -> int:
             print(p.line())
     print(f"predict: {len(found)} findings of {len(rules.RULES)} rules", file=sys.stderr)
     return 1 if any(p.rule.guarantee in args.fail_on for p in found) else 0
+
+
+def _prove_parser(sub) -> None:
+    ap = sub.add_parser(
+        "prove", help="predict, then run the fewest matrix runs that can show each finding, and compare"
+    )
+    ap.add_argument("--mode", required=True, help="a preset or a mode file (modes/NAME.yaml)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FAMILY.KEY=VALUE",
+        help="producer.KEY=VALUE over the mode's settings (the client's allowlist), or topic.KEY=VALUE for the "
+        "runs' topic (min.insync.replicas, unclean.leader.election.enable)",
+    )
+    ap.add_argument("--client", help="the producer's client: librdkafka or java (default: the mode's)")
+    ap.add_argument("--messages", type=int, default=15_000, help="events per run (default 15,000)")
+    ap.add_argument("--dry-run", action="store_true", help="the findings and the runs planned, without running")
+    ap.add_argument("--json", action="store_true", help="one JSON object per finding")
+
+
+def _prove(args) -> int:
+    from delivery_semantics.entry import prove
+    from delivery_semantics.workload.load import LoadError
+
+    try:
+        req = prove.request(args.mode, args.set, args.client)
+        if args.dry_run:
+            planned, left = prove.plan(prove.predictions(req), req.mode)
+            outcomes = [prove.Outcome(p, pl.label) for pl in planned for p in pl.predictions] + left
+        else:
+            outcomes = prove.prove(req, messages=args.messages)
+    except (prove.ProveError, LoadError, catalog.CatalogError) as e:
+        print(f"prove: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        for o in outcomes:
+            print(json.dumps(o.row()))
+    else:
+        print(prove.table(outcomes))
+    unconfirmed = [o for o in outcomes if o.confirmed is False]
+    runs = len({o.run_id for o in outcomes if o.run_id})
+    print(
+        f"prove: {len(outcomes)} findings, {runs} runs; "
+        + (f"{len(unconfirmed)} not confirmed: a rule or the checker is wrong" if unconfirmed else "none refuted"),
+        file=sys.stderr,
+    )
+    return 1 if unconfirmed else 0
 
 
 def _report_parser(sub) -> None:
@@ -648,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
         _dedup_parser,
         _gc_parser,
         _predict_parser,
+        _prove_parser,
     ):
         add(sub)
     args = ap.parse_args(argv)
@@ -664,6 +717,7 @@ def main(argv: list[str] | None = None) -> int:
         "dedup": _dedup,
         "gc": _gc,
         "predict": _predict,
+        "prove": _prove,
     }[args.command](args)
 
 

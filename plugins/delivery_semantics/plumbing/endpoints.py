@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import stat
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -260,7 +259,6 @@ class Database:
     user: str
     password: str = field(repr=False)
     database: str
-    kind: str = "postgres"  # or mysql (MySQL or MariaDB, read with MariaDB's JDBC driver)
 
     @property
     def sqlalchemy_url(self) -> str:
@@ -272,24 +270,9 @@ class Database:
 
     @property
     def jdbc_url(self) -> str:
-        if self.kind == "mysql":
-            # MySQL's scheme, so that Spark speaks MySQL's dialect (backticks, not double quotes,
-            # around the columns it selects); the session in UTC, the checker's clock.
-            return (
-                f"jdbc:mysql://{self.host}:{self.port}/{self.database}"
-                "?permitMysqlScheme&connectionTimeZone=UTC&forceConnectionTimeZoneToSession=true"
-            )
+        """PostgreSQL's, the platform's own database; a team's store in another dialect makes its own
+        (audit/stores)."""
         return f"jdbc:postgresql://{self.host}:{self.port}/{self.database}"
-
-    def pymysql_kwargs(self) -> dict:
-        return {
-            "host": self.host,
-            "port": self.port,
-            "user": self.user,
-            "password": self.password,
-            "database": self.database,
-            "connect_timeout": 5,
-        }
 
     def psycopg2_kwargs(self) -> dict:
         return {
@@ -301,22 +284,19 @@ class Database:
             "connect_timeout": 5,
         }
 
-    def spark_env(self, prefix: str = "SEMANTICS_JDBC") -> dict[str, str]:
+    def spark_env(self, prefix: str = "SEMANTICS_JDBC", jdbc_url: str | None = None) -> dict[str, str]:
         """How a Spark application receives a database: environment, never arguments."""
-        return {f"{prefix}_URL": self.jdbc_url, f"{prefix}_USER": self.user, f"{prefix}_PASSWORD": self.password}
+        url = jdbc_url or self.jdbc_url
+        return {f"{prefix}_URL": url, f"{prefix}_USER": self.user, f"{prefix}_PASSWORD": self.password}
 
 
-DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306}
-
-
-def database(conn_id: str) -> Database:
+def database(conn_id: str, default_port: int = 5432) -> Database:
     """A database from its connection: the ledger's (PostgreSQL), or a team's own (an outbox or a
-    sink, in PostgreSQL or MySQL/MariaDB)."""
+    sink), whose store says its dialect's port (audit/stores)."""
     c = get_connection(conn_id)
     if not c.host or not c.schema:
         raise EndpointError(f"connection {conn_id!r} needs a host and a schema (the database name)")
-    kind = c.conn_type if c.conn_type in DEFAULT_PORTS else "postgres"
-    return Database(c.host, c.port or DEFAULT_PORTS[kind], c.login, c.password, c.schema, kind)
+    return Database(c.host, c.port or default_port, c.login, c.password, c.schema)
 
 
 def ledger_database(conn_id: str = LEDGER_CONN_ID) -> Database:
@@ -340,11 +320,11 @@ def child_process_env(kafka_conf: dict, db: Database) -> dict[str, str]:
                 "schema": db.database,
             }
         ),
-        "PYTHONPATH": _pythonpath_with_package(),
+        "PYTHONPATH": pythonpath_with_package(),
     }
 
 
-def _pythonpath_with_package() -> str:
+def pythonpath_with_package() -> str:
     """PYTHONPATH with this package's parent directory first (once)."""
     plugins_dir = str(Path(__file__).resolve().parents[2])
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != plugins_dir]
@@ -528,33 +508,6 @@ def _zip_digest(path: Path) -> str | None:
         return None
 
 
-def spark_application_env(
-    ledger_conn_id: str = LEDGER_CONN_ID,
-    kafka_conn_id: str = KAFKA_CONN_ID,
-    source_conn_id: str | None = None,
-    sink_conn_id: str | None = None,
-) -> dict[str, str]:
-    """What a platform Spark application reads from its environment, never from its arguments
-    (`ps` shows those): the ledger database, an audit's source and sink databases, Kafka for
-    librdkafka and for Spark's Kafka source, and this package on the driver's path."""
-    kafka = kafka_config(kafka_conn_id)
-    env = {
-        **ledger_database(ledger_conn_id).spark_env(),
-        "SEMANTICS_KAFKA_CONFIG": json.dumps(kafka),
-        "SEMANTICS_KAFKA_SPARK_OPTIONS": json.dumps(spark_kafka_options(kafka)),
-        "PYTHONPATH": _pythonpath_with_package(),
-        # Python UDFs (the Protobuf decoder) need pandas, pyarrow and protobuf: this interpreter's.
-        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-        "SEMANTICS_LAKEHOUSE": lakehouse(),
-    }
-    from delivery_semantics.audit import stores
-
-    for section, conn_id in (("outbox", source_conn_id), ("sink", sink_conn_id)):
-        if conn_id:
-            env.update(stores.spark_env(conn_id, section))
-    return env
-
-
 def spark_auth_env(conn_id: str = SPARK_CONN_ID) -> dict[str, str]:
     """A cluster's spark.authenticate secret, from the Spark connection's password, as the
     environment variable Spark's driver reads it from (never a --conf: `ps` shows those)."""
@@ -563,20 +516,6 @@ def spark_auth_env(conn_id: str = SPARK_CONN_ID) -> dict[str, str]:
     except EndpointError:
         return {}
     return {"_SPARK_AUTH_SECRET": password} if password else {}
-
-
-def prepare_spark_submit(op) -> None:
-    """Completes a SparkSubmitOperator for a platform application when its task runs: the path of
-    the application, the cached jars, the Spark settings, and the application's environment."""
-    op.application = str(spark_apps_dir() / op.application)
-    op.jars = op.jars or spark_jars()
-    op.conf = {**spark_conf(spark_master(op._conn_id), op.audit_conf, op._conn_id), **(op.conf or {})}
-    op.py_files = op.py_files or spark_py_files()
-    op.env_vars = {
-        **(op.env_vars or {}),
-        **spark_application_env(op.ledger_conn_id, op.kafka_conn_id, op.source_conn_id, op.sink_conn_id),
-        **spark_auth_env(op._conn_id),
-    }
 
 
 def lakehouse() -> str:

@@ -37,6 +37,12 @@ def validate_conf(conf: dict[str, Any]) -> dict[str, Any]:
     effect. Returns the normalised parameters. A conf naming a consumer strategy is a consumer run."""
     if "strategy" in conf:
         return validate_consumer_conf(conf)
+    return _request(conf)[0]
+
+
+def _request(conf: dict[str, Any], airflow_run_id: str | None = None) -> tuple[dict[str, Any], load.RunRequest]:
+    """A load's parameters normalised, and its request validated (the client's check of its
+    settings, once) for the task `airflow_run_id` names."""
     try:
         mode, scenario = conf["mode"], conf.get("scenario", "none")
     except KeyError:
@@ -60,10 +66,10 @@ def validate_conf(conf: dict[str, Any]) -> dict[str, Any]:
         raise ConfError(f"abort_ratio must be in [0, 1), got {ratio!r}")
     out["abort_ratio"] = float(ratio)
     try:
-        scenarios.validate(_spec(out), scenario)
+        request, _ = scenarios.validate(dataclasses.replace(_spec(out), airflow_run_id=airflow_run_id), scenario)
     except load.LoadError as e:
         raise ConfError(str(e)) from None
-    return out
+    return out, request
 
 
 def validate_consumer_conf(conf: dict[str, Any]) -> dict[str, Any]:
@@ -109,9 +115,9 @@ def _spec(params: dict) -> load.LoadSpec:
 def run_pair(params: dict[str, Any], task_key: str) -> dict:
     """Runs (or, on a retry, resumes) one mode x scenario load, or one consumer run; returns the
     run's summary, with its id as run_id."""
-    params = validate_conf(params)
     if "strategy" in params:
-        return run_consumer(params, task_key)
+        return run_consumer(validate_consumer_conf(params), task_key)
+    params, request = _request(params, airflow_run_id=task_key)
     existing = _run_for_task(task_key)
     kafka_conf = _kafka(params)
     if existing is not None:
@@ -121,8 +127,7 @@ def run_pair(params: dict[str, Any], task_key: str) -> dict:
             else load.resume(existing["run_id"], kafka_conf=kafka_conf)
         )
     else:
-        spec = dataclasses.replace(_spec(params), airflow_run_id=task_key)
-        summary = scenarios.run(spec, params["scenario"], kafka_conf=kafka_conf)
+        summary = scenarios.run(request, params["scenario"], kafka_conf=kafka_conf)
     return {**dataclasses.asdict(summary), "scenario": params["scenario"]}
 
 
@@ -138,13 +143,12 @@ def _kafka(params: dict) -> dict | None:
 def start_run(params: dict[str, Any], task_key: str) -> list[dict]:
     """The first task of a run whose producers are mapped tasks: the run made (or, on a retry,
     found) under this task's key; returns each producer's task arguments."""
-    params = validate_conf(params)
+    params, request = _request(params, airflow_run_id=task_key)
     existing = _run_for_task(task_key)
     if existing is not None:
         run_id = existing["run_id"]
     else:
-        spec = dataclasses.replace(_spec(params), airflow_run_id=task_key)
-        run_id = scenarios.begin(spec, params["scenario"], kafka_conf=_kafka(params))
+        run_id = scenarios.begin(request, params["scenario"], kafka_conf=_kafka(params))
     lg = Ledger()
     try:
         return [{"ledger_run": run_id, "producer": p["producer"]} for p in lg.producers(run_id)]

@@ -1,6 +1,6 @@
-"""Runs the Spark checker (spark_apps/reconcile.py) with spark-submit outside Airflow: the CLI
-(`local/semantics reconcile`), the tests and the benchmarks. Airflow runs the same application
-with SparkSubmitOperator."""
+"""The Spark checker's submission: the environment a platform application reads (never its
+arguments), the completion of Airflow's SparkSubmitOperator for it, and spark-submit run outside
+Airflow: the CLI (`local/semantics reconcile`), the tests and the benchmarks."""
 
 from __future__ import annotations
 
@@ -14,17 +14,63 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from delivery_semantics import catalog
+from delivery_semantics.audit import stores
 from delivery_semantics.plumbing.endpoints import (
+    KAFKA_CONN_ID,
+    LEDGER_CONN_ID,
     SPARK_CONN_ID,
-    spark_application_env,
+    kafka_config,
+    lakehouse,
+    ledger_database,
+    pythonpath_with_package,
     spark_apps_dir,
     spark_auth_env,
     spark_class_archive,
     spark_conf,
     spark_jars,
+    spark_kafka_options,
     spark_master,
     spark_py_files,
 )
+
+
+def spark_application_env(
+    ledger_conn_id: str = LEDGER_CONN_ID,
+    kafka_conn_id: str = KAFKA_CONN_ID,
+    source_conn_id: str | None = None,
+    sink_conn_id: str | None = None,
+) -> dict[str, str]:
+    """What a platform Spark application reads from its environment, never from its arguments
+    (`ps` shows those): the ledger database, an audit's source and sink databases, Kafka for
+    librdkafka and for Spark's Kafka source, and this package on the driver's path."""
+    kafka = kafka_config(kafka_conn_id)
+    env = {
+        **ledger_database(ledger_conn_id).spark_env(),
+        "SEMANTICS_KAFKA_CONFIG": json.dumps(kafka),
+        "SEMANTICS_KAFKA_SPARK_OPTIONS": json.dumps(spark_kafka_options(kafka)),
+        "PYTHONPATH": pythonpath_with_package(),
+        # Python UDFs (the Protobuf decoder) need pandas, pyarrow and protobuf: this interpreter's.
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "SEMANTICS_LAKEHOUSE": lakehouse(),
+    }
+    for section, conn_id in (("outbox", source_conn_id), ("sink", sink_conn_id)):
+        if conn_id:
+            env.update(stores.spark_env(conn_id, section))
+    return env
+
+
+def prepare_spark_submit(op) -> None:
+    """Completes a SparkSubmitOperator for a platform application when its task runs: the path of
+    the application, the cached jars, the Spark settings, and the application's environment."""
+    op.application = str(spark_apps_dir() / op.application)
+    op.jars = op.jars or spark_jars()
+    op.conf = {**spark_conf(spark_master(op._conn_id), op.audit_conf, op._conn_id), **(op.conf or {})}
+    op.py_files = op.py_files or spark_py_files()
+    op.env_vars = {
+        **(op.env_vars or {}),
+        **spark_application_env(op.ledger_conn_id, op.kafka_conn_id, op.source_conn_id, op.sink_conn_id),
+        **spark_auth_env(op._conn_id),
+    }
 
 
 @dataclass

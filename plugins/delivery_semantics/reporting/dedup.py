@@ -13,8 +13,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from delivery_semantics import catalog
+from delivery_semantics.plumbing.db import query
 from delivery_semantics.plumbing.endpoints import lakehouse
-from delivery_semantics.reporting.report import query
 
 COLUMNS = catalog.DEDUP_COPY_COLUMNS
 

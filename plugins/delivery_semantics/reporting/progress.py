@@ -23,7 +23,7 @@ from typing import TextIO
 
 from delivery_semantics import catalog
 from delivery_semantics.plumbing import orchestration
-from delivery_semantics.reporting.report import query
+from delivery_semantics.plumbing.db import query
 
 
 def clock(seconds: float) -> str:

@@ -16,7 +16,7 @@ import psycopg2
 import psycopg2.extras
 
 from delivery_semantics import catalog
-from delivery_semantics.plumbing.endpoints import ledger_database
+from delivery_semantics.plumbing.db import query  # report.query: the name the reports' readers know
 
 MATRIX_COLUMNS = (
     "mode",
@@ -33,15 +33,6 @@ MATRIX_COLUMNS = (
     "meets_expectation",
     "records_per_sec",
 )
-
-
-def query(sql: str, params=()) -> list[dict]:
-    with (
-        psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c,
-        c.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur,
-    ):
-        cur.execute(sql, params)
-        return [dict(r) for r in cur.fetchall()]
 
 
 # Rows in this order: producer modes, then consumer strategies; scenarios likewise.

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from delivery_semantics.history.ledger import Outcome, Report, Reports
-from delivery_semantics.workload.generator import Generator, event_id
+from delivery_semantics.records.event import event_id
+from delivery_semantics.workload.generator import Generator
 
 # Errors after which the record certainly is not in the log. Anything else (timeouts, lost
 # connections, NOT_ENOUGH_REPLICAS_AFTER_APPEND, purged in flight) may have been written.

@@ -8,9 +8,8 @@ import random
 import secrets
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
 
+from delivery_semantics.records.event import Event, event_id
 from delivery_semantics.workload.wire import unzigzag, zigzag
 
 # How a record carries its event, per run (the ledger's `runs.record_layout`, sql/V021):
@@ -118,24 +117,6 @@ def with_payload(value: bytes, transform) -> bytes:
 _POOL_BYTES = 1 << 16
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    n: int
-    event_id: str
-    key: str
-    seq: int
-    publish_at_ms: int
-    payload: bytes
-
-    def value(self) -> bytes:
-        """The record's value in the value layout."""
-        return b"%s %d %d %s" % (self.event_id.encode(), self.seq, self.publish_at_ms, self.payload)
-
-    @property
-    def publish_at(self) -> datetime:
-        return datetime.fromtimestamp(self.publish_at_ms / 1000, tz=UTC)
-
-
 def new_run_id(prefix: str = "r") -> str:
     """Sortable and safe as part of an SQL identifier and a topic name; producer runs start with
     r, consumer runs with c."""
@@ -145,10 +126,6 @@ def new_run_id(prefix: str = "r") -> str:
 def slices(messages: int, producers: int) -> list[tuple[int, int]]:
     """[start, stop) of each producer's events: contiguous, as even as can be, covering all."""
     return [(messages * i // producers, messages * (i + 1) // producers) for i in range(producers)]
-
-
-def event_id(run_id: str, n: int) -> str:
-    return f"{run_id}-{n}"
 
 
 class Generator:

@@ -85,7 +85,8 @@ def build() -> Path:
         raise JavaClientError(str(e)) from None
 
 
-def command(mode: str, conf: dict | None = None) -> list[str]:
+def command(subcommand: str, conf: dict | None = None) -> list[str]:
+    """The runner's command line: check, sizes or run (its subcommand, never a delivery mode)."""
     # A heap for twice the client's buffer.memory (32 MB unless set) and some: the JVM shares the machine.
     try:
         buffer_mb = int((conf or {}).get("buffer.memory", 33554432)) >> 20
@@ -100,7 +101,7 @@ def command(mode: str, conf: dict | None = None) -> list[str]:
         "-cp",
         f"{build()}{os.pathsep}{classpath()}",
         MAIN_CLASS,
-        mode,
+        subcommand,
     ]
 
 

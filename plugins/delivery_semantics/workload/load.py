@@ -137,7 +137,17 @@ class RunSummary:
 # --------------------------------------------------------------------------- validation
 
 
-def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, settings.Resolved]:
+@dataclass(frozen=True)
+class RunRequest:
+    """A load's spec once checked as a whole, its producer settings by the client itself (for
+    Java, a JVM): what `create` takes, so that a run's settings are checked once on its way down."""
+
+    spec: LoadSpec
+    mode: catalog.DeliveryMode
+    resolved: settings.Resolved
+
+
+def validate(spec: LoadSpec) -> RunRequest:
     """Everything that can be checked without touching Kafka or the ledger: the producer settings
     by the client itself."""
     try:
@@ -184,7 +194,7 @@ def validate(spec: LoadSpec) -> tuple[catalog.DeliveryMode, settings.Resolved]:
             f"payload_bytes={spec.payload_bytes} does not fit {size_key}={limit} "
             f"(with up to {RECORD_OVERHEAD_BYTES} bytes of key, event fields and framing)"
         )
-    return mode, resolved
+    return RunRequest(spec, mode, resolved)
 
 
 def open_endpoints(kafka_conf: dict, db: Database, error: type[Exception] | None = None) -> Ledger:
@@ -209,11 +219,17 @@ ProgressCallback = Callable[[str, int], None]  # (run_id, events produced so far
 
 
 def create(
-    spec: LoadSpec, *, kafka_conf: dict | None = None, db: Database | None = None, topic_config: dict | None = None
+    request: RunRequest | LoadSpec,
+    *,
+    kafka_conf: dict | None = None,
+    db: Database | None = None,
+    topic_config: dict | None = None,
 ) -> str:
-    """Validates the spec, then makes the run's topic and its row in the ledger; returns the run
-    id. Every parameter a producer session needs is in that row, so `resume` can run it."""
-    mode, resolved = validate(spec)
+    """Makes the run's topic and its row in the ledger, after validating the spec unless it comes
+    validated (a RunRequest); returns the run id. Every parameter a producer session needs is in
+    that row, so `resume` can run it."""
+    request = request if isinstance(request, RunRequest) else validate(request)
+    spec, mode, resolved = request.spec, request.mode, request.resolved
     require_free_disk(spec)
     kafka_conf = kafka_conf or kafka_config()
     ledger = open_endpoints(kafka_conf, db or ledger_database())

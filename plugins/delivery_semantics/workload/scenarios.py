@@ -38,39 +38,45 @@ def prepare(spec: load.LoadSpec, scenario: Scenario) -> load.LoadSpec:
     return dataclasses.replace(spec, **changes)
 
 
-def validate(spec: load.LoadSpec, scenario_name: str) -> tuple[load.LoadSpec, Scenario]:
-    """The pair and the prepared spec, checked before anything starts; and that the nemesis's
-    backend can inject the scenario's faults."""
-    _, scenario = catalog.check_pair(spec.mode, scenario_name)
+def validate(spec: load.LoadSpec | load.RunRequest, scenario_name: str) -> tuple[load.RunRequest, Scenario]:
+    """The pair and the prepared spec, checked before anything starts (the producer settings by
+    the client, once: a RunRequest passes as it is); and that the nemesis's backend can inject the
+    scenario's faults."""
+    _, scenario = catalog.check_pair(spec.mode if isinstance(spec, load.LoadSpec) else spec.spec.mode, scenario_name)
     try:
         backend = backend_from_env()
         if any(step.action == "partition" for step in scenario.timeline):
             backend.link_proxies(1)
     except NemesisError as e:
         raise ScenarioError(f"{scenario.name}: {e}") from None
-    spec = prepare(spec, scenario)
-    load.validate(spec)
-    return spec, scenario
+    if isinstance(spec, load.RunRequest):
+        if spec.spec.scenario != scenario.name:
+            raise ScenarioError(f"the request was prepared for {spec.spec.scenario}, not {scenario.name}")
+        return spec, scenario
+    return load.validate(prepare(spec, scenario)), scenario
 
 
 def run(
-    spec: load.LoadSpec,
+    spec: load.LoadSpec | load.RunRequest,
     scenario_name: str,
     *,
     kafka_conf: dict | None = None,
     db: Database | None = None,
     nemesis: Nemesis | None = None,
     health_timeout: float = 180,
+    topic_config: dict | None = None,
 ) -> load.RunSummary:
     """A whole run from this process: `begin`, then every producer side by side, the first here
     under the scenario and the others as local processes."""
-    validate(spec, scenario_name)  # bad input is refused before any endpoint is looked up
+    request, _ = validate(spec, scenario_name)  # bad input is refused before any endpoint is looked up
     kafka_conf = kafka_conf or kafka_config()
     db = db or ledger_database()
-    run_id = begin(spec, scenario_name, kafka_conf=kafka_conf, db=db, health_timeout=health_timeout)
+    run_id = begin(
+        request, scenario_name, kafka_conf=kafka_conf, db=db, health_timeout=health_timeout, topic_config=topic_config
+    )
     ledger = Ledger(db)
     try:
-        others = load.spawn_producers(run_id, list(range(1, spec.producers)), kafka_conf, db)
+        others = load.spawn_producers(run_id, list(range(1, request.spec.producers)), kafka_conf, db)
         try:
             produce(run_id, 0, kafka_conf=kafka_conf, db=db, nemesis=nemesis, health_timeout=health_timeout)
         finally:
@@ -81,19 +87,22 @@ def run(
 
 
 def begin(
-    spec: load.LoadSpec,
+    spec: load.LoadSpec | load.RunRequest,
     scenario_name: str,
     *,
     kafka_conf: dict | None = None,
     db: Database | None = None,
     health_timeout: float = 180,
+    topic_config: dict | None = None,
 ) -> str:
-    """Validates, gates on cluster health and creates the run (its topic, its row, its producers'
-    slices); returns its id. Nothing is produced yet."""
-    spec, scenario = validate(spec, scenario_name)
+    """Validates, gates on cluster health and creates the run (its topic, with the scenario's
+    settings and then `topic_config`'s, its row, its producers' slices); returns its id. Nothing
+    is produced yet."""
+    request, scenario = validate(spec, scenario_name)
     kafka_conf = kafka_conf or kafka_config()
     wait_healthy(kafka_conf, timeout=health_timeout)
-    return load.create(spec, kafka_conf=kafka_conf, db=db, topic_config=dict(scenario.topic_config))
+    config = {**scenario.topic_config, **(topic_config or {})}
+    return load.create(request, kafka_conf=kafka_conf, db=db, topic_config=config)
 
 
 def produce(

@@ -19,10 +19,25 @@ from delivery_semantics.audit.stores.sql import (
 
 
 class JdbcStore(Store):
+    """A store read over JDBC; its dialect is these facts, which a subclass overrides: how it quotes
+    identifiers and writes a time, its JDBC driver and URL, its default port, and the statement that
+    makes a session read-only. PostgreSQL's here."""
+
     quote = staticmethod(quote_ident)
     timestamp = staticmethod(timestamptz)
     driver = "org.postgresql.Driver"
+    default_port = 5432
     read_only_statement = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+
+    @staticmethod
+    def jdbc_url(db) -> str:
+        return db.jdbc_url
+
+    @classmethod
+    def database(cls, conn_id: str):
+        from delivery_semantics.plumbing.endpoints import database
+
+        return database(conn_id, cls.default_port)
 
     def select(self) -> str:
         if self.section == "outbox":
@@ -31,12 +46,11 @@ class JdbcStore(Store):
 
     @classmethod
     def spark_env(cls, conn_id: str, prefix: str) -> dict[str, str]:
-        from delivery_semantics.plumbing.endpoints import database
-
-        return database(conn_id).spark_env(f"{prefix}_JDBC")
+        db = cls.database(conn_id)
+        return db.spark_env(f"{prefix}_JDBC", cls.jdbc_url(db))
 
     def read(self, spark, time_column: str | None = None, since: datetime | None = None, until: datetime | None = None):
-        from checker.sources import Jdbc  # the Spark application's JDBC reader
+        from delivery_semantics.audit.stores.spark_jdbc import Jdbc  # pyspark: only where Spark runs
 
         jdbc = Jdbc(
             spark,

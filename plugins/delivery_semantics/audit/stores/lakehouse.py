@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from delivery_semantics.audit.audits import AuditError
+from delivery_semantics.audit import AuditError
 from delivery_semantics.audit.stores.base import Store
 
 # What makes a folder a table of each format, as its reader finds it.
@@ -53,7 +53,7 @@ class LakehouseStore(Store):
         from pyspark.sql import functions as F
         from pyspark.sql.utils import AnalysisException
 
-        from checker.sources import InputError
+        from delivery_semantics.audit.stores.spark_jdbc import InputError
 
         reader = spark.read.format(self.format)
         try:

@@ -3,7 +3,7 @@ sessions (pgjdbc's readOnlyMode=always), split on a partitioning column when the
 
 from __future__ import annotations
 
-from delivery_semantics.audit.audits import AuditError
+from delivery_semantics.audit import AuditError
 from delivery_semantics.audit.stores.jdbc import JdbcStore
 
 
@@ -18,9 +18,7 @@ class PostgresStore(JdbcStore):
         import psycopg2
         import psycopg2.errors
 
-        from delivery_semantics.plumbing.endpoints import database
-
-        db = database(self.conn_id)
+        db = self.database(self.conn_id)
         select = self.select()
         try:
             conn = psycopg2.connect(**db.psycopg2_kwargs())

@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from delivery_semantics.audit.audits import Audit, AuditError
+from delivery_semantics.audit import AuditError
+
+if TYPE_CHECKING:
+    from delivery_semantics.audit.audits import Audit
 
 
 def quote_ident(name: str, mark: str = '"') -> str:
@@ -20,18 +24,9 @@ def quote_ident(name: str, mark: str = '"') -> str:
     return ".".join(f"{mark}{p}{mark}" for p in parts)
 
 
-def quote_mysql(name: str) -> str:
-    return quote_ident(name, "`")
-
-
 def timestamptz(t: datetime) -> str:
     """A time as PostgreSQL reads it."""
     return f"TIMESTAMPTZ '{t.astimezone(UTC).isoformat()}'"
-
-
-def timestamp_utc(t: datetime) -> str:
-    """A time as MySQL reads it in a session whose time zone is UTC (Database.jdbc_url)."""
-    return f"TIMESTAMP '{t.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}'"
 
 
 PARTITION_KEY = "partition_key"

@@ -1,0 +1,161 @@
+"""Spark's JDBC reads and writes of a database named by environment variables (<prefix>_URL,
+_USER, _PASSWORD, set at submit time from an Airflow connection): the platform's results database,
+and an audit's outbox or sink, only ever read, in read-only sessions. The checker and the SQL
+stores share it; it lives with the stores so that no plugin module imports the Spark application."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import zlib
+
+from pyspark.sql import DataFrame, SparkSession
+
+
+class InputError(Exception):
+    """Bad input or an endpoint that cannot be reached: exit 2 with the message."""
+
+
+class Jdbc:
+    """A database from its environment variables (<prefix>_URL, _USER, _PASSWORD): the ledger's
+    (SEMANTICS_JDBC), or an audit's outbox (SEMANTICS_SOURCE_JDBC), which is only ever read, in
+    read-only sessions."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        prefix: str = "SEMANTICS_JDBC",
+        read_only: bool = False,
+        driver: str = "org.postgresql.Driver",
+        read_only_statement: str = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+    ):
+        try:
+            self.url = os.environ[f"{prefix}_URL"]
+            self.user = os.environ[f"{prefix}_USER"]
+            self.password = os.environ[f"{prefix}_PASSWORD"]
+        except KeyError as e:
+            raise InputError(f"{e.args[0]} is not set") from None
+        self.spark, self.read_only, self.driver = spark, read_only, driver
+        self.props = {"user": self.user, "password": self.password, "driver": driver}
+        if driver == "org.postgresql.Driver":
+            # The driver sends a batch as multi-row INSERTs, not one per row.
+            self.props["reWriteBatchedInserts"] = "true"
+        if read_only:
+            self.props["sessionInitStatement"] = read_only_statement
+
+    def read(self, query: str, **partitioning) -> DataFrame:
+        reader = (
+            self.spark.read.format("jdbc").option("url", self.url).option("query", query)
+            if not partitioning
+            else self.spark.read.format("jdbc").option("url", self.url).option("dbtable", f"({query}) AS q")
+        )
+        for k, v in {**self.props, "fetchsize": "20000", **partitioning}.items():
+            reader = reader.option(k, str(v))
+        return reader.load()
+
+    def read_spread(
+        self, query: str, table: str, column: str, where: str, params: list, rows_per_task: int, max_tasks: int = 64
+    ) -> tuple[DataFrame, int]:
+        """`query` read in tasks of about `rows_per_task` rows, split on the integer `column` of
+        `table` over its range among the rows `where` selects, and how many rows those are. The
+        names are the checker's own, never a user's; `params` bind the `where`."""
+        lo, hi, count = self.scalar_rows(
+            f"SELECT coalesce(min({column}), 0), coalesce(max({column}), 0), count(*) FROM {table} WHERE {where}",
+            params,
+        )[0]
+        df = self.read(
+            query,
+            partitionColumn=column,
+            lowerBound=int(lo),
+            upperBound=int(hi) + 1,
+            numPartitions=max(1, min(max_tasks, int(count) // rows_per_task + 1)),
+        )
+        return df, int(count)
+
+    def write(self, df: DataFrame, table: str) -> None:
+        (
+            df.write.format("jdbc")
+            .option("url", self.url)
+            .option("dbtable", table)
+            .option("batchsize", "20000")
+            .option("truncate", "false")
+            .options(**self.props)
+            .mode("overwrite")
+            .save()
+        )
+
+    def connection(self):
+        jvm = self.spark._jvm
+        # --jars puts the driver in Spark's class loader, which java.sql.DriverManager cannot see;
+        # Spark's registry wraps it so that DriverManager can.
+        jvm.org.apache.spark.sql.execution.datasources.jdbc.DriverRegistry.register(self.driver)
+        props = jvm.java.util.Properties()
+        props.setProperty("user", self.user)
+        props.setProperty("password", self.password)
+        if self.read_only and self.driver == "org.postgresql.Driver":
+            # pgjdbc makes a session read-only only inside transactions unless told so: "always"
+            # holds for autocommit statements too.
+            props.setProperty("readOnlyMode", "always")
+        try:
+            conn = jvm.java.sql.DriverManager.getConnection(self.url, props)
+        except Exception as e:
+            raise InputError(f"the database at {self.url} cannot be reached: {_java_message(e)}") from None
+        conn.setReadOnly(self.read_only)
+        return conn
+
+    def scalar_rows(self, sql: str, params: list) -> list[list]:
+        conn = self.connection()
+        try:
+            st = conn.prepareStatement(sql)
+            for i, p in enumerate(params, 1):
+                st.setObject(i, p)
+            rs = st.executeQuery()
+            meta = rs.getMetaData()
+            rows = []
+            while rs.next():
+                rows.append([rs.getObject(i) for i in range(1, meta.getColumnCount() + 1)])
+            return rows
+        finally:
+            conn.close()
+
+    def execute_in_transaction(self, statements: list[tuple[str, list]]) -> None:
+        conn = self.connection()
+        try:
+            conn.setAutoCommit(False)
+            for sql, params in statements:
+                st = conn.prepareStatement(sql)
+                for i, p in enumerate(params, 1):
+                    st.setObject(i, p)
+                st.execute()
+                st.close()
+            conn.commit()
+        except Exception:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
+
+    def staging_token(self, owner: str) -> str:
+        """The token of this attempt's staging tables (`stg_<what>_<token>`), once the tables an
+        earlier attempt for the same owner (a reconciliation, a window) left behind are dropped: an
+        attempt killed after staging left them, and nothing else, since its merge is one
+        transaction."""
+        tag = f"{zlib.crc32(owner.encode()):08x}"
+        left = self.scalar_rows(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE ?",
+            [f"stg\\_%\\_{tag}\\_%"],
+        )
+        if left:
+            self.execute_in_transaction([(f'DROP TABLE IF EXISTS "{t}"', []) for (t,) in left])
+        return f"{tag}_{secrets.token_hex(6)}"
+
+
+def _java_message(e: Exception) -> str:
+    text = str(e)
+    for line in text.splitlines():
+        if "Exception:" in line:
+            return line.split("Exception:", 1)[1].strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+# --------------------------------------------------------------------------- offsets

@@ -1,0 +1,1 @@
+"""The top floor: what a user runs, over everything below it."""

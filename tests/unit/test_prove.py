@@ -1,0 +1,99 @@
+"""`prove`'s plan: each finding the rule catalog makes on a producer and its topic is put to the
+fewest runs that can show it, and bad input is refused in one line before any run. (The runs
+themselves, and what they confirm: tests/integration/test_prove.py.)"""
+
+import pytest
+from conftest import cli
+
+from delivery_semantics.entry import prove
+
+
+def _plan(mode: str, *sets: str) -> dict[str, list[str]]:
+    planned, left = prove.plan(prove.predictions(prove.request(mode, list(sets))), mode)
+    out = {p.label: [x.rule.name for x in p.predictions] for p in planned}
+    out.update({"left": [o.prediction.rule.name for o in left]} if left else {})
+    return out
+
+
+def test_a_leader_acked_producer_is_put_to_an_isolated_leader_and_to_lost_acks():
+    assert _plan("at_least_once") == {
+        "isolated_leader": ["acks_one", "acks_one_offsets"],
+        "lost_ack": ["retries_without_idempotence", "in_flight_without_idempotence"],
+    }
+
+
+def test_findings_on_the_producer_and_the_topic_share_the_run_that_shows_them():
+    plan = _plan(
+        "at_least_once_all",
+        "topic.min.insync.replicas=1",
+        "producer.enable.idempotence=false",
+        "producer.max.in.flight.requests.per.connection=5",
+    )
+    assert plan == {
+        "lost_ack": ["retries_without_idempotence", "in_flight_without_idempotence"],
+        "isolated_leader": ["min_insync_one"],
+    }
+
+
+def test_a_consumers_findings_run_as_the_strategy_that_does_what_its_setting_does():
+    assert _plan("idempotent", "consumer.enable.auto.commit=true") == {
+        "producer_crash": ["idempotence_across_restarts"],
+        "commit_before_process x consumer_crash": ["auto_commit"],
+        "process_then_commit x consumer_crash": ["commit_after_process_without_dedup"],
+        "left": ["auto_offset_reset_latest"],  # no strategy here resets to latest: not put to a run
+    }
+    assert _plan("idempotent", "consumer.enable.auto.commit=false", "consumer.app.dedup=true") == {
+        "producer_crash": ["idempotence_across_restarts"],
+        "left": ["auto_offset_reset_latest"],
+    }
+
+
+def test_a_mode_that_cannot_run_a_findings_scenario_leaves_it_out_and_says_why():
+    # The preset's producer is idempotent: only a producer crash, which a run of it can take.
+    assert _plan("idempotent") == {"producer_crash": ["idempotence_across_restarts"]}
+    assert _plan("transactional") == {}
+    planned, left = prove.plan(prove.predictions(prove.request("at_most_once", [])), "at_most_once")
+    assert [(p.scenario, [x.rule.name for x in p.predictions]) for p in planned] == [("leader_kill", ["acks_zero"])]
+    assert left == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mode", "nope"], "prove: unknown mode 'nope'"),
+        (
+            ["--mode", "at_least_once", "--set", "producer.bootstrap.servers=evil:9092"],
+            "bootstrap.servers cannot be set",
+        ),
+        (
+            ["--mode", "at_least_once", "--set", "topic.cleanup.policy=compact"],
+            "a topic here takes min.insync.replicas",
+        ),
+        (["--mode", "at_least_once", "--set", "topic.min.insync.replicas=0"], "a topic here takes"),
+        (["--mode", "at_least_once", "--set", "consumer.group.id=x"], "a consumer here takes enable.auto.commit"),
+        (
+            ["--mode", "at_least_once", "--set", "connector.errors.tolerance=all"],
+            "producer, topic and consumer settings",
+        ),
+        (["--mode", "at_least_once", "--set", "producer.acks=1\r\nx=y"], "is not FAMILY.KEY=VALUE"),
+        (["--mode", "at_least_once", "--client", "go"], "runs on librdkafka, java, not go"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line_before_any_run(args, message):
+    res = cli("prove", *args, "--dry-run", SEMANTICS_NEMESIS_BACKEND="docker")
+    assert res.returncode == 2 and message in res.stderr, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and res.stdout == ""
+
+
+def test_the_dry_run_prints_each_finding_with_the_run_planned_for_it():
+    res = cli("prove", "--mode", "at_least_once", "--dry-run", SEMANTICS_NEMESIS_BACKEND="docker")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == ["finding", "settings", "predicted", "scenario", "run", "observed", "confirmed"]
+    assert [ln.split()[0] for ln in lines[2:]] == [
+        "acks_one",
+        "acks_one_offsets",
+        "retries_without_idempotence",
+        "in_flight_without_idempotence",
+    ]
+    assert "prove: 4 findings, 0 runs; none refuted" in res.stderr
