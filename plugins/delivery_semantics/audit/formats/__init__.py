@@ -3,11 +3,18 @@ file's `record.format` or `record.key_format` gives. A new format is its module 
 
 from __future__ import annotations
 
-from delivery_semantics.audit.formats import avro_format, json_format, protobuf_format, string_format
+import importlib
+
 from delivery_semantics.audit.formats.base import Decoder, FieldError, decoded_column
 
+_MODULES = (  # each holds its DECODER
+    "json_format",
+    "avro_format",
+    "protobuf_format",
+    "string_format",
+)
 FORMATS: dict[str, Decoder] = {
-    d.name: d for d in (json_format.DECODER, avro_format.DECODER, protobuf_format.DECODER, string_format.DECODER)
+    d.name: d for d in (importlib.import_module(f"{__name__}.{m}").DECODER for m in _MODULES)
 }
 KEY_FORMATS = {name: d for name, d in FORMATS.items() if d.key_specs}
 
