@@ -379,6 +379,15 @@ def test_an_audits_spark_section_takes_sizes_only(tmp_path, spark, message):
         audits.load(path)
 
 
+@pytest.mark.parametrize("value", ["120\r\nSPARK_HOME=/tmp", 0, 3601, -1, 1.5, True, "120"])
+def test_an_audits_kafka_retry_bound_is_a_whole_number_of_seconds_within_an_hour(tmp_path, value):
+    """It reaches the Spark application as an environment variable: nothing but 1-3600 passes."""
+    path = _audit(tmp_path, lambda s: s.update(kafka_retry_seconds=value))
+    with pytest.raises(audits.AuditError, match="kafka_retry_seconds"):
+        audits.load(path)
+    assert audits.load(_audit(tmp_path, lambda s: s.update(kafka_retry_seconds=3))).spec["kafka_retry_seconds"] == 3
+
+
 def test_sink_and_copy_paths_stay_under_the_operators_roots(tmp_path, monkeypatch):
     monkeypatch.setenv("SEMANTICS_LAKEHOUSE", str(tmp_path / "lake"))
     for edit, field in [
