@@ -143,6 +143,7 @@ def test_an_audit_of_each_format_finds_every_planted_case_by_id(name):
     assert "the at_least_once promise is broken by lost_acked" in out
 
 
+@pytest.mark.slow  # CI's budget: the header and JSON-path cases in test_audits.py show the same line
 def test_an_avro_audit_naming_a_field_no_record_has_says_so_plainly(tmp_path, fresh_topic):
     """orders_avro with `event_id: {field: note}`: a field of schema v2 that no record fills (v1
     records lack it). With no deduplicated copy (`store: off`), the audit still gives its whole
