@@ -142,6 +142,13 @@ def links_of(node_id: int) -> list[str]:
     return [link.name for link in LINKS if node_id in (link.source.node_id, link.target.node_id)]
 
 
+def fetches_from(node_id: int) -> list[str]:
+    """The proxies its followers fetch its partitions' records through (their links into its
+    inter-broker listener): cut, its followers fall out of its ISR while the broker itself stays
+    in touch with the controllers."""
+    return [link.name for link in LINKS if link.target.node_id == node_id and link.listener == "internal"]
+
+
 def bootstrap_servers() -> str:
     """The client-facing bootstrap list: every broker through its Toxiproxy port."""
     return ",".join(f"{HOST}:{b.proxy_port}" for b in BROKERS)

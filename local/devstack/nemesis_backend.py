@@ -11,7 +11,7 @@ import time
 
 from delivery_semantics.faults.nemesis import Backend, NemesisError
 from devstack.connect import kill_worker, start_worker, stop_worker, wait_for_worker, worker_named
-from devstack.kafka import BROKER_IDS, BROKERS, broker_pid, links_of, start_broker, stop_broker
+from devstack.kafka import BROKER_IDS, BROKERS, broker_pid, fetches_from, links_of, start_broker, stop_broker
 from devstack.postgres import CDC, restart_postgres
 
 
@@ -66,3 +66,6 @@ class ProcessBackend(Backend):
 
     def link_proxies(self, node_id: int) -> list[str]:
         return links_of(node_id)
+
+    def fetch_proxies(self, node_id: int) -> list[str]:
+        return fetches_from(node_id)

@@ -52,9 +52,10 @@ def all_subjects():
     return pairs + catalog.pipeline_pairs()
 
 
-def test_the_valid_pairs_are_the_25_of_design_md_the_network_partition_and_the_upgrade_faults():
+def test_the_valid_pairs_are_the_25_of_design_md_the_network_partition_the_upgrade_and_the_shrunk_isr():
     pairs = catalog.valid_pairs()
-    assert len(pairs) == 36
+    assert len(pairs) == 40
+    assert [m for m, s in pairs if s == "shrunk_isr_leader_kill"] == [m for m in catalog.MODES if m != "at_most_once"]
     assert [m for m, s in pairs if s == "rolling_restart"] == list(catalog.MODES)
     assert [m for m, s in pairs if s == "coordinator_kill"] == ["transactional"]
     assert [m for m, s in pairs if s == "partitioned_leader"] == list(catalog.MODES)
@@ -160,13 +161,14 @@ def test_pipeline_pairs_that_cannot_work_are_refused(pipeline, scenario, message
 
 def test_the_pipeline_block_is_every_pipeline_under_every_connector_fault():
     pairs = catalog.pipeline_pairs()
-    assert len(pairs) == 13
+    assert len(pairs) == 15
     assert {s for _, s in pairs} == {
         "none",
         "leader_kill",
         "rolling_restart",
         "coordinator_kill",
         "connect_worker_kill",
+        "sink_worker_kill",
         "connect_rebalance",
         "outbox_db_restart",
     }
@@ -196,6 +198,7 @@ def test_timelines_are_data_with_known_actions():
                 "coordinator",
                 "cluster",
                 "source_worker",
+                "sink_worker",
                 "outbox_db",
             )
         times = [st.at for st in s.timeline if st.after_share is None]

@@ -9,16 +9,19 @@ from delivery_semantics.entry import prove
 
 
 def _plan(mode: str, *sets: str) -> dict[str, list[str]]:
-    planned, left = prove.plan(prove.predictions(prove.request(mode, list(sets))), mode)
+    req = prove.request(mode, list(sets))
+    planned, left = prove.plan(prove.predictions(req), req)
     out = {p.label: [x.rule.name for x in p.predictions] for p in planned}
     out.update({"left": [o.prediction.rule.name for o in left]} if left else {})
     return out
 
 
-def test_a_leader_acked_producer_is_put_to_an_isolated_leader_and_to_lost_acks():
+def test_a_leader_acked_producer_is_put_to_an_isolated_leader_lost_acks_and_a_rolling_restart():
+    # Reordering is shown by a leader's move, not by lost acks: every first copy is written in order.
     assert _plan("at_least_once") == {
         "isolated_leader": ["acks_one", "acks_one_offsets"],
-        "lost_ack": ["retries_without_idempotence", "in_flight_without_idempotence"],
+        "lost_ack": ["retries_without_idempotence"],
+        "rolling_restart": ["in_flight_without_idempotence"],
     }
 
 
@@ -30,8 +33,9 @@ def test_findings_on_the_producer_and_the_topic_share_the_run_that_shows_them():
         "producer.max.in.flight.requests.per.connection=5",
     )
     assert plan == {
-        "lost_ack": ["retries_without_idempotence", "in_flight_without_idempotence"],
-        "isolated_leader": ["min_insync_one"],
+        "lost_ack": ["retries_without_idempotence"],
+        "shrunk_isr_leader_kill": ["min_insync_one"],
+        "rolling_restart": ["in_flight_without_idempotence"],
     }
 
 
@@ -52,9 +56,28 @@ def test_a_mode_that_cannot_run_a_findings_scenario_leaves_it_out_and_says_why()
     # The preset's producer is idempotent: only a producer crash, which a run of it can take.
     assert _plan("idempotent") == {"producer_crash": ["idempotence_across_restarts"]}
     assert _plan("transactional") == {}
-    planned, left = prove.plan(prove.predictions(prove.request("at_most_once", [])), "at_most_once")
+    req = prove.request("at_most_once", [])
+    planned, left = prove.plan(prove.predictions(req), req)
     assert [(p.scenario, [x.rule.name for x in p.predictions]) for p in planned] == [("leader_kill", ["acks_zero"])]
     assert left == []
+
+
+def test_a_pipelines_source_is_put_to_its_worker_kill_and_its_sink_to_the_sinks():
+    def plan(name: str) -> dict[str, list[str]]:
+        req = prove.request(None, [], pipeline=name)
+        planned, left = prove.plan(prove.predictions(req), req)
+        assert left == []
+        return {p.label: [x.rule.name for x in p.predictions] for p in planned}
+
+    assert plan("debezium_outbox") == {
+        "connect_worker_kill": ["source_without_exactly_once"],
+        "sink_worker_kill": ["jdbc_sink_insert"],
+    }
+    # Exactly-once support on the source: only the sink's insert mode is left to prove.
+    assert plan("debezium_outbox_eos") == {"sink_worker_kill": ["jdbc_sink_insert"]}
+    # A sink's finding is read in the sink table, a source's in the topic.
+    roles = {p.rule.name: role for p, role in prove._pipeline_findings("debezium_outbox")}
+    assert roles == {"source_without_exactly_once": "source", "jdbc_sink_insert": "sink"}
 
 
 @pytest.mark.parametrize(
@@ -73,10 +96,13 @@ def test_a_mode_that_cannot_run_a_findings_scenario_leaves_it_out_and_says_why()
         (["--mode", "at_least_once", "--set", "consumer.group.id=x"], "a consumer here takes enable.auto.commit"),
         (
             ["--mode", "at_least_once", "--set", "connector.errors.tolerance=all"],
-            "producer, topic and consumer settings",
+            "a mode proves producer, topic and consumer settings",
         ),
         (["--mode", "at_least_once", "--set", "producer.acks=1\r\nx=y"], "is not FAMILY.KEY=VALUE"),
         (["--mode", "at_least_once", "--client", "go"], "runs on librdkafka, java, not go"),
+        (["--pipeline", "nope"], "prove: unknown pipeline 'nope'"),
+        (["--pipeline", "debezium_outbox", "--set", "connector.insert.mode=upsert"], "no --set or --client"),
+        (["--mode", "at_least_once", "--pipeline", "debezium_outbox"], "not allowed with argument"),
     ],
 )
 def test_bad_input_is_refused_in_one_line_before_any_run(args, message):

@@ -1,27 +1,36 @@
-"""Predict, then prove: the rule catalog's findings on a producer, its topic and a consumer, each
-put to the fewest runs that can show it, then what the checker observed beside what the rule
-predicted. A consumer's finding runs as the consumer strategy that does what its setting does (a
-consumer that auto-commits, or commits before it writes, as commit_before_process), on a fresh
-input run, under a consumer crash.
+"""Predict, then prove: the rule catalog's findings on a producer, its topic and a consumer, or on
+a connector pipeline's two connectors, each put to the fewest runs that can show it, then what
+the checker observed beside what the rule predicted. A consumer's finding runs as the consumer
+strategy that does what its setting does (a consumer that auto-commits, or commits before it
+writes, as commit_before_process), on a fresh input run, under a consumer crash. A connector's
+runs as its pipeline under the rule's scenario, its source's findings read in the topic and its
+sink's in the sink table.
 
 A finding is confirmed when its run shows the kind it predicts (a count above zero, at the
 isolation level that kind is read at), and not confirmed when the run shows none of it: then the
-rule or the checker is wrong, and the run says which to look at. A finding no run of the mode can
-expose, or of a family a platform run does not exercise (a consumer's, a connector's), is listed
-as not put to a run, with why.
+rule or the checker is wrong, and the run says which to look at. A finding no run of the subject
+can expose, or of a family its runs do not exercise, is listed as not put to a run, with why.
+
+With `reuse`, a finding is read from the newest run already made of the same mode, client,
+producer and topic settings and scenario (or consumer strategy, or pipeline) that the checker
+has judged, and a run is made only where there is none: CI proves what its suite already ran.
+Every proof is kept in `proofs` (sql/V035__proofs.sql), for the report and the UI.
 
     local/semantics prove --mode NAME [--set producer.KEY=VALUE | topic.KEY=VALUE | consumer.KEY=VALUE ...]
+    local/semantics prove --pipeline NAME
 """
 
 from __future__ import annotations
 
+import json
 import re
+import uuid
 from dataclasses import dataclass, field
 
 from delivery_semantics import catalog, rules
 
-# The families a platform run exercises: its producer's settings, its topic's, and a consumer's.
-PROVABLE = ("producer", "topic", "consumer")
+# The families each subject's runs exercise.
+PROVABLE = {"mode": ("producer", "topic", "consumer"), "pipeline": ("connector",)}
 # What a run's topic may be made with, from a user's text: the settings the topic rules read.
 TOPIC_SETTINGS = {"min.insync.replicas": r"[1-3]", "unclean.leader.election.enable": r"true|false"}
 # What a consumer may be described with: the settings the consumer rules read.
@@ -44,6 +53,12 @@ CONSUMER_STRATEGY = {
     "commit_before_process": "commit_before_process",
     "commit_after_process_without_dedup": "process_then_commit",
 }
+# A pipeline run's counts (pipeline_runs) by the kind a connector rule predicts: in the topic for a
+# source's setting, in the sink table for a sink's.
+PIPELINE_COUNTS = {
+    "source": {"duplicate": "duplicate_events", "lost": "lost", "lost_acked": "lost"},
+    "sink": {"duplicate": "sink_duplicates", "lost": "sink_lost", "lost_acked": "sink_lost"},
+}
 
 
 class ProveError(ValueError):
@@ -54,7 +69,7 @@ class ProveError(ValueError):
 class Planned:
     scenario: str
     predictions: tuple[rules.Prediction, ...]
-    strategy: str | None = None  # a consumer run of this strategy; None: a producer run of the mode
+    strategy: str | None = None  # a consumer run of this strategy; None: a run of the subject
 
     @property
     def label(self) -> str:
@@ -69,6 +84,7 @@ class Outcome:
     isolation: str | None = None
     observed: int | None = None
     why: str = ""
+    reused: bool = False
 
     @property
     def confirmed(self) -> bool | None:
@@ -83,6 +99,7 @@ class Outcome:
             "predicted": r.kind,
             "scenario": self.scenario,
             "run_id": self.run_id,
+            "reused": self.reused,
             "isolation": self.isolation,
             "observed": self.observed,
             "confirmed": self.confirmed,
@@ -92,16 +109,30 @@ class Outcome:
 
 @dataclass
 class Request:
-    mode: str
-    client: str
+    subject: str  # a mode (a preset or a mode file), or a pipeline
+    client: str | None  # the mode's producer client; None for a pipeline
+    kind: str = "mode"  # or "pipeline"
     producer: dict[str, str] = field(default_factory=dict)
     topic: dict[str, str] = field(default_factory=dict)
     consumer: dict[str, str] = field(default_factory=dict)
 
+    def given(self) -> dict[str, dict[str, str]]:
+        return {f: s for f in ("producer", "topic", "consumer") if (s := getattr(self, f))}
 
-def request(mode: str, sets: list[str], client: str | None = None) -> Request:
-    """The mode and the settings over it, checked: `producer.KEY=VALUE` through the client's own
-    allowlist when the runs are made, `topic.KEY=VALUE` through TOPIC_SETTINGS here."""
+
+def request(mode: str | None, sets: list[str], client: str | None = None, pipeline: str | None = None) -> Request:
+    """The mode (or pipeline) and the settings over it, checked: `producer.KEY=VALUE` through the
+    client's own allowlist, `topic.` and `consumer.` through TOPIC_SETTINGS and CONSUMER_SETTINGS."""
+    if (mode is None) == (pipeline is None):
+        raise ProveError("prove one subject: --mode NAME or --pipeline NAME")
+    if pipeline is not None:
+        try:
+            catalog.get_pipeline(pipeline)
+        except catalog.CatalogError as e:
+            raise ProveError(str(e)) from None
+        if sets or client:
+            raise ProveError("a pipeline is proved with its own connectors' settings: no --set or --client")
+        return Request(pipeline, None, "pipeline")
     try:
         mode_obj = catalog.get_mode(mode)
     except catalog.CatalogError as e:
@@ -123,7 +154,10 @@ def request(mode: str, sets: list[str], client: str | None = None) -> Request:
                 raise ProveError(f"--set {family}.{key[:60]}={value[:40]!r}: a {family} here takes {said}")
             getattr(req, family)[key] = value
         else:
-            raise ProveError(f"--set {family[:40]}.*: a platform run proves producer, topic and consumer settings")
+            raise ProveError(
+                f"--set {family[:40]}.*: a mode proves producer, topic and consumer settings "
+                "(a connector's: --pipeline NAME)"
+            )
     from delivery_semantics.workload.settings import overrides_of
 
     try:
@@ -134,7 +168,9 @@ def request(mode: str, sets: list[str], client: str | None = None) -> Request:
 
 
 def predictions(req: Request) -> list[rules.Prediction]:
-    given, _ = rules.of_mode(req.mode)
+    if req.kind == "pipeline":
+        return [p for p, _ in _pipeline_findings(req.subject)]
+    given, _ = rules.of_mode(req.subject)
     given["producer"].update(req.producer)
     given["topic"].update(req.topic)
     if req.consumer:
@@ -142,8 +178,17 @@ def predictions(req: Request) -> list[rules.Prediction]:
     return rules.predict(given, req.client)
 
 
-def plan(found: list[rules.Prediction], mode: str) -> tuple[list[Planned], list[Outcome]]:
-    """The fewest runs of `mode` that can show each finding: a scenario at a time, the one that
+def _pipeline_findings(name: str) -> list[tuple[rules.Prediction, str]]:
+    """Each connector's findings with its role (source or sink), each rule once, source first."""
+    seen: dict[str, tuple[rules.Prediction, str]] = {}
+    for role, given in rules.of_pipeline(name).items():
+        for p in rules.predict(given):
+            seen.setdefault(p.rule.name, (p, role))
+    return list(seen.values())
+
+
+def plan(found: list[rules.Prediction], req: Request) -> tuple[list[Planned], list[Outcome]]:
+    """The fewest runs of the subject that can show each finding: a scenario at a time, the one that
     exposes the most findings not yet planned (ties to the rule's own order of scenarios); and the
     findings left out, with why."""
     left: list[Outcome] = []
@@ -151,16 +196,16 @@ def plan(found: list[rules.Prediction], mode: str) -> tuple[list[Planned], list[
     # strategy or None), that can show it.
     open_: dict[int, list[tuple[str, str | None]]] = {}
     for i, p in enumerate(found):
-        if p.rule.family not in PROVABLE:
-            left.append(Outcome(p, why=f"a {p.rule.family} setting: a platform run does not exercise it"))
+        if p.rule.family not in PROVABLE[req.kind]:
+            left.append(Outcome(p, why=f"a {p.rule.family} setting: a {req.kind}'s run does not exercise it"))
             continue
         if p.rule.family == "consumer":
             strategy = CONSUMER_STRATEGY.get(p.rule.name)
             runnable = [(CONSUMER_SCENARIO, strategy)] if strategy else []
             why = "no consumer strategy of the platform does what this setting does"
         else:
-            runnable = [(s, None) for s in p.rule.scenarios if _runnable(mode, s)]
-            why = f"no scenario of {', '.join(p.rule.scenarios)} runs with mode {mode}"
+            runnable = [(s, None) for s in p.rule.scenarios if _runnable(req, s)]
+            why = f"no scenario of {', '.join(p.rule.scenarios)} runs with {req.kind} {req.subject}"
         if not runnable:
             left.append(Outcome(p, why=why))
             continue
@@ -181,9 +226,10 @@ def plan(found: list[rules.Prediction], mode: str) -> tuple[list[Planned], list[
     return planned, left
 
 
-def _runnable(mode: str, scenario: str) -> bool:
+def _runnable(req: Request, scenario: str) -> bool:
+    check = catalog.check_pipeline_pair if req.kind == "pipeline" else catalog.check_pair
     try:
-        catalog.check_pair(mode, scenario)
+        check(req.subject, scenario)
     except catalog.CatalogError:
         return False
     return True
@@ -195,37 +241,120 @@ def isolation_of(kind: str, judged: str) -> str:
     return catalog.READ_UNCOMMITTED if kind == "aborted_visible" else catalog.judged(judged).isolation
 
 
-def prove(req: Request, messages: int = 15_000, seed: int = 11) -> list[Outcome]:
-    """Each planned run made (the mode's producer with the given settings, on a topic made with the
-    given topic settings, under its scenario), all of them reconciled by the checker in one Spark
-    application, and each finding's observed count read from its run's summary."""
+# `reuse`: make every run (False), read a run made the same way where there is one and make the
+# rest (True), or make none (ONLY: what no judged run shows is left, with why).
+ONLY = "only"
+NOTHING_TO_REUSE = "no judged run made this way to reuse, and new runs were not asked for"
+
+
+def prove(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool | str = False) -> list[Outcome]:
+    """Each planned run made (or, with `reuse`, found), all the new producer and consumer runs
+    reconciled by the checker in one Spark application, each finding's observed count read from
+    its run's summary, and the whole proof kept in `proofs`."""
+    planned, left = plan(predictions(req), req)
+    if reuse == ONLY:
+        found = {id(p): _reusable(req, p) for p in planned}
+        left += [Outcome(x, p.label, why=NOTHING_TO_REUSE) for p in planned if not found[id(p)] for x in p.predictions]
+        planned = [p for p in planned if found[id(p)]]
+    if req.kind == "pipeline":
+        outcomes = _prove_pipeline(req, planned, reuse)
+    else:
+        outcomes = _prove_mode(req, planned, messages, seed, reuse)
+    outcomes += left
+    store(req, outcomes)
+    return outcomes
+
+
+def _prove_mode(req: Request, planned: list[Planned], messages: int, seed: int, reuse: bool) -> list[Outcome]:
     from delivery_semantics.plumbing import reconcile
     from delivery_semantics.workload import load, scenarios
 
-    planned, left = plan(predictions(req), req.mode)
-    runs: list[str] = []
+    runs: list[tuple[str, bool]] = []
     for p in planned:
-        if p.strategy:
-            runs.append(_consumer_run(p.strategy, messages, seed))
-            continue
-        spec = load.LoadSpec(
-            mode=req.mode, messages=messages, seed=seed, overrides=dict(req.producer), client=req.client
-        )
-        runs.append(scenarios.run(spec, p.scenario, topic_config=dict(req.topic)).run_id)
-    outcomes: list[Outcome] = []
-    if runs:
-        done = reconcile.run(run_id=runs)
+        found = _reusable(req, p) if reuse else None
+        if found:
+            runs.append((found["id"], True))
+        elif p.strategy:
+            runs.append((_consumer_run(p.strategy, messages, seed), False))
+        else:
+            spec = load.LoadSpec(
+                mode=req.subject, messages=messages, seed=seed, overrides=dict(req.producer), client=req.client
+            )
+            runs.append((scenarios.run(spec, p.scenario, topic_config=dict(req.topic)).run_id, False))
+    fresh = [r for r, reused in runs if not reused]
+    if fresh:
+        done = reconcile.run(run_id=fresh)
         if done.returncode != 0:
             raise RuntimeError(f"the checker failed: {done.error}")
-        counts = {(s["reconciliation_id"], s["isolation"]): s for s in done.summaries}
-        for p, run_id in zip(planned, runs, strict=True):
-            for pred in p.predictions:
-                iso = isolation_of(pred.rule.kind, p.strategy or req.mode)
-                summary = counts.get((run_id, iso))
-                column = catalog.KINDS[pred.rule.kind].summary or pred.rule.kind
-                seen = None if summary is None else catalog.observed(summary, column)
-                outcomes.append(Outcome(pred, p.label, run_id, iso, seen))
-    return outcomes + left
+    outcomes: list[Outcome] = []
+    for p, (run_id, reused) in zip(planned, runs, strict=True):
+        summaries = {s["isolation"]: s for s in _summaries(run_id)}
+        for pred in p.predictions:
+            iso = isolation_of(pred.rule.kind, p.strategy or req.subject)
+            column = catalog.KINDS[pred.rule.kind].summary or pred.rule.kind
+            seen = catalog.observed(summaries[iso], column) if iso in summaries else None
+            outcomes.append(Outcome(pred, p.label, run_id, iso, seen, reused=reused))
+    return outcomes
+
+
+def _prove_pipeline(req: Request, planned: list[Planned], reuse: bool) -> list[Outcome]:
+    from delivery_semantics.workload import pipeline
+
+    roles = {p.rule.name: role for p, role in _pipeline_findings(req.subject)}
+    isolation = catalog.get_pipeline(req.subject).isolation
+    outcomes: list[Outcome] = []
+    for p in planned:
+        row = _reusable(req, p) if reuse else None
+        reused = row is not None
+        if row is None:
+            row = pipeline.run(pipeline.PipelineSpec(req.subject, p.scenario))
+            if row.get("status") != "reconciled":
+                raise RuntimeError(f"pipeline run {row.get('run_id')} ended {row.get('status')}: {row.get('error')}")
+        for pred in p.predictions:
+            column = PIPELINE_COUNTS[roles[pred.rule.name]].get(pred.rule.kind)
+            seen = None if column is None or row.get(column) is None else int(row[column])
+            why = "" if column else f"a pipeline run does not count {pred.rule.kind}"
+            outcomes.append(Outcome(pred, p.label, row["run_id"], isolation, seen, why, reused))
+    return outcomes
+
+
+def _summaries(run_id: str) -> list[dict]:
+    from delivery_semantics.plumbing.db import query
+
+    return query("SELECT * FROM reconcile_summary WHERE reconciliation_id = %s AND audit IS NULL", (run_id,))
+
+
+def _reusable(req: Request, p: Planned) -> dict | None:
+    """The newest run the checker has judged that was made as this one would be: its id (`id`),
+    and a pipeline run's whole row."""
+    from delivery_semantics.plumbing.db import query
+
+    if req.kind == "pipeline":
+        rows = query(
+            "SELECT *, run_id AS id FROM pipeline_runs WHERE pipeline = %s AND scenario = %s "
+            "AND status = 'reconciled' ORDER BY created_at DESC LIMIT 1",
+            (req.subject, p.scenario),
+        )
+    elif p.strategy:
+        rows = query(
+            """SELECT c.consumer_run_id AS id FROM consumer_runs c
+               WHERE c.strategy = %s AND c.scenario = %s AND c.status = 'completed'
+                 AND EXISTS (SELECT 1 FROM reconcile_summary s WHERE s.reconciliation_id = c.consumer_run_id)
+               ORDER BY c.created_at DESC LIMIT 1""",
+            (p.strategy, p.scenario),
+        )
+    else:
+        topic = {**catalog.get_scenario(p.scenario).topic_config, **req.topic}
+        rows = query(
+            """SELECT r.run_id AS id FROM runs r
+               WHERE r.mode = %s AND r.client = %s AND r.scenario = %s AND r.status = 'completed'
+                 AND r.settings = %s::jsonb AND r.topic_config = %s::jsonb
+                 AND EXISTS (SELECT 1 FROM reconcile_summary s
+                             WHERE s.reconciliation_id = r.run_id AND s.audit IS NULL)
+               ORDER BY r.created_at DESC LIMIT 1""",
+            (req.subject, req.client, p.scenario, json.dumps(req.producer), json.dumps(topic)),
+        )
+    return rows[0] if rows else None
 
 
 def _consumer_run(strategy: str, messages: int, seed: int) -> str:
@@ -238,6 +367,45 @@ def _consumer_run(strategy: str, messages: int, seed: int) -> str:
     return consumer_workload.start(spec).consumer_run_id
 
 
+def store(req: Request, outcomes: list[Outcome]) -> str:
+    """The proof's rows in `proofs`; its id."""
+    import psycopg2
+    import psycopg2.extras
+
+    from delivery_semantics.plumbing.endpoints import ledger_database
+
+    proof_id = uuid.uuid4().hex[:12]
+    given = json.dumps(req.given())
+    rows = [
+        (
+            proof_id,
+            req.subject,
+            req.client,
+            given,
+            r["rule"],
+            r["family"],
+            json.dumps(r["settings"]),
+            r["predicted"],
+            r["scenario"],
+            r["run_id"],
+            r["reused"],
+            r["isolation"],
+            r["observed"],
+            r["confirmed"],
+            r["why"],
+        )
+        for r in (o.row() for o in outcomes)
+    ]
+    with psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c, c.cursor() as cur:
+        psycopg2.extras.execute_values(
+            cur,
+            "INSERT INTO proofs (proof_id, subject, client, given, rule, family, settings, predicted, scenario, "
+            "run_id, reused, isolation, observed, confirmed, why) VALUES %s",
+            rows,
+        )
+    return proof_id
+
+
 def table(outcomes: list[Outcome]) -> str:
     from delivery_semantics.reporting.report import text_table
 
@@ -248,7 +416,7 @@ def table(outcomes: list[Outcome]) -> str:
             ", ".join(f"{k}={v}" for k, v in o.prediction.settings.items()),
             f"{o.prediction.rule.kind} ({o.isolation})" if o.isolation else o.prediction.rule.kind,
             o.scenario or "-",
-            o.run_id or "-",
+            (o.run_id + (" (reused)" if o.reused else "")) if o.run_id else "-",
             "-" if o.observed is None else str(o.observed),
             {True: "yes", False: "NO", None: f"- ({o.why})" if o.why else "-"}[o.confirmed],
         ]

@@ -92,6 +92,10 @@ class Backend:
             "a broker from its peers; run partition scenarios on the local stack"
         )
 
+    def fetch_proxies(self, node_id: int) -> list[str]:
+        """The Toxiproxy proxies its followers fetch from it through."""
+        return self.link_proxies(node_id)  # refused the same way
+
 
 class DockerComposeBackend(Backend):
     """Drives `docker compose` for the deployment in docker-compose.yaml."""
@@ -302,6 +306,20 @@ class Nemesis:
         for proxy in self.backend.link_proxies(node_id):
             self.toxiproxy.set_enabled(proxy, True)
         self.timeline.record("heal_partition", broker=node_id)
+
+    def cut_fetches(self, node_id: int) -> list[str]:
+        """Its followers can no longer fetch from it; it still reaches the controllers, so past
+        replica.lag.time.max.ms it shrinks its partitions' ISR to itself and goes on leading."""
+        links = self.backend.fetch_proxies(node_id)
+        for proxy in links:
+            self.toxiproxy.set_enabled(proxy, False)
+        self.timeline.record("cut_fetches", broker=node_id, links=len(links))
+        return links
+
+    def heal_fetches(self, node_id: int) -> None:
+        for proxy in self.backend.fetch_proxies(node_id):
+            self.toxiproxy.set_enabled(proxy, True)
+        self.timeline.record("heal_fetches", broker=node_id)
 
     def stop(self, node_id: int) -> None:
         self.backend.stop(node_id)

@@ -14,7 +14,7 @@
     dedup vacuum [--retain-hours N] [--dry-run] [--lakehouse PATH]
     gc [--keep-days N] [--dry-run]   (the platform's own run topics unused for N days, with their sizes)
     predict --mode NAME | --audit NAME | --pipeline NAME | --set FAMILY.KEY=VALUE ... [--json] [--fail-on G]
-    prove --mode NAME [--set producer.KEY=VALUE | topic.KEY=VALUE ...] [--dry-run] [--json]
+    prove --mode NAME [--set producer.KEY=VALUE | topic.KEY=VALUE ...] | --pipeline NAME [--reuse] [--dry-run] [--json]
 
 Bad input is refused with a one-line message and exit 2 before any side effect. `consumer_session`
 is the consumer process a consumer run starts; it is not for people.
@@ -592,7 +592,9 @@ def _prove_parser(sub) -> None:
     ap = sub.add_parser(
         "prove", help="predict, then run the fewest matrix runs that can show each finding, and compare"
     )
-    ap.add_argument("--mode", required=True, help="a preset or a mode file (modes/NAME.yaml)")
+    subject = ap.add_mutually_exclusive_group(required=True)
+    subject.add_argument("--mode", help="a preset or a mode file (modes/NAME.yaml)")
+    subject.add_argument("--pipeline", help="a connector pipeline: its connectors' findings")
     ap.add_argument(
         "--set",
         action="append",
@@ -603,22 +605,34 @@ def _prove_parser(sub) -> None:
     )
     ap.add_argument("--client", help="the producer's client: librdkafka or java (default: the mode's)")
     ap.add_argument("--messages", type=int, default=15_000, help="events per run (default 15,000)")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="read a finding from the newest judged run made the same way, where there is one; make the rest",
+    )
+    ap.add_argument(
+        "--only-reuse",
+        action="store_true",
+        help="as --reuse, and make no run: a finding no judged run shows is listed as not put to one",
+    )
     ap.add_argument("--dry-run", action="store_true", help="the findings and the runs planned, without running")
     ap.add_argument("--json", action="store_true", help="one JSON object per finding")
 
 
 def _prove(args) -> int:
     from delivery_semantics.entry import prove
+    from delivery_semantics.plumbing.endpoints import EndpointError
     from delivery_semantics.workload.load import LoadError
 
     try:
-        req = prove.request(args.mode, args.set, args.client)
+        req = prove.request(args.mode, args.set, args.client, pipeline=args.pipeline)
         if args.dry_run:
-            planned, left = prove.plan(prove.predictions(req), req.mode)
+            planned, left = prove.plan(prove.predictions(req), req)
             outcomes = [prove.Outcome(p, pl.label) for pl in planned for p in pl.predictions] + left
         else:
-            outcomes = prove.prove(req, messages=args.messages)
-    except (prove.ProveError, LoadError, catalog.CatalogError) as e:
+            reuse = prove.ONLY if args.only_reuse else args.reuse
+            outcomes = prove.prove(req, messages=args.messages, reuse=reuse)
+    except (prove.ProveError, LoadError, catalog.CatalogError, EndpointError) as e:
         print(f"prove: {e}", file=sys.stderr)
         return 2
     if args.json:
@@ -641,11 +655,15 @@ def _report_parser(sub) -> None:
     ap.add_argument("--runs", help="comma-separated run ids (default: the latest run of every pair)")
     ap.add_argument("--matrix-run", help="the runs of one semantics_matrix DAG run (its Airflow run id)")
     ap.add_argument("--html", help="write the HTML report here")
+    ap.add_argument("--proofs", action="store_true", help="the newest proof of each subject: predicted beside observed")
 
 
 def _report(args) -> int:
     from delivery_semantics.reporting import report
 
+    if args.proofs:
+        print(report.proof_text(report.proof_rows()))
+        return 0
     run_ids = args.runs.split(",") if args.runs else None
     pipelines = report.pipeline_rows(run_ids)
     if args.matrix_run:

@@ -669,10 +669,42 @@ def html_report(
         pipelines=pipelines or [],
         pipeline_columns=PIPELINE_COLUMNS,
         pipeline_timelines=[(r, png) for r in pipelines or [] if (png := timeline_png(pipeline_timeline(r["run_id"])))],
+        proofs=proof_rows(),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page)
     return path
+
+
+# --------------------------------------------------------------------------- predict, then prove
+
+
+def proof_rows() -> list[dict]:
+    """The newest proof of each subject and given settings (v_latest_proofs), a row a finding,
+    with its settings as text."""
+    rows = query("SELECT * FROM v_latest_proofs ORDER BY subject, client NULLS FIRST, given::text, made_at, rule")
+    for r in rows:
+        r["given_text"] = ", ".join(f"{f}.{k}={v}" for f, s in r["given"].items() for k, v in s.items())
+        r["settings_text"] = ", ".join(f"{k}={v}" for k, v in r["settings"].items())
+    return rows
+
+
+def proof_text(rows: list[dict]) -> str:
+    header = ["subject", "given", "finding", "predicted", "scenario", "run", "observed", "confirmed"]
+    body = [
+        [
+            r["subject"],
+            r["given_text"] or "-",
+            r["rule"],
+            r["predicted"],
+            r["scenario"] or "-",
+            r["run_id"] or "-",
+            "-" if r["observed"] is None else str(r["observed"]),
+            {True: "yes", False: "NO"}.get(r["confirmed"], "-"),
+        ]
+        for r in rows
+    ]
+    return text_table(header, body)
 
 
 def reports_dir() -> Path:

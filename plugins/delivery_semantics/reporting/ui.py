@@ -39,6 +39,7 @@ def matrix_page(user: AuthenticatedUser) -> str:
         pipelines=report.pipeline_rows(),
         pipeline_columns=report.PIPELINE_COLUMNS,
         pipeline_timelines=[],
+        proofs=report.proof_rows(),
     )
 
 

@@ -258,6 +258,7 @@ def create(
                 "producer_config": mask_secrets(resolved.conf),
                 "client": resolved.client,
                 "settings": mask_secrets(resolved.overrides),
+                "topic_config": dict(topic_config or {}),
                 "findings": resolved.finding_rows,
                 "airflow_run_id": spec.airflow_run_id,
             },

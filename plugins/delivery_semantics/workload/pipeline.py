@@ -532,7 +532,8 @@ def _run(spec, pipeline, scenario, names, cluster, kafka_conf, outbox_db, sink_d
     try:
         start_connectors(cluster, pipeline, names, outbox_db, sink_db)
         resolvers = {
-            "source_worker": lambda: [cluster.task_worker(names.source_connector) or _no_task(names)],
+            "source_worker": lambda: [cluster.task_worker(names.source_connector) or _no_task(names.source_connector)],
+            "sink_worker": lambda: [cluster.task_worker(names.sink_connector) or _no_task(names.sink_connector)],
             "outbox_db": lambda: [None],
         }
         if pipeline.transactional:
@@ -613,5 +614,5 @@ def summary_line(row: dict) -> str:
     )
 
 
-def _no_task(names: Names):
-    raise NemesisError(f"{names.source_connector} has no running task to fault")
+def _no_task(connector: str):
+    raise NemesisError(f"{connector} has no running task to fault")
