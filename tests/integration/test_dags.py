@@ -89,12 +89,13 @@ def test_consumer_run_dag_makes_its_input_run_crashes_the_consumer_and_reports_i
 @pytest.mark.serial  # lost acks on every broker's listener, a Connect worker killed
 def test_the_demo_on_a_small_matrix_reports_each_run_and_matches_design_expectations():
     """`make demo`'s script on a smaller matrix, its output piped: one progress line per run, then
-    the matrix DAG's runs as DESIGN.md §3 expects them, each pair on both clients; and its
-    pipeline block, a Debezium outbox pipeline whose Connect worker is killed, checked id for id."""
+    the matrix DAG's runs as DESIGN.md §3 expects them, a pair on both clients; and its pipeline
+    block, a Debezium outbox pipeline whose Connect worker is killed, checked id for id. (CI's
+    budget: the tour's own form, pairs, with one Java twin; the Java idempotent twin is in `make
+    demo`.)"""
     env = {
         "MESSAGES": "3000",
-        "MODES": "at_least_once,idempotent",
-        "SCENARIOS": "lost_ack",
+        "PAIRS": "at_least_once x lost_ack,at_least_once x lost_ack on java,idempotent x lost_ack",
         "STRATEGIES": "process_then_commit",
         "PIPELINES": "debezium_outbox",
         "PIPELINE_SCENARIOS": "connect_worker_kill",
@@ -104,7 +105,7 @@ def test_the_demo_on_a_small_matrix_reports_each_run_and_matches_design_expectat
     (REPO / "artifacts" / "demo-small-matrix.log").write_text(out)
     assert res.returncode == 0, out[-3000:]
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("matrix run ")]
-    assert [ln.split(":")[0] for ln in lines] == [f"matrix run {k}/6" for k in range(1, 7)], res.stdout
+    assert [ln.split(":")[0] for ln in lines] == [f"matrix run {k}/5" for k in range(1, 6)], res.stdout
     piped = [ln for ln in lines if ": pipeline " in ln]
     assert len(piped) == 1 and "pipeline debezium_outbox x connect_worker_kill reconciled | elapsed " in piped[0]
     lines = [ln for ln in lines if ln not in piped]
@@ -112,14 +113,13 @@ def test_the_demo_on_a_small_matrix_reports_each_run_and_matches_design_expectat
     assert sorted(ln.split(": ")[1].split(" loaded")[0] for ln in lines) == [
         "at_least_once (java) x lost_ack",
         "at_least_once x lost_ack",
-        "idempotent (java) x lost_ack",
         "idempotent x lost_ack",
         "process_then_commit x consumer_crash",
     ]
-    assert "reconciled 5 runs" in res.stdout
+    assert "reconciled 4 runs" in res.stdout
     runs = query("""SELECT r.run_id, r.mode, r.scenario FROM runs r
                     WHERE r.airflow_run_id LIKE 'semantics_matrix/%%'
-                    ORDER BY r.created_at DESC LIMIT 4""")
+                    ORDER BY r.created_at DESC LIMIT 3""")
     results = {
         (r["mode"], r["client"]): r
         for r in query("SELECT * FROM v_run_results WHERE run_id = ANY(%s)", ([r["run_id"] for r in runs],))
@@ -127,14 +127,13 @@ def test_the_demo_on_a_small_matrix_reports_each_run_and_matches_design_expectat
     assert sorted(results) == [
         ("at_least_once", "java"),
         ("at_least_once", "librdkafka"),
-        ("idempotent", "java"),
         ("idempotent", "librdkafka"),
     ], "every run gets a summary row"
     assert all(r["meets_expectation"] for r in results.values()), {k: v["expectation"] for k, v in results.items()}
     for client in ("librdkafka", "java"):
         assert results[("at_least_once", client)]["duplicate_events"] > 0, client
-        assert results[("idempotent", client)]["duplicate_events"] == 0, client
-    assert re.search(r"\nidempotent \(java\) +lost_ack ", res.stdout), "the clients side by side in the matrix table"
+    assert results[("idempotent", "librdkafka")]["duplicate_events"] == 0
+    assert re.search(r"\nat_least_once \(java\) +lost_ack ", res.stdout), "the clients side by side in the matrix table"
     # No false positive of the kinds a retry or a lost ack must not produce.
     assert {k: (r["inconsistent_offsets"], r["torn_events"]) for k, r in results.items()} == {
         k: (0, None) for k in results
