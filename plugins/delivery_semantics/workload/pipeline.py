@@ -212,6 +212,10 @@ def sink_config(pipeline: Pipeline, names: Names, sink_db: Database, password: s
         "value.converter": "org.apache.kafka.connect.json.JsonConverter",
         "value.converter.schemas.enable": "true",
         "consumer.override.auto.offset.reset": "earliest",
+        # A killed worker's sink consumer leaves its group only when its session expires: the
+        # default 45 s stalls the restarted task as long as the drain waits for news (measured:
+        # 750 of 3,000 rows applied, then nothing).
+        "consumer.override.session.timeout.ms": "10000",
         **pipeline.sink_settings,
     }
 
