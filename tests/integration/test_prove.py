@@ -69,10 +69,10 @@ def test_a_proof_of_each_family_reads_the_runs_the_suite_already_judged(runs_the
     assert [n for n, r in rows.items() if r["confirmed"] is False] == [], err
     retries = rows["retries_without_idempotence"]
     assert (retries["scenario"], retries["reused"], retries["confirmed"]) == ("lost_ack", True, True), retries
-    [run] = report.query(
+    [made] = report.query(
         "SELECT mode, client, scenario, settings, topic_config FROM runs WHERE run_id = %s", (retries["run_id"],)
     )
-    assert run == {
+    assert made == {
         "mode": "at_least_once",
         "client": "librdkafka",
         "scenario": "lost_ack",
