@@ -197,3 +197,38 @@ def test_the_audits_section_lists_each_audits_latest_check_and_the_events_behind
     ui = render("matrix.html", **empty, audits=[(stream, None)], audit_link="audits/{audit}")
     assert "href='audits/orders_stream'" in ui and "lost_acked</td>" not in ui, "the UI page links to the list"
     assert "No audit has run yet." in render("matrix.html", **empty, audits=[])
+
+
+def test_the_proofs_table_shows_each_finding_red_when_its_run_did_not_confirm_it():
+    from delivery_semantics.reporting.report import render
+
+    def proof(rule, observed, confirmed, run_id="r1", why=""):
+        return {
+            "subject": "at_least_once_all",
+            "client": "librdkafka",
+            "given_text": "topic.min.insync.replicas=1",
+            "rule": rule,
+            "settings_text": "producer.acks=all",
+            "predicted": "lost_acked",
+            "isolation": "read_uncommitted",
+            "scenario": "shrunk_isr_leader_kill" if run_id else None,
+            "run_id": run_id,
+            "reused": False,
+            "observed": observed,
+            "confirmed": confirmed,
+            "why": why,
+        }
+
+    empty = {"title": "T", "intro": "i", "rows": [], "images": [], "timelines": [], "trends": {"days": 30, "plots": []}}
+    proofs = [
+        proof("min_insync_one", 1575, True),
+        proof("<i>x</i>", 0, False, run_id="r2"),
+        proof("auto_offset_reset_latest", None, None, run_id=None, why="no consumer strategy"),
+    ]
+    page = render("matrix.html", **empty, proofs=proofs, run_link="runs/{run_id}")
+    table = page[page.index("<table id='proofs'>") :]
+    assert re.findall(r"<tr class='(\w+)'>", table) == ["kept", "broken", "na"]
+    assert "NO: r2 should have shown lost_acked" in table and "href='runs/r2'" in table
+    assert "not put to a run: no consumer strategy" in table
+    assert "&lt;i&gt;x&lt;/i&gt;" in table and "<i>x</i>" not in table, "escaped"
+    assert "<table id='proofs'>" not in render("matrix.html", **empty, proofs=[]), "no proof, no table"
