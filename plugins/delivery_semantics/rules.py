@@ -412,7 +412,9 @@ RULES: tuple[Rule, ...] = (
         "what came after the last commit (KIP-618)",
         "https://cwiki.apache.org/confluence/display/KAFKA/KIP-618%3A+Exactly-Once+Support+for+Source+Connectors",
         lambda v: (
+            # A connector that requires exactly-once support runs only on a worker that gives it.
             v["connector"].get("exactly.once.source.support") != "enabled"
+            and v["connector"].get("exactly.once.support") != "required"
             and ("connector.class" not in v["connector"] or _source(v))
         ),
     ),
@@ -452,6 +454,10 @@ RULES: tuple[Rule, ...] = (
 )
 
 RULES_BY_NAME = {r.name: r for r in RULES}
+# What is read of a live connector's configuration: what the connector rules read, and its class.
+CONNECTOR_KEYS = frozenset(
+    {"connector.class", *(ref.split(".", 1)[1] for r in RULES for ref in r.reads if ref.startswith("connector."))}
+)
 
 
 def _source(view) -> bool:

@@ -174,3 +174,38 @@ def test_a_sinks_insert_mode_is_proved_by_its_workers_kill(healthy_cluster_after
     )
     # The topic holds each event once (exactly-once source); the sink applied some twice.
     assert p["duplicate_events"] == 0 and sink["observed"] == p["sink_duplicates"] > 0 and sink["confirmed"]
+
+
+def test_predict_reads_a_running_connectors_settings_and_shows_none_of_its_secrets():
+    """A team's sink, read through Connect's REST API: the settings the rules read, nothing else."""
+    from delivery_semantics.plumbing.connect import ConnectCluster
+    from delivery_semantics.plumbing.endpoints import database
+
+    cluster, db, name = ConnectCluster(), database("outbox_app"), "semantics-predict-sink"
+    dummy = "not-a-secret-but-shown-nowhere-7f3a"
+    cluster.put(
+        name,
+        {
+            "connector.class": catalog.SINK_CONNECTOR,
+            "tasks.max": "1",
+            "topics": "semantics-predict-nothing",
+            "connection.url": db.jdbc_url,
+            "connection.username": db.user,
+            "connection.password": dummy,
+            "insert.mode": "insert",
+            "errors.tolerance": "all",
+        },
+    )
+    try:
+        res = run([SEMANTICS, "predict", "--connector", name, "--json"], timeout=120)
+    finally:
+        cluster.delete(name)
+    assert res.returncode == 0, res.stderr
+    found = {r["rule"]: r["settings"] for r in map(json.loads, res.stdout.splitlines())}
+    assert found == {
+        "errors_tolerated_without_a_dead_letter_queue": {"connector.errors.tolerance": "all"},
+        "jdbc_sink_insert": {"connector.insert.mode": "insert"},
+    }
+    assert dummy not in res.stdout + res.stderr and db.jdbc_url not in res.stdout + res.stderr
+    gone = run([SEMANTICS, "predict", "--connector", name], timeout=120)
+    assert gone.returncode == 2 and f"Connector {name} not found" in gone.stderr and gone.stdout == ""

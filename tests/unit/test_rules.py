@@ -197,3 +197,12 @@ def test_predict_reads_a_mode_a_pipeline_or_settings_and_refuses_bad_input_in_on
         assert main(["predict", *argv]) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], (argv, err)
+
+
+def test_a_live_source_that_requires_exactly_once_is_judged_by_that_and_only_rule_keys_are_read():
+    # Through Connect's REST API the worker's setting is not visible; a connector that requires
+    # exactly-once support runs only on a worker that gives it.
+    source = {"connector.class": catalog.SOURCE_CONNECTOR, "exactly.once.support": "required"}
+    assert [p.rule.name for p in rules.predict({"connector": source})] == []
+    assert "connection.password" not in rules.CONNECTOR_KEYS and "connection.url" not in rules.CONNECTOR_KEYS
+    assert {"errors.tolerance", "insert.mode", "exactly.once.support", "connector.class"} <= rules.CONNECTOR_KEYS

@@ -13,7 +13,7 @@
     dedup show RECONCILIATION_ID [--limit N] | dedup sql "SELECT ... FROM dedup_events ..."
     dedup vacuum [--retain-hours N] [--dry-run] [--lakehouse PATH]
     gc [--keep-days N] [--dry-run]   (the platform's own run topics unused for N days, with their sizes)
-    predict --mode NAME | --audit NAME | --pipeline NAME | --set FAMILY.KEY=VALUE ... [--json] [--fail-on G]
+    predict --mode NAME | --audit NAME | --pipeline NAME | --connector NAME | --set FAMILY.KEY=VALUE ... [--json] [--fail-on G]
     prove --mode NAME [--set producer.KEY=VALUE | topic.KEY=VALUE ...] | --pipeline NAME [--reuse] [--dry-run] [--json]
 
 Bad input is refused with a one-line message and exit 2 before any side effect. `consumer_session`
@@ -518,6 +518,10 @@ def _predict_parser(sub) -> None:
     what.add_argument("--mode", help="a preset or a mode file (modes/NAME.yaml): its producer on the platform's topic")
     what.add_argument("--audit", help="an audit (audits/NAME.yaml): its topic's and brokers' configuration, read live")
     what.add_argument("--pipeline", help="a connector pipeline of the catalog: its source and sink connectors")
+    what.add_argument(
+        "--connector", help="a running connector: the settings the rules read, through Connect's REST API"
+    )
+    ap.add_argument("--connect", default="kafka_connect", help="with --connector: its Connect cluster's connection id")
     ap.add_argument(
         "--set",
         action="append",
@@ -548,6 +552,10 @@ def _predict(args) -> int:
 
             audit = audits.load(args.audit)
             given = audit_preflight.given_settings(audit, endpoints.kafka_config(audit.kafka_conn_id))
+        if args.connector:
+            from delivery_semantics.plumbing.connect import ConnectCluster
+
+            given = {"connector": ConnectCluster(args.connect).settings_for_rules(args.connector)}
         for pair in args.set:
             name, sep, value = pair.partition("=")
             family, dot, key = name.partition(".")
@@ -560,7 +568,7 @@ def _predict(args) -> int:
         if args.pipeline:
             found = [p for role in rules.of_pipeline(args.pipeline).values() for p in rules.predict(role)]
         elif not given:
-            raise rules.RuleError("nothing to read: give --mode, --audit, --pipeline or --set")
+            raise rules.RuleError("nothing to read: give --mode, --audit, --pipeline, --connector or --set")
         else:
             found = rules.predict(given, client or catalog.LIBRDKAFKA)
     except (

@@ -22,6 +22,7 @@ import urllib.request
 from delivery_semantics.plumbing.endpoints import EndpointError, get_connection
 
 CONNECT_CONN_ID = "kafka_connect"
+CONNECTOR_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}"
 
 
 class ConnectError(EndpointError):
@@ -104,6 +105,17 @@ class ConnectCluster:
 
     def status(self, name: str) -> dict:
         return self.call("GET", f"/connectors/{_quoted(name)}/status")
+
+    def settings_for_rules(self, name: str) -> dict[str, str]:
+        """The settings of a running connector that the rule catalog reads (and its class), and no
+        other: its passwords and URLs never leave this call. A name Connect does not know is
+        refused as Connect says it."""
+        if not re.fullmatch(CONNECTOR_NAME, name or ""):
+            raise ConnectError(f"connector name {str(name)[:80]!r} is not {CONNECTOR_NAME}")
+        from delivery_semantics import rules
+
+        config = self.call("GET", f"/connectors/{_quoted(name)}/config", retry_for=10)
+        return {k: str(v) for k, v in config.items() if k in rules.CONNECTOR_KEYS}
 
     def task_worker(self, name: str, task: int = 0) -> str | None:
         """The worker (host:port) running one of a connector's tasks, if it runs."""
