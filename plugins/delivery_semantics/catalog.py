@@ -1212,6 +1212,47 @@ def parse_pipeline_pair(text: str) -> tuple[str, str]:
     return pipeline, scenario
 
 
+# A setting a proof is given: FAMILY.KEY=VALUE, on one line (the families' allowlists check the rest).
+PROVE_SETTING_PATTERN = r"^(producer|topic|consumer)\.[A-Za-z0-9._-]{1,100}=[^\r\n]{0,200}$"
+PROVE_REUSE = ("yes", "no", "only")
+
+
+def prove_form() -> dict[str, dict]:
+    """`semantics_prove`'s form: a mode or pipeline, settings over it, and whether to read runs
+    already judged."""
+    return {
+        "subject": {
+            "default": "at_least_once_all",
+            "type": "string",
+            "enum": [*all_modes(), *PIPELINES],
+            "description": "a mode (a preset or a mode file) with the settings below, or a connector pipeline",
+        },
+        "settings": {
+            "default": [],
+            "type": "array",
+            "items": {"type": "string", "pattern": PROVE_SETTING_PATTERN},
+            "maxItems": 50,
+            "description": "over the mode's: producer.KEY=VALUE (the client's allowlist), topic.KEY=VALUE "
+            "(min.insync.replicas, unclean.leader.election.enable), consumer.KEY=VALUE (what the consumer rules "
+            "read); none for a pipeline",
+        },
+        "client": {
+            "default": None,
+            "type": ["null", "string"],
+            "enum": [None, *CLIENTS],
+            "description": "the producer's client (default: the mode's)",
+        },
+        "messages": _int_param(6_000, "messages", "events per run the proof makes"),
+        "reuse": {
+            "default": "yes",
+            "type": "string",
+            "enum": list(PROVE_REUSE),
+            "description": "yes: read a finding from the newest judged run made the same way, make the rest; "
+            "no: make every run; only: make none",
+        },
+    }
+
+
 def matrix_form(messages: int = 15_000) -> dict[str, dict]:
     return {
         "messages": _int_param(messages, "messages", "events per mode x scenario run"),

@@ -209,3 +209,34 @@ def test_predict_reads_a_running_connectors_settings_and_shows_none_of_its_secre
     assert dummy not in res.stdout + res.stderr and db.jdbc_url not in res.stdout + res.stderr
     gone = run([SEMANTICS, "predict", "--connector", name], timeout=120)
     assert gone.returncode == 2 and f"Connector {name} not found" in gone.stderr and gone.stdout == ""
+
+
+def test_the_prove_dag_reads_the_suites_pipeline_run_and_skips_the_checker(runs_the_suite_judged):
+    """`semantics_prove` under `airflow dags test`, from its form: a pipeline's finding read from
+    the run the suite judged, no run made, the checker skipped, the proof kept."""
+    [before] = report.query("SELECT count(*) AS n FROM proofs")
+    conf = {"subject": "debezium_outbox", "reuse": "only"}
+    res = run(["airflow", "dags", "test", "semantics_prove", "-c", json.dumps(conf)], timeout=600)
+    out = res.stdout + res.stderr
+    (REPO / "artifacts" / "dags-test-prove.log").write_text(out)
+    assert res.returncode == 0, out[-3000:]
+    from test_audits import _airflow_tries
+
+    state, tries = _airflow_tries("semantics_prove")
+    assert state == "success" and tries["reconcile"][-1].endswith(":skipped"), tries
+    assert tries["make_runs"][-1].endswith(":success") and tries["judge"][-1].endswith(":success"), tries
+    rows = report.query(
+        "SELECT rule, confirmed, reused, scenario FROM proofs WHERE subject = 'debezium_outbox' "
+        "ORDER BY made_at DESC LIMIT 2"
+    )
+    assert {
+        "rule": "source_without_exactly_once",
+        "confirmed": True,
+        "reused": True,
+        "scenario": "connect_worker_kill",
+    } in rows
+    [after] = report.query("SELECT count(*) AS n FROM proofs")
+    assert after["n"] == before["n"] + 2, "both findings kept: one proved, one with no judged run to read"
+    # Bad input is refused by the form's schema before any task.
+    bad = run(["airflow", "dags", "test", "semantics_prove", "-c", json.dumps({"settings": ["producer.acks=1\r\nx"]})])
+    assert bad.returncode != 0 and "Invalid input for param settings" in bad.stdout + bad.stderr

@@ -86,6 +86,7 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
         "semantics_consumer_run",
         "semantics_matrix",
         "semantics_reconcile",
+        "semantics_prove",
         *(f"semantics_load_{m}" for m in catalog.MODES),
         "audit_orders",
         "audit_orders_stream",
@@ -116,6 +117,14 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
     assert dags["semantics_consumer_run"]["params"]["strategy"]["enum"] == list(catalog.STRATEGIES)
     assert dags["semantics_matrix"]["params"]["consumer_strategies"]["items"]["enum"] == list(catalog.STRATEGIES)
     assert single["producers"]["maximum"] == catalog.LIMITS["producers"][1]
+    # Predict, then prove: a mode or a pipeline, settings matched whole, a run-making task alone
+    # on the cluster, the checker skipped when every run was already judged.
+    proof = dags["semantics_prove"]
+    assert proof["params"]["subject"]["enum"] == [*catalog.MODES, "orders_java", *catalog.PIPELINES]
+    assert proof["params"]["settings"]["items"]["pattern"] == catalog.PROVE_SETTING_PATTERN
+    assert proof["tasks"]["make_runs"]["pool_slots"] == catalog.CLUSTER_POOL_SLOTS
+    assert proof["tasks"]["anything_new"]["downstream"] == ["checker_args"]
+    assert proof["tasks"]["reconcile"]["downstream"] == ["judge"]
     # A load's producers are mapped tasks, one pool slot each; a task that runs a whole run takes
     # every slot, so runs never share the cluster.
     for dag_id in ("semantics_single_run", *(f"semantics_load_{m}" for m in catalog.MODES)):

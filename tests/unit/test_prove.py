@@ -2,6 +2,8 @@
 fewest runs that can show it, and bad input is refused in one line before any run. (The runs
 themselves, and what they confirm: tests/integration/test_prove.py.)"""
 
+import json
+
 import pytest
 from conftest import cli
 
@@ -123,3 +125,14 @@ def test_the_dry_run_prints_each_finding_with_the_run_planned_for_it():
         "in_flight_without_idempotence",
     ]
     assert "prove: 4 findings, 0 runs; none refuted" in res.stderr
+
+
+def test_a_proofs_runs_travel_between_tasks_as_json_and_come_back_whole():
+    req = prove.request("at_least_once", ["consumer.enable.auto.commit=false"])
+    planned, left = prove.plan(prove.predictions(req), req)
+    made = prove.Made(planned, [(f"r{i}", i % 2 == 0) for i in range(len(planned))], left)
+    back = prove.Made.from_json(req, json.loads(json.dumps(made.to_json())))
+    assert back.to_json() == made.to_json()
+    assert [p.label for p in back.planned] == [p.label for p in planned]
+    assert back.fresh(req) == [r for r, reused in made.runs if not reused]
+    assert prove.Made([], [("p1", False)], []).fresh(prove.request(None, [], pipeline="debezium_outbox")) == []

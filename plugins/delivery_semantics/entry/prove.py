@@ -167,6 +167,15 @@ def request(mode: str | None, sets: list[str], client: str | None = None, pipeli
     return req
 
 
+def request_of_form(params: dict) -> tuple[Request, bool | str]:
+    """`semantics_prove`'s form (catalog.prove_form) as a request, checked as the command's is, and
+    its reuse."""
+    subject = params.get("subject")
+    pipeline = subject if subject in catalog.PIPELINES else None
+    req = request(None if pipeline else subject, list(params.get("settings") or []), params.get("client"), pipeline)
+    return req, {"yes": True, "no": False, "only": ONLY}[params.get("reuse", "yes")]
+
+
 def predictions(req: Request) -> list[rules.Prediction]:
     if req.kind == "pipeline":
         return [p for p, _ in _pipeline_findings(req.subject)]
@@ -247,33 +256,72 @@ ONLY = "only"
 NOTHING_TO_REUSE = "no judged run made this way to reuse, and new runs were not asked for"
 
 
+@dataclass
+class Made:
+    """A proof's runs, made or found: one per planned run (its id, and whether it was made before
+    the proof), and the findings put to none. What `judge` reads; JSON between a DAG's tasks."""
+
+    planned: list[Planned]
+    runs: list[tuple[str, bool]]
+    left: list[Outcome]
+
+    def fresh(self, req: Request) -> list[str]:
+        """The producer and consumer runs the checker has yet to judge (a pipeline run judges
+        itself)."""
+        return [] if req.kind == "pipeline" else [r for r, reused in self.runs if not reused]
+
+    def to_json(self) -> dict:
+        return {
+            "planned": [
+                {"scenario": p.scenario, "strategy": p.strategy, "rules": [x.rule.name for x in p.predictions]}
+                for p in self.planned
+            ],
+            "runs": [list(r) for r in self.runs],
+            "left": [{"rule": o.prediction.rule.name, "scenario": o.scenario, "why": o.why} for o in self.left],
+        }
+
+    @classmethod
+    def from_json(cls, req: Request, data: dict) -> Made:
+        found = {p.rule.name: p for p in predictions(req)}
+        planned = [Planned(p["scenario"], tuple(found[n] for n in p["rules"]), p["strategy"]) for p in data["planned"]]
+        left = [Outcome(found[o["rule"]], o["scenario"], why=o["why"]) for o in data["left"]]
+        return cls(planned, [(r, bool(reused)) for r, reused in data["runs"]], left)
+
+
 def prove(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool | str = False) -> list[Outcome]:
     """Each planned run made (or, with `reuse`, found), all the new producer and consumer runs
     reconciled by the checker in one Spark application, each finding's observed count read from
     its run's summary, and the whole proof kept in `proofs`."""
-    planned, left = plan(predictions(req), req)
-    if reuse == ONLY:
-        found = {id(p): _reusable(req, p) for p in planned}
-        left += [Outcome(x, p.label, why=NOTHING_TO_REUSE) for p in planned if not found[id(p)] for x in p.predictions]
-        planned = [p for p in planned if found[id(p)]]
-    if req.kind == "pipeline":
-        outcomes = _prove_pipeline(req, planned, reuse)
-    else:
-        outcomes = _prove_mode(req, planned, messages, seed, reuse)
-    outcomes += left
-    store(req, outcomes)
-    return outcomes
-
-
-def _prove_mode(req: Request, planned: list[Planned], messages: int, seed: int, reuse: bool) -> list[Outcome]:
     from delivery_semantics.plumbing import reconcile
-    from delivery_semantics.workload import load, scenarios
 
+    made = make_runs(req, messages, seed, reuse)
+    if fresh := made.fresh(req):
+        done = reconcile.run(run_id=fresh)
+        if done.returncode != 0:
+            raise RuntimeError(f"the checker failed: {done.error}")
+    return judge(req, made)
+
+
+def make_runs(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool | str = False) -> Made:
+    """The plan's runs: found, with `reuse`, or made (a pipeline's reconciled as it runs); with
+    ONLY, none made, and the findings no judged run shows left with why."""
+    from delivery_semantics.workload import load, pipeline, scenarios
+
+    planned, left = plan(predictions(req), req)
     runs: list[tuple[str, bool]] = []
+    kept: list[Planned] = []
     for p in planned:
         found = _reusable(req, p) if reuse else None
         if found:
             runs.append((found["id"], True))
+        elif reuse == ONLY:
+            left += [Outcome(x, p.label, why=NOTHING_TO_REUSE) for x in p.predictions]
+            continue
+        elif req.kind == "pipeline":
+            row = pipeline.run(pipeline.PipelineSpec(req.subject, p.scenario))
+            if row.get("status") != "reconciled":
+                raise RuntimeError(f"pipeline run {row.get('run_id')} ended {row.get('status')}: {row.get('error')}")
+            runs.append((row["run_id"], False))
         elif p.strategy:
             runs.append((_consumer_run(p.strategy, messages, seed), False))
         else:
@@ -281,40 +329,42 @@ def _prove_mode(req: Request, planned: list[Planned], messages: int, seed: int, 
                 mode=req.subject, messages=messages, seed=seed, overrides=dict(req.producer), client=req.client
             )
             runs.append((scenarios.run(spec, p.scenario, topic_config=dict(req.topic)).run_id, False))
-    fresh = [r for r, reused in runs if not reused]
-    if fresh:
-        done = reconcile.run(run_id=fresh)
-        if done.returncode != 0:
-            raise RuntimeError(f"the checker failed: {done.error}")
+        kept.append(p)
+    return Made(kept, runs, left)
+
+
+def judge(req: Request, made: Made) -> list[Outcome]:
+    """Each finding's observed count, read from its run's summary (a pipeline run's own row), beside
+    its prediction; the proof kept in `proofs`."""
     outcomes: list[Outcome] = []
-    for p, (run_id, reused) in zip(planned, runs, strict=True):
+    for p, (run_id, reused) in zip(made.planned, made.runs, strict=True):
+        if req.kind == "pipeline":
+            outcomes += _judge_pipeline_run(req, p, run_id, reused)
+            continue
         summaries = {s["isolation"]: s for s in _summaries(run_id)}
         for pred in p.predictions:
             iso = isolation_of(pred.rule.kind, p.strategy or req.subject)
             column = catalog.KINDS[pred.rule.kind].summary or pred.rule.kind
             seen = catalog.observed(summaries[iso], column) if iso in summaries else None
-            outcomes.append(Outcome(pred, p.label, run_id, iso, seen, reused=reused))
+            why = "" if seen is not None else f"run {run_id} has no summary at {iso}: the checker did not judge it"
+            outcomes.append(Outcome(pred, p.label, run_id, iso, seen, why, reused))
+    outcomes += made.left
+    store(req, outcomes)
     return outcomes
 
 
-def _prove_pipeline(req: Request, planned: list[Planned], reuse: bool) -> list[Outcome]:
-    from delivery_semantics.workload import pipeline
+def _judge_pipeline_run(req: Request, p: Planned, run_id: str, reused: bool) -> list[Outcome]:
+    from delivery_semantics.plumbing.db import query
 
-    roles = {p.rule.name: role for p, role in _pipeline_findings(req.subject)}
+    roles = {x.rule.name: role for x, role in _pipeline_findings(req.subject)}
     isolation = catalog.get_pipeline(req.subject).isolation
-    outcomes: list[Outcome] = []
-    for p in planned:
-        row = _reusable(req, p) if reuse else None
-        reused = row is not None
-        if row is None:
-            row = pipeline.run(pipeline.PipelineSpec(req.subject, p.scenario))
-            if row.get("status") != "reconciled":
-                raise RuntimeError(f"pipeline run {row.get('run_id')} ended {row.get('status')}: {row.get('error')}")
-        for pred in p.predictions:
-            column = PIPELINE_COUNTS[roles[pred.rule.name]].get(pred.rule.kind)
-            seen = None if column is None or row.get(column) is None else int(row[column])
-            why = "" if column else f"a pipeline run does not count {pred.rule.kind}"
-            outcomes.append(Outcome(pred, p.label, row["run_id"], isolation, seen, why, reused))
+    [row] = query("SELECT * FROM pipeline_runs WHERE run_id = %s", (run_id,))
+    outcomes = []
+    for pred in p.predictions:
+        column = PIPELINE_COUNTS[roles[pred.rule.name]].get(pred.rule.kind)
+        seen = None if column is None or row.get(column) is None else int(row[column])
+        why = "" if column else f"a pipeline run does not count {pred.rule.kind}"
+        outcomes.append(Outcome(pred, p.label, run_id, isolation, seen, why, reused))
     return outcomes
 
 
