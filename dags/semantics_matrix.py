@@ -26,9 +26,9 @@ from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubm
 def semantics_matrix():
     @task(retries=0)
     def pairs(params=None) -> list[dict]:
-        from delivery_semantics.plumbing import orchestration
+        from delivery_semantics import matrix
 
-        return orchestration.matrix_confs(dict(params))
+        return matrix.matrix_confs(dict(params))
 
     @task(
         pool=CLUSTER_POOL,
@@ -51,9 +51,9 @@ def semantics_matrix():
 
     @task(retries=0)
     def pipeline_pairs(params=None) -> list[dict]:
-        from delivery_semantics.plumbing import orchestration
+        from delivery_semantics import matrix
 
-        return orchestration.pipeline_confs(dict(params))
+        return matrix.pipeline_confs(dict(params))
 
     @task(
         pool=CLUSTER_POOL,

@@ -151,11 +151,11 @@ def test_validate_refuses_before_anything_runs():
 
 
 def test_the_matrix_runs_a_mode_file_on_its_own_client_beside_the_presets_on_each(tmp_path, monkeypatch):
-    from delivery_semantics.plumbing import orchestration
+    from delivery_semantics import matrix
 
     monkeypatch.setenv("SEMANTICS_MODES_DIR", str(tmp_path))
     write(tmp_path, "orders", GOOD)
-    confs = orchestration.matrix_confs(
+    confs = matrix.matrix_confs(
         {
             "messages": 100,
             "seed": 0,

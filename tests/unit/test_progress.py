@@ -57,11 +57,11 @@ def test_a_reconciliation_steps_once_a_run_or_window_on_stderr(capsys):
 
 
 def test_the_tour_shows_each_behaviour_once_and_names_only_valid_pairs():
-    from delivery_semantics.plumbing import orchestration
+    from delivery_semantics import matrix
     from delivery_semantics.reporting.progress import _with_defaults
 
     params = _with_defaults(catalog.TOUR)
-    runs = orchestration.matrix_confs(params)
+    runs = matrix.matrix_confs(params)
     pairs = {(c.get("mode") or c["strategy"], c["scenario"], c.get("client")) for c in runs}
     assert {
         ("at_most_once", "leader_kill", "librdkafka"),
@@ -73,13 +73,13 @@ def test_the_tour_shows_each_behaviour_once_and_names_only_valid_pairs():
         ("transactional", "producer_crash", "librdkafka"),
         ("transactional", "txn_abort", "librdkafka"),
     } | {(s, "consumer_crash", None) for s in catalog.STRATEGIES} == pairs
-    pipelines = {(c["pipeline"], c["scenario"]) for c in orchestration.pipeline_confs(params)}
+    pipelines = {(c["pipeline"], c["scenario"]) for c in matrix.pipeline_confs(params)}
     assert pipelines == {("debezium_outbox", "connect_worker_kill"), ("debezium_outbox_eos", "connect_worker_kill")}
     assert matrix_size(catalog.TOUR) == 14
 
 
 def test_a_pair_the_form_names_is_checked_whole():
-    from delivery_semantics.plumbing import orchestration
+    from delivery_semantics import matrix
     from delivery_semantics.reporting.progress import _with_defaults
 
     base = _with_defaults({})
@@ -91,14 +91,14 @@ def test_a_pair_the_form_names_is_checked_whole():
         ("idempotent x lost_ack\r\nbootstrap.servers=evil", "is not 'MODE x SCENARIO'"),
     ):
         try:
-            orchestration.matrix_confs({**base, "pairs": [bad]})
-        except orchestration.ConfError as e:
+            matrix.matrix_confs({**base, "pairs": [bad]})
+        except matrix.ConfError as e:
             assert message in str(e), (bad, str(e))
         else:
             raise AssertionError(f"{bad!r} was taken")
     try:
-        orchestration.pipeline_confs({**base, "pipeline_pairs": ["debezium_outbox x coordinator_kill"]})
-    except orchestration.ConfError as e:
+        matrix.pipeline_confs({**base, "pipeline_pairs": ["debezium_outbox x coordinator_kill"]})
+    except matrix.ConfError as e:
         assert "coordinator_kill" in str(e)
     else:
         raise AssertionError("coordinator_kill needs exactly-once support")

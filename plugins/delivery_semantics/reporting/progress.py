@@ -21,8 +21,7 @@ import time
 from datetime import UTC, datetime
 from typing import TextIO
 
-from delivery_semantics import catalog
-from delivery_semantics.plumbing import orchestration
+from delivery_semantics import catalog, matrix
 from delivery_semantics.plumbing.db import query
 
 
@@ -103,7 +102,7 @@ def matrix_sizes(conf: dict) -> tuple[int, int]:
     """How many runs the matrix DAG makes for this conf, its form's defaults filled in: producer
     and consumer runs, and pipeline runs."""
     params = _with_defaults(conf)
-    return len(orchestration.matrix_confs(params)), len(orchestration.pipeline_confs(params))
+    return len(matrix.matrix_confs(params)), len(matrix.pipeline_confs(params))
 
 
 def matrix_size(conf: dict) -> int:
@@ -137,9 +136,9 @@ def reconcile_seconds(runs: int, messages: int) -> float:
 def matrix_work(conf: dict) -> tuple[list[float], float]:
     """Each run's expected seconds, in the DAG's order, and the reconciliation's."""
     params = _with_defaults(conf)
-    confs = orchestration.matrix_confs(params)
+    confs = matrix.matrix_confs(params)
     runs = [step_seconds(c["scenario"], c.get("client"), consumer="strategy" in c) for c in confs]
-    runs += [step_seconds(c["scenario"], pipeline=True) for c in orchestration.pipeline_confs(params)]
+    runs += [step_seconds(c["scenario"], pipeline=True) for c in matrix.pipeline_confs(params)]
     return runs, reconcile_seconds(len(confs), int(params["messages"]))
 
 
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         runs, pipelines = matrix_sizes(conf)
         total = runs + pipelines
         steps, reconcile_work = matrix_work(conf)
-    except (ValueError, orchestration.ConfError) as e:
+    except (ValueError, matrix.ConfError) as e:
         print(f"progress: bad matrix conf: {e}", file=sys.stderr)
         return 2
     since = datetime.now(UTC)

@@ -1,0 +1,77 @@
+"""The matrix form's runs: every chosen mode x scenario pair on every chosen client, or the form's
+own pairs, then each consumer strategy, and the pipeline block. Pure, over the catalog: the matrix
+DAG runs them, the demo's ETA counts and weighs them (reporting/progress.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from delivery_semantics import catalog
+
+# Events of a pipeline run when the form does not say.
+PIPELINE_EVENTS = 3000
+
+
+class ConfError(ValueError):
+    """A DAG's conf, or a form's, that cannot run: one line."""
+
+
+def matrix_pairs(modes_filter: list[str] | None = None, scenarios_filter: list[str] | None = None) -> list[list[str]]:
+    """Every valid mode x scenario pair of the presets, or of the modes named (mode files too)."""
+    modes = [catalog.get_mode(m) for m in modes_filter] if modes_filter else list(catalog.MODES.values())
+    return [
+        [m.name, s]
+        for s in catalog.PRODUCER_SCENARIOS
+        for m in modes
+        if not catalog.SCENARIOS[s].incompatible(m) and (not scenarios_filter or s in scenarios_filter)
+    ]
+
+
+def matrix_confs(params: dict[str, Any]) -> list[dict]:
+    """The matrix DAG's runs: every chosen mode x scenario pair on every chosen client (a mode file
+    on its own), or the form's `pairs` alone; then every chosen consumer strategy under
+    consumer_crash."""
+    common = {"messages": params["messages"], "seed": params["seed"]}
+    producers = {"producers": params["producers"]} if params.get("producers") else {}
+    clients = params.get("clients") or [catalog.LIBRDKAFKA]
+    for client in clients:
+        if client not in catalog.CLIENTS:
+            raise ConfError(f"unknown client {client!r}: choose from {', '.join(catalog.CLIENTS)}")
+    try:
+        if params.get("pairs"):
+            runs = [catalog.parse_pair(p) for p in params["pairs"]]
+        else:
+            runs = [
+                (m, s, c)
+                for m, s in matrix_pairs(params["modes"], params["scenarios"])
+                for c in (clients if m in catalog.MODES else catalog.get_mode(m).clients)
+            ]
+    except catalog.CatalogError as e:
+        raise ConfError(str(e)) from None
+    record_format = params.get("record_format") or "text"
+    confs = [
+        # The Java client writes text records: its runs of an Avro matrix stay text.
+        {"mode": m, "scenario": s, "client": c, "record_format": record_format if c == catalog.LIBRDKAFKA else "text"}
+        | common
+        | producers
+        for m, s, c in runs
+    ]
+    confs += [
+        {"strategy": st, "scenario": "consumer_crash", **common} for st in params.get("consumer_strategies") or []
+    ]
+    if not confs and not pipeline_confs(params):
+        raise ConfError("no valid mode x scenario pair, no consumer strategy and no pipeline chosen")
+    return confs
+
+
+def pipeline_confs(params: dict[str, Any]) -> list[dict]:
+    """The matrix DAG's pipeline block: every chosen pipeline x scenario pair."""
+    try:
+        if params.get("pipeline_pairs"):
+            pairs = [catalog.parse_pipeline_pair(p) for p in params["pipeline_pairs"]]
+        else:
+            pairs = catalog.pipeline_pairs(params.get("pipelines") or [], params.get("pipeline_scenarios"))
+    except catalog.CatalogError as e:
+        raise ConfError(str(e)) from None
+    events = params.get("pipeline_events") or PIPELINE_EVENTS
+    return [{"pipeline": p, "scenario": s, "events": events} for p, s in pairs]
