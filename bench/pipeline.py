@@ -21,7 +21,7 @@ import platform
 import statistics
 from datetime import date
 
-from delivery_semantics.workload import pipeline
+from delivery_semantics.entry import pipeline
 
 PIPELINES = ("debezium_outbox", "debezium_outbox_eos")
 

@@ -584,6 +584,18 @@ SINK_CONNECTOR = "io.debezium.connector.jdbc.JdbcSinkConnector"
 SINK_INSERT_MODE = "insert"
 
 
+# The Airflow connections of a pipeline run, by role: Kafka, the outbox's owner (the load; Debezium
+# replicates as it) and reader (the audit), and the sink's owner (the JDBC sink) and reader. Its
+# Connect cluster is the pipeline's own (Pipeline.connect_conn_id).
+PIPELINE_CONNECTIONS = {
+    "kafka": "kafka_default",
+    "outbox_writer": "cdc_outbox_app",
+    "outbox": "cdc_outbox",
+    "sink_writer": "outbox_app",
+    "sink": "outbox_db",
+}
+
+
 @dataclass(frozen=True)
 class Pipeline:
     """A connector pipeline under test: an outbox table that a load writes in transactions, read

@@ -16,10 +16,10 @@ from conftest import run
 
 from delivery_semantics import catalog
 from delivery_semantics.audit import audits
+from delivery_semantics.entry import pipeline
 from delivery_semantics.plumbing.connect import ConnectCluster
 from delivery_semantics.plumbing.endpoints import database, kafka_config
 from delivery_semantics.reporting import report
-from delivery_semantics.workload import pipeline
 
 REPO_CLI = ["python", "-m", "delivery_semantics.plumbing.cli"]
 
@@ -62,9 +62,15 @@ def check_against_independent_reads(row: dict) -> tuple[Counter, Counter]:
     """The run's row against the outbox, the topic and the sink read directly; returns the
     topic's and the sink's copies by id."""
     p = catalog.PIPELINES[row["pipeline"]]
-    outbox = {r[0] for r in _rows(pipeline.CONNECTIONS["outbox"], f'SELECT id::text FROM "{row["outbox_table"]}"')}
+    outbox = {
+        r[0] for r in _rows(catalog.PIPELINE_CONNECTIONS["outbox"], f'SELECT id::text FROM "{row["outbox_table"]}"')
+    }
     sink = Counter(
-        dict(_rows(pipeline.CONNECTIONS["sink"], f'SELECT event_id, count(*) FROM "{row["sink_table"]}" GROUP BY 1'))
+        dict(
+            _rows(
+                catalog.PIPELINE_CONNECTIONS["sink"], f'SELECT event_id, count(*) FROM "{row["sink_table"]}" GROUP BY 1'
+            )
+        )
     )
     topic = read_back(row["topic"], p.isolation)
     assert row["status"] == "reconciled"

@@ -13,12 +13,12 @@ import pytest
 
 from delivery_semantics import catalog
 from delivery_semantics.audit import audits
+from delivery_semantics.entry import pipeline
+from delivery_semantics.entry.pipeline import Names, PipelineSpec
 from delivery_semantics.faults.nemesis import java_abs, java_string_hash
 from delivery_semantics.plumbing.connect import ConnectCluster, ConnectError
 from delivery_semantics.plumbing.endpoints import Database
 from delivery_semantics.reporting import report
-from delivery_semantics.workload import pipeline
-from delivery_semantics.workload.pipeline import Names, PipelineSpec
 
 DB = Database("127.0.0.1", 5434, "outbox_app", "s3cret", "outbox_cdc")
 

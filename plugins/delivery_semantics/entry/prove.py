@@ -305,7 +305,8 @@ def prove(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool | st
 def make_runs(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool | str = False) -> Made:
     """The plan's runs: found, with `reuse`, or made (a pipeline's reconciled as it runs); with
     ONLY, none made, and the findings no judged run shows left with why."""
-    from delivery_semantics.workload import load, pipeline, scenarios
+    from delivery_semantics.entry import pipeline
+    from delivery_semantics.workload import load, scenarios
 
     planned, left = plan(predictions(req), req)
     runs: list[tuple[str, bool]] = []

@@ -386,8 +386,8 @@ def _pipeline_parser(sub) -> None:
 
 def _pipeline(args) -> int:
     """Refused with one line and exit 2 before anything is made; 1 when the run failed."""
+    from delivery_semantics.entry import pipeline
     from delivery_semantics.plumbing.endpoints import EndpointError
-    from delivery_semantics.workload import pipeline
 
     spec = pipeline.PipelineSpec(args.pipeline, args.scenario, args.events, args.txn_size, args.rate)
     try:

@@ -230,7 +230,7 @@ def _summary(run_id: str) -> load.RunSummary:
 
 def run_pipeline(conf: dict[str, Any], task_key: str) -> dict:
     """One pipeline x scenario run; a retry of a task whose run was reconciled returns that run."""
-    from delivery_semantics.workload import pipeline
+    from delivery_semantics.entry import pipeline
 
     existing = _run_for_task(task_key, table="pipeline_runs")
     if existing is not None and existing["status"] == "reconciled":

@@ -404,7 +404,6 @@ def pipeline_timeline(run_id: str) -> dict:
     end-to-end latency per second (outbox created_at to the first sink apply), the nemesis's steps,
     and the rows the audit found lost or duplicated, where they were written."""
     from delivery_semantics.plumbing.endpoints import database
-    from delivery_semantics.workload.pipeline import CONNECTIONS
 
     run = query(
         "SELECT run_id, pipeline AS mode, scenario, timeline, outbox_table, sink_table, audit "
@@ -414,10 +413,10 @@ def pipeline_timeline(run_id: str) -> dict:
     if not run:
         return {}
     r = run[0]
-    with psycopg2.connect(**database(CONNECTIONS["outbox"]).psycopg2_kwargs()) as c, c.cursor() as cur:
+    with psycopg2.connect(**database(catalog.PIPELINE_CONNECTIONS["outbox"]).psycopg2_kwargs()) as c, c.cursor() as cur:
         cur.execute(f"SELECT id::text, created_at FROM {_identifier(r['outbox_table'])}")
         created = dict(cur.fetchall())
-    with psycopg2.connect(**database(CONNECTIONS["sink"]).psycopg2_kwargs()) as c, c.cursor() as cur:
+    with psycopg2.connect(**database(catalog.PIPELINE_CONNECTIONS["sink"]).psycopg2_kwargs()) as c, c.cursor() as cur:
         cur.execute(f"SELECT event_id, min(applied_at) FROM {_identifier(r['sink_table'])} GROUP BY 1")
         applied = dict(cur.fetchall())
     if not created:

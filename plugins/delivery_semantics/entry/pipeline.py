@@ -12,7 +12,7 @@
    three ways in two windows (mid-load, and once everything is due), and the run's totals, its
    throughput and end-to-end latency, and its verdict land in `pipeline_runs`.
 
-Connection ids (`CONNECTIONS`) are Airflow connections: Kafka, the Connect cluster the pipeline
+Connection ids (`catalog.PIPELINE_CONNECTIONS`) are Airflow connections: Kafka, the Connect cluster the pipeline
 names, the outbox's owner (the load; Debezium replicates as it) and reader (the audit), and the
 sink's owner (the JDBC sink) and reader.
 """
@@ -42,13 +42,6 @@ from delivery_semantics.plumbing.endpoints import Database, EndpointError, datab
 from delivery_semantics.workload.generator import new_run_id
 from delivery_semantics.workload.scenarios import Timeline
 
-CONNECTIONS = {
-    "kafka": "kafka_default",
-    "outbox_writer": "cdc_outbox_app",
-    "outbox": "cdc_outbox",
-    "sink_writer": "outbox_app",
-    "sink": "outbox_db",
-}
 # The audit's grace: a row is due this long after it was written. The last window ends two graces
 # after the load (end-to-end checks wait twice the grace), by when the pipeline has drained.
 GRACE_SECONDS = 10
@@ -142,18 +135,20 @@ def preflight(pipeline: Pipeline) -> tuple[ConnectCluster, dict, Database, Datab
     missing = {catalog.SOURCE_CONNECTOR, catalog.SINK_CONNECTOR} - set(cluster.plugins())
     if missing:
         raise ConnectError(f"Kafka Connect ({cluster.conn_id}) lacks the plugins {', '.join(sorted(missing))}")
-    kafka_conf = kafka_config(CONNECTIONS["kafka"])
+    kafka_conf = kafka_config(catalog.PIPELINE_CONNECTIONS["kafka"])
     try:
         topics.check_reachable(kafka_conf)
     except ConnectionError as e:
-        raise EndpointError(f"connection {CONNECTIONS['kafka']}: {e}") from None
+        raise EndpointError(f"connection {catalog.PIPELINE_CONNECTIONS['kafka']}: {e}") from None
     dbs = []
     for role in ("outbox_writer", "sink_writer"):
-        db = database(CONNECTIONS[role])
+        db = database(catalog.PIPELINE_CONNECTIONS[role])
         try:
             psycopg2.connect(**db.psycopg2_kwargs()).close()
         except psycopg2.Error as e:
-            raise EndpointError(f"connection {CONNECTIONS[role]}: {str(e).strip().splitlines()[0]}") from None
+            raise EndpointError(
+                f"connection {catalog.PIPELINE_CONNECTIONS[role]}: {str(e).strip().splitlines()[0]}"
+            ) from None
         dbs.append(db)
     return cluster, kafka_conf, dbs[0], dbs[1]
 
@@ -390,7 +385,11 @@ def audit_spec(pipeline: Pipeline, scenario: str, names: Names) -> dict:
         "topic": names.topic,
         "mode": pipeline.name,
         "transactional": pipeline.transactional,
-        "connections": {"kafka": CONNECTIONS["kafka"], "outbox": CONNECTIONS["outbox"], "sink": CONNECTIONS["sink"]},
+        "connections": {
+            "kafka": catalog.PIPELINE_CONNECTIONS["kafka"],
+            "outbox": catalog.PIPELINE_CONNECTIONS["outbox"],
+            "sink": catalog.PIPELINE_CONNECTIONS["sink"],
+        },
         "record": {"event_id": {"header": "id"}, "key": {"record_key": True}},
         "outbox": {
             "table": f"public.{names.outbox}",
