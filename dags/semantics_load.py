@@ -7,7 +7,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, forms
 from semantics_common import mapped_load, params
 
 
@@ -21,7 +21,7 @@ def load_dag(mode: str):
         tags=["semantics", "load", mode],
         doc_md=f"Producer load in mode **{mode}**: {catalog.MODES[mode].description}.\n\n{__doc__}",
         default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
-        params=params(catalog.scheduled_load_form(mode)),
+        params=params(forms.scheduled_load_form(mode)),
     )
     def semantics_load():
         @task

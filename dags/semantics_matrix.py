@@ -9,7 +9,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import TriggerRule, dag, task
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, forms
 from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubmitOperator, params
 
 
@@ -21,7 +21,7 @@ from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubm
     tags=["semantics", "matrix"],
     doc_md=__doc__,
     default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
-    params=params(catalog.matrix_form()),
+    params=params(forms.matrix_form()),
 )
 def semantics_matrix():
     @task(retries=0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-from delivery_semantics import catalog, mode_files
+from delivery_semantics import catalog, forms, mode_files
 from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubmitOperator, file_dags, params
 
 DEFAULTS = {"retries": 1, "retry_delay": pendulum.duration(seconds=30)}
@@ -21,10 +21,10 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 
 def mode_form(f: mode_files.ModeFile) -> dict[str, dict]:
-    load = catalog.load_form(f.load.get("messages", 20_000))
+    load = forms.load_form(f.load.get("messages", 20_000))
     for name, value in f.load.items():
         load[name] = {**load[name], "default": value}
-    return {"producer_settings": catalog.producer_form(f.mode)["producer_settings"], **load}
+    return {"producer_settings": forms.producer_form(f.mode)["producer_settings"], **load}
 
 
 def mode_dag(f: mode_files.ModeFile):

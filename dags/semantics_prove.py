@@ -13,7 +13,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, forms
 from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, RUNS_ASSET, PlatformSparkSubmitOperator, params
 
 
@@ -25,7 +25,7 @@ from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, RUNS_ASSET, Platf
     tags=["semantics", "ui", "prove"],
     doc_md=__doc__,
     default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
-    params=params(catalog.prove_form()),
+    params=params(forms.prove_form()),
 )
 def semantics_prove():
     @task(retries=0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, forms
 from semantics_common import (
     CLUSTER_POOL,
     CLUSTER_POOL_SLOTS,
@@ -81,5 +81,5 @@ def one_run_dag(dag_id: str, form: dict, tags: list[str], producer_run: bool):
     return one_run()
 
 
-one_run_dag("semantics_single_run", catalog.single_run_form(), ["single-run"], producer_run=True)
-one_run_dag("semantics_consumer_run", catalog.consumer_run_form(), ["consumer"], producer_run=False)
+one_run_dag("semantics_single_run", forms.single_run_form(), ["single-run"], producer_run=True)
+one_run_dag("semantics_consumer_run", forms.consumer_run_form(), ["consumer"], producer_run=False)

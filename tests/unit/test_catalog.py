@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, forms
 
 # DESIGN.md §2: the kinds that break each mode's promise, and the scenarios that lift a guarantee.
 BREAKS = {
@@ -208,10 +208,10 @@ def test_timelines_are_data_with_known_actions():
 
 
 def test_forms_take_their_bounds_from_the_limits():
-    form = catalog.single_run_form()
+    form = forms.single_run_form()
     assert form["mode"]["enum"] == list(catalog.all_modes())
     assert (form["messages"]["minimum"], form["messages"]["maximum"]) == catalog.LIMITS["messages"]
-    assert catalog.scheduled_load_form("at_most_once")["scenario"]["enum"] == [
+    assert forms.scheduled_load_form("at_most_once")["scenario"]["enum"] == [
         "none",
         "leader_kill",
         "rolling_restart",
@@ -219,14 +219,14 @@ def test_forms_take_their_bounds_from_the_limits():
         "partitioned_leader",
         "producer_crash",
     ]
-    assert catalog.consumer_run_form()["scenario"]["enum"] == ["none", "consumer_crash"]
-    assert "consumer_crash" not in catalog.matrix_form()["scenarios"]["default"]
+    assert forms.consumer_run_form()["scenario"]["enum"] == ["none", "consumer_crash"]
+    assert "consumer_crash" not in forms.matrix_form()["scenarios"]["default"]
 
 
 def test_the_forms_dedup_copy_field_names_the_checkers_store():
-    field = catalog.single_run_form()["dedup_copy"]
+    field = forms.single_run_form()["dedup_copy"]
     assert (field["default"], field["enum"]) == ("lakehouse", ["lakehouse", "postgres", "off"])
-    assert catalog.matrix_form()["dedup_copy"] == field
+    assert forms.matrix_form()["dedup_copy"] == field
     copy = ["--dedup-copy", "lakehouse"]
     assert catalog.reconcile_args(["r1", "r2"]) == ["--run-id", "r1", "--run-id", "r2", *copy]
     assert catalog.reconcile_args(["r1"], "postgres") == ["--run-id", "r1", "--dedup-copy", "postgres"]
@@ -265,7 +265,7 @@ def test_transactions_grow_with_the_run_so_that_commits_keep_a_paced_runs_pace()
 def test_a_form_left_without_a_transaction_size_gets_the_default():
     from airflow.sdk import Param
 
-    spec = catalog.single_run_form()["txn_size"]
+    spec = forms.single_run_form()["txn_size"]
     assert Param(**spec).resolve() is None
     assert Param(**spec).resolve(500) == 500
     with pytest.raises(Exception, match=r"minimum|less than"):

@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, forms
 
 DAG_FILES = sorted(p for p in (REPO / "dags").glob("*.py") if p.name != "semantics_common.py")
 CONNECTIONS = {
@@ -121,7 +121,7 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
     # on the cluster, the checker skipped when every run was already judged.
     proof = dags["semantics_prove"]
     assert proof["params"]["subject"]["enum"] == [*catalog.MODES, "orders_java", *catalog.PIPELINES]
-    assert proof["params"]["settings"]["items"]["pattern"] == catalog.PROVE_SETTING_PATTERN
+    assert proof["params"]["settings"]["items"]["pattern"] == forms.PROVE_SETTING_PATTERN
     assert proof["tasks"]["make_runs"]["pool_slots"] == catalog.CLUSTER_POOL_SLOTS
     assert proof["tasks"]["anything_new"]["downstream"] == ["checker_args"]
     assert proof["tasks"]["reconcile"]["downstream"] == ["judge"]
@@ -170,6 +170,7 @@ def test_parsing_a_dag_file_loads_only_the_catalog_of_the_platform(dag_file, air
     allowed = {
         "delivery_semantics",
         "delivery_semantics.catalog",
+        "delivery_semantics.forms",
         "delivery_semantics.client_settings",
         "delivery_semantics.audit",
         "delivery_semantics.audit.audits",

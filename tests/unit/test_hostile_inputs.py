@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import REPO, cli
 
-from delivery_semantics import catalog, client_settings, files, mode_files
+from delivery_semantics import catalog, client_settings, files, forms, mode_files
 from delivery_semantics.audit import audits, schemas
 from delivery_semantics.workload import java_client, settings
 
@@ -156,7 +156,7 @@ def test_values_are_bounded_before_any_process_starts():
 
 
 def test_the_forms_schema_offers_the_tuning_keys_only():
-    schema = catalog.single_run_form()["producer_settings"]
+    schema = forms.single_run_form()["producer_settings"]
     offered = set(schema["propertyNames"]["enum"])
     assert {"acks", "linger.ms", "buffer.memory", "request.required.acks"} <= offered
     assert not offered & {"bootstrap.servers", "client.id", "plugin.library.paths", "security.providers"}

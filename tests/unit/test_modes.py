@@ -10,7 +10,7 @@ import re
 import pytest
 from conftest import REPO
 
-from delivery_semantics import catalog, mode_files
+from delivery_semantics import catalog, forms, mode_files
 from delivery_semantics.workload import load, settings
 
 GOOD = {
@@ -170,5 +170,5 @@ def test_the_matrix_runs_a_mode_file_on_its_own_client_beside_the_presets_on_eac
         ("idempotent", "java"),
         ("orders", "java"),
     ]
-    assert "orders" in catalog.matrix_form()["modes"]["items"]["enum"]
-    assert catalog.matrix_form()["modes"]["default"] == list(catalog.MODES)
+    assert "orders" in forms.matrix_form()["modes"]["items"]["enum"]
+    assert forms.matrix_form()["modes"]["default"] == list(catalog.MODES)

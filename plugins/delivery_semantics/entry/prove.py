@@ -168,7 +168,7 @@ def request(mode: str | None, sets: list[str], client: str | None = None, pipeli
 
 
 def request_of_form(params: dict) -> tuple[Request, bool | str]:
-    """`semantics_prove`'s form (catalog.prove_form) as a request, checked as the command's is, and
+    """`semantics_prove`'s form (forms.prove_form) as a request, checked as the command's is, and
     its reuse."""
     subject = params.get("subject")
     pipeline = subject if subject in catalog.PIPELINES else None

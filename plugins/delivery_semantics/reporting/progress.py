@@ -21,7 +21,7 @@ import time
 from datetime import UTC, datetime
 from typing import TextIO
 
-from delivery_semantics import catalog, matrix
+from delivery_semantics import catalog, forms, matrix
 from delivery_semantics.plumbing.db import query
 
 
@@ -95,7 +95,7 @@ _PIPELINE_RUNS = """
 
 def _with_defaults(conf: dict) -> dict:
     """The matrix DAG's params for this conf: its form's defaults filled in."""
-    return {**{name: spec.get("default") for name, spec in catalog.matrix_form().items()}, **conf}
+    return {**{name: spec.get("default") for name, spec in forms.matrix_form().items()}, **conf}
 
 
 def matrix_sizes(conf: dict) -> tuple[int, int]:
