@@ -296,30 +296,24 @@ class Nemesis:
     def partition(self, node_id: int) -> list[str]:
         """Cut the broker off by the network from the other brokers (replication) and the rest of
         the controller quorum, both ways; its clients still reach it."""
-        links = self.backend.link_proxies(node_id)
-        for proxy in links:
-            self.toxiproxy.set_enabled(proxy, False)
-        self.timeline.record("partition", broker=node_id, links=len(links))
-        return links
+        return self._links("partition", node_id, self.backend.link_proxies(node_id), enabled=False)
 
     def heal_partition(self, node_id: int) -> None:
-        for proxy in self.backend.link_proxies(node_id):
-            self.toxiproxy.set_enabled(proxy, True)
-        self.timeline.record("heal_partition", broker=node_id)
+        self._links("heal_partition", node_id, self.backend.link_proxies(node_id), enabled=True)
 
     def cut_fetches(self, node_id: int) -> list[str]:
         """Its followers can no longer fetch from it; it still reaches the controllers, so past
         replica.lag.time.max.ms it shrinks its partitions' ISR to itself and goes on leading."""
-        links = self.backend.fetch_proxies(node_id)
-        for proxy in links:
-            self.toxiproxy.set_enabled(proxy, False)
-        self.timeline.record("cut_fetches", broker=node_id, links=len(links))
-        return links
+        return self._links("cut_fetches", node_id, self.backend.fetch_proxies(node_id), enabled=False)
 
     def heal_fetches(self, node_id: int) -> None:
-        for proxy in self.backend.fetch_proxies(node_id):
-            self.toxiproxy.set_enabled(proxy, True)
-        self.timeline.record("heal_fetches", broker=node_id)
+        self._links("heal_fetches", node_id, self.backend.fetch_proxies(node_id), enabled=True)
+
+    def _links(self, action: str, node_id: int, proxies: list[str], enabled: bool) -> list[str]:
+        for proxy in proxies:
+            self.toxiproxy.set_enabled(proxy, enabled)
+        self.timeline.record(action, broker=node_id, links=len(proxies))
+        return proxies
 
     def stop(self, node_id: int) -> None:
         self.backend.stop(node_id)
