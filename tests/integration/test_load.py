@@ -32,10 +32,12 @@ def ledger():
     lg.close()
 
 
-def _runs_count() -> int:
+def _made(run_id: str) -> bool:
+    """Whether a run of this id has a row. Refusals are checked by the id their spec named, since
+    other files make runs beside these (the parallel phase)."""
     with psycopg2.connect(**ledger_database().psycopg2_kwargs()) as c, c.cursor() as cur:
-        cur.execute("SELECT count(*) FROM runs")
-        return cur.fetchone()[0]
+        cur.execute("SELECT count(*) FROM runs WHERE run_id = %s", (run_id,))
+        return cur.fetchone()[0] > 0
 
 
 @pytest.mark.parametrize("mode", list(catalog.MODES))
@@ -364,28 +366,31 @@ def test_a_crash_point_is_refused_where_it_cannot_apply_before_any_side_effect(l
     ],
 )
 def test_bad_input_is_refused_before_any_side_effect(spec, message):
-    before = _runs_count()
+    run_id = new_run_id()
     with pytest.raises((load.LoadError, catalog.ModeError), match=message):
-        load.start(load.LoadSpec(**spec))
-    assert _runs_count() == before
+        load.start(load.LoadSpec(**spec, run_id=run_id))
+    assert not _made(run_id)
 
 
 def test_unreachable_kafka_fails_within_a_bounded_time_and_writes_nothing():
-    before = _runs_count()
+    run_id = new_run_id()
     t0 = time.monotonic()
     with pytest.raises(load.LoadError, match="did not answer within 10s"):
-        load.start(load.LoadSpec(mode="at_least_once", messages=10), kafka_conf={"bootstrap.servers": "127.0.0.1:1"})
+        load.start(
+            load.LoadSpec(mode="at_least_once", messages=10, run_id=run_id),
+            kafka_conf={"bootstrap.servers": "127.0.0.1:1"},
+        )
     assert time.monotonic() - t0 < 20
-    assert _runs_count() == before
+    assert not _made(run_id)
 
 
 def test_unreachable_postgres_is_refused_and_writes_nothing(kafka_conf):
     real = ledger_database()
     dead = Database(real.host, 1, real.user, real.password, real.database)
-    before = _runs_count()
+    run_id = new_run_id()
     with pytest.raises(load.LoadError, match=r"ledger database at 127\.0\.0\.1:1/semantics cannot be reached"):
-        load.start(load.LoadSpec(mode="at_least_once", messages=10), db=dead)
-    assert _runs_count() == before
+        load.start(load.LoadSpec(mode="at_least_once", messages=10, run_id=run_id), db=dead)
+    assert not _made(run_id)
 
 
 def test_cli_refuses_bad_input_with_exit_2_and_a_clear_message():
