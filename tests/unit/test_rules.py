@@ -206,3 +206,12 @@ def test_a_live_source_that_requires_exactly_once_is_judged_by_that_and_only_rul
     assert [p.rule.name for p in rules.predict({"connector": source})] == []
     assert "connection.password" not in rules.CONNECTOR_KEYS and "connection.url" not in rules.CONNECTOR_KEYS
     assert {"errors.tolerance", "insert.mode", "exactly.once.support", "connector.class"} <= rules.CONNECTOR_KEYS
+
+
+@pytest.mark.parametrize("name", ["a b", "../connectors", "x\r\nHost: evil", "", "-leading", "a" * 201])
+def test_a_connector_name_that_is_not_one_is_refused_before_any_request(name):
+    from delivery_semantics.plumbing.connect import ConnectCluster, ConnectError
+
+    cluster = ConnectCluster(urls=["http://127.0.0.1:1"])  # nothing listens: a request would say so instead
+    with pytest.raises(ConnectError, match="is not"):
+        cluster.settings_for_rules(name)

@@ -19,6 +19,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from delivery_semantics import rules
 from delivery_semantics.plumbing.endpoints import EndpointError, get_connection
 
 CONNECT_CONN_ID = "kafka_connect"
@@ -112,8 +113,6 @@ class ConnectCluster:
         refused as Connect says it."""
         if not re.fullmatch(CONNECTOR_NAME, name or ""):
             raise ConnectError(f"connector name {str(name)[:80]!r} is not {CONNECTOR_NAME}")
-        from delivery_semantics import rules
-
         config = self.call("GET", f"/connectors/{_quoted(name)}/config", retry_for=10)
         return {k: str(v) for k, v in config.items() if k in rules.CONNECTOR_KEYS}
 
