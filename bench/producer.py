@@ -42,11 +42,14 @@ import devstack
 from delivery_semantics import catalog
 from delivery_semantics.history.ledger import Reports
 from delivery_semantics.plumbing import topics
-from delivery_semantics.plumbing.endpoints import java_client_config, kafka_config
+from delivery_semantics.plumbing.endpoints import kafka_config
 from delivery_semantics.workload import load
-from delivery_semantics.workload.client import few_collections
+from delivery_semantics.workload.client import few_collections, runtime
 from delivery_semantics.workload.generator import RECORD_FORMATS, Generator, new_run_id
 from delivery_semantics.workload.settings import resolve
+
+# ProducerPerformance is the Java client: a Java load is measured against it with its own settings.
+JAVA = "java"
 
 # The load runner's defaults, which ledger_on's runs take: the other two measurements use the same.
 KEYS, SEED = load.LoadSpec.keys, load.LoadSpec.seed
@@ -63,13 +66,13 @@ def ledger_off(
     txn_size: int,
     conf: dict,
     overrides: dict | None = None,
-    client_name: str = catalog.LIBRDKAFKA,
+    client_name: str = catalog.DEFAULT_CLIENT,
     record_format: str = "text",
 ) -> dict:
     run_id = new_run_id()
     topic = f"bench.off.{mode.name}.{run_id}"
     topics.ensure_topic(conf, topic, partitions=3)
-    connection = conf if client_name == catalog.LIBRDKAFKA else java_client_config(conf)
+    connection = runtime(client_name).connection(conf)
     pconf = {**connection, **resolve(mode, client_name, overrides).conf}
     if mode.transactional:
         pconf["transactional.id"] = f"bench-{run_id}"
@@ -115,7 +118,7 @@ def ledger_on(
     conf: dict,
     keep_topic: bool,
     overrides: dict | None = None,
-    client_name: str = catalog.LIBRDKAFKA,
+    client_name: str = catalog.DEFAULT_CLIENT,
     record_format: str = "text",
 ) -> dict:
     """Unless keep_topic, the run's topic is deleted once measured: a 1M run holds 0.8 GB with RF 3,
@@ -145,11 +148,11 @@ def producer_performance(
     conf: dict,
     transaction_ms: int | None = None,
     overrides: dict | None = None,
-    client_name: str = catalog.LIBRDKAFKA,
+    client_name: str = catalog.DEFAULT_CLIENT,
 ) -> dict:
     topic = f"bench.pp.{mode.name}.{new_run_id()}"
     topics.ensure_topic(conf, topic, partitions=3)
-    p = resolve(mode, catalog.LIBRDKAFKA, overrides if client_name == catalog.LIBRDKAFKA else None).effective
+    p = resolve(mode, catalog.DEFAULT_CLIENT, overrides if client_name == catalog.DEFAULT_CLIENT else None).effective
     props = {
         "bootstrap.servers": conf["bootstrap.servers"],
         "acks": p["acks"],
@@ -161,8 +164,8 @@ def producer_performance(
         # librdkafka's default batch.size; the Java client's 16 KiB would hold ~60 of these records
         "batch.size": "1000000",
     }
-    if client_name == catalog.JAVA:  # exactly the Java load runner's settings
-        props = {"bootstrap.servers": conf["bootstrap.servers"], **resolve(mode, catalog.JAVA, overrides).conf}
+    if client_name == JAVA:  # exactly the Java load runner's settings
+        props = {"bootstrap.servers": conf["bootstrap.servers"], **resolve(mode, JAVA, overrides).conf}
     cmd = devstack.kafka_tool_command(
         "org.apache.kafka.tools.ProducerPerformance",
         "--topic",
@@ -226,7 +229,7 @@ def main() -> int:
     ap.add_argument("--producers", default="1", help="comma-separated producer counts for the ledger-on runs")
     ap.add_argument("--keep-topics", action="store_true", help="keep the ledger-on runs' topics, to reconcile them")
     ap.add_argument(
-        "--client", default=catalog.LIBRDKAFKA, help=f"the load runner's client: {', '.join(catalog.CLIENTS)}"
+        "--client", default=catalog.DEFAULT_CLIENT, help=f"the load runner's client: {', '.join(catalog.CLIENTS)}"
     )
     ap.add_argument("--record-format", default="text", choices=list(RECORD_FORMATS), help="the records' format")
     ap.add_argument(

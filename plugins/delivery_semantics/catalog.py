@@ -15,29 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from delivery_semantics import clients
+from delivery_semantics.clients.base import RETRIES_MAX
+from delivery_semantics.errors import CatalogError, ModeError, ScenarioError
+
 # A run id names the default topic and is read back into SQL by the checker: a plain token only.
 RUN_ID_PATTERN = r"[A-Za-z0-9_.-]{1,100}"
 READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
 ISOLATIONS = (READ_COMMITTED, READ_UNCOMMITTED)
-RETRIES_MAX = 2147483647
 
 # The Asset load tasks announce their runs on, and the pool that keeps fault runs from overlapping
 # on the shared cluster (one slot).
 RUNS_ASSET = "semantics_runs"
 CLUSTER_POOL = "kafka_cluster"
-
-
-class CatalogError(ValueError):
-    """A name the catalog does not know, or a combination it refuses; the message says why."""
-
-
-class ModeError(CatalogError):
-    pass
-
-
-class ScenarioError(CatalogError):
-    pass
 
 
 # --------------------------------------------------------------------------- promises
@@ -310,58 +301,13 @@ PIPELINE_PROMISES: dict[str, Promise] = {
 
 # --------------------------------------------------------------------------- producer clients
 
-# The producer clients a load drives: librdkafka (confluent-kafka, in the load process) and the Java
-# client (kafka-clients, in a JVM the load process drives: clients/java). Settings keep each
-# client's own key names.
-LIBRDKAFKA, JAVA = "librdkafka", "java"
-CLIENTS = (LIBRDKAFKA, JAVA)
-
-# Keys every preset sets besides its semantics, per client: neither client's defaults are the
-# other's.
-_PRESET_TUNING = {
-    LIBRDKAFKA: {
-        # librdkafka's default is 5 ms. An unpaced load's batches fill to batch.size (1 MB) only at
-        # about 100 ms: 5,863 records a batch against 3,617 at 20 ms, and the machine spends 5.3-6.4 s
-        # of CPU on 1M records against 6.7-7.8 s. +10-25% records/s by mode, where
-        # ProducerPerformance, whose unkeyed batches are full either way, gains nothing measurable. A
-        # paced load pays it as ack latency (p50 107 ms against 28 ms at 5,000 records/s): set
-        # linger.ms lower to measure latency (docs/BENCHMARKS.md).
-        "linger.ms": "100",
-        "batch.num.messages": "10000",
-        "compression.type": "none",
-        "request.timeout.ms": "10000",
-        "message.timeout.ms": "60000",
-        "retry.backoff.ms": "100",
-        "queue.buffering.max.messages": "200000",
-    },
-    JAVA: {
-        # The same timeouts as librdkafka's presets, so that faults time out alike; batches per
-        # partition of up to 256 KB (the Java client's 16 KB default holds about 60 of these records).
-        "linger.ms": "100",
-        "batch.size": "262144",
-        "compression.type": "none",
-        "request.timeout.ms": "10000",
-        "delivery.timeout.ms": "60000",
-        "retry.backoff.ms": "100",
-    },
-}
+# The producer clients a load drives, each a registered ClientSpec (clients/): its settings keep the
+# client's own key names, and each adds its tuning to a preset's semantics.
+CLIENTS = tuple(clients.REGISTRY)
+DEFAULT_CLIENT = clients.DEFAULT
 # The effective value of each setting a finding reads, when a mode does not set it: the client's
-# own default. The Java client's check reports its effective values itself (it also turns
-# idempotence off when another setting conflicts and idempotence was not asked for).
-CLIENT_DEFAULTS = {
-    LIBRDKAFKA: {
-        "acks": "all",
-        "enable.idempotence": "false",
-        "retries": str(RETRIES_MAX),
-        "max.in.flight.requests.per.connection": "1000000",
-    },
-    JAVA: {
-        "acks": "all",
-        "enable.idempotence": "true",
-        "retries": str(RETRIES_MAX),
-        "max.in.flight.requests.per.connection": "5",
-    },
-}
+# own default.
+CLIENT_DEFAULTS = {name: dict(spec.defaults) for name, spec in clients.REGISTRY.items()}
 
 
 def _truthy(value) -> bool:
@@ -429,10 +375,10 @@ class DeliveryMode:
         return (self.client,) if self.client else CLIENTS
 
     def producer_settings(self, client: str | None = None) -> dict[str, str]:
-        client = client or self.client or LIBRDKAFKA
+        client = client or self.client or clients.DEFAULT
         if client not in self.clients:
             raise ModeError(f"mode {self.name} is declared for the {self.client} client, not {client}")
-        return dict(self.semantics) if self.client else {**_PRESET_TUNING[client], **self.semantics}
+        return dict(self.semantics) if self.client else {**clients.spec(client).tuning, **self.semantics}
 
     @property
     def waits_for_acks(self) -> bool:
@@ -1069,7 +1015,7 @@ def parse_pair(text: str) -> tuple[str, str, str]:
         raise CatalogError(f"pair {str(text)[:80]!r} is not 'MODE x SCENARIO' or 'MODE x SCENARIO on CLIENT'")
     head, _, client = text.partition(" on ")
     mode, _, scenario = head.partition(" x ")
-    client = client or LIBRDKAFKA
+    client = client or DEFAULT_CLIENT
     if client not in CLIENTS:
         raise CatalogError(f"pair {text!r}: unknown client {client!r}: choose from {', '.join(CLIENTS)}")
     check_pair(mode, scenario)
@@ -1113,7 +1059,7 @@ def get_mode(name: str) -> DeliveryMode:
 def get_client(name: str | None, mode: DeliveryMode) -> str:
     """The client a run of `mode` uses: a mode file's own, or the one asked (librdkafka unless asked)."""
     if name is None:
-        return mode.client or LIBRDKAFKA
+        return mode.client or DEFAULT_CLIENT
     if name not in CLIENTS:
         raise ModeError(f"unknown client {name!r}: choose one of {', '.join(CLIENTS)}")
     if name not in mode.clients:

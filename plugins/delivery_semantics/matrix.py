@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from delivery_semantics import catalog
+from delivery_semantics import clients as client_specs
 
 # Events of a pipeline run when the form does not say.
 PIPELINE_EVENTS = 3000
@@ -33,7 +34,7 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
     consumer_crash."""
     common = {"messages": params["messages"], "seed": params["seed"]}
     producers = {"producers": params["producers"]} if params.get("producers") else {}
-    clients = params.get("clients") or [catalog.LIBRDKAFKA]
+    clients = params.get("clients") or [catalog.DEFAULT_CLIENT]
     for client in clients:
         if client not in catalog.CLIENTS:
             raise ConfError(f"unknown client {client!r}: choose from {', '.join(catalog.CLIENTS)}")
@@ -49,9 +50,15 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
     except catalog.CatalogError as e:
         raise ConfError(str(e)) from None
     record_format = params.get("record_format") or "text"
+    written = {name: spec.record_formats for name, spec in client_specs.REGISTRY.items()}
     confs = [
-        # The Java client writes text records: its runs of an Avro matrix stay text.
-        {"mode": m, "scenario": s, "client": c, "record_format": record_format if c == catalog.LIBRDKAFKA else "text"}
+        # A client that writes text records only (Java's) keeps its runs of an Avro matrix text.
+        {
+            "mode": m,
+            "scenario": s,
+            "client": c,
+            "record_format": record_format if record_format in written[c] else "text",
+        }
         | common
         | producers
         for m, s, c in runs

@@ -474,7 +474,7 @@ class RuleError(ValueError):
     """Bad input to predict: one line, exit 2."""
 
 
-def view_of(given: Mapping[str, Mapping[str, object]], client: str = catalog.LIBRDKAFKA) -> dict:
+def view_of(given: Mapping[str, Mapping[str, object]], client: str = catalog.DEFAULT_CLIENT) -> dict:
     """The settings by family, each given family filled with its defaults; the others None."""
     unknown = set(given) - set(FAMILIES)
     if unknown:
@@ -488,7 +488,7 @@ def view_of(given: Mapping[str, Mapping[str, object]], client: str = catalog.LIB
     return view
 
 
-def predict(given: Mapping[str, Mapping[str, object]], client: str = catalog.LIBRDKAFKA) -> list[Prediction]:
+def predict(given: Mapping[str, Mapping[str, object]], client: str = catalog.DEFAULT_CLIENT) -> list[Prediction]:
     """Each rule whose family was given and whose settings are there, with what it read."""
     view = view_of(given, client)
     out = []
@@ -516,7 +516,7 @@ def of_mode(name: str) -> tuple[dict, str]:
     settings = dict(mode.semantics)
     if mode.transactional:
         settings.setdefault("transactional.id", f"semantics-{name}")
-    return {"producer": settings, "topic": dict(PLATFORM_TOPIC)}, mode.client or catalog.LIBRDKAFKA
+    return {"producer": settings, "topic": dict(PLATFORM_TOPIC)}, mode.client or catalog.DEFAULT_CLIENT
 
 
 def of_pipeline(name: str) -> dict[str, dict]:

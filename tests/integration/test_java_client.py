@@ -46,7 +46,7 @@ def _values(kafka_conf: dict, topic: str) -> set[bytes]:
 
 
 def _client(kafka_conf: dict, topic: str, gen: Generator, mode: str = "idempotent") -> JavaClient:
-    conf = {**java_client_config(kafka_conf), **resolve(catalog.get_mode(mode), catalog.JAVA).conf}
+    conf = {**java_client_config(kafka_conf), **resolve(catalog.get_mode(mode), "java").conf}
     return JavaClient(conf, topic, gen, transactional=False)
 
 
@@ -74,7 +74,7 @@ def test_acks_carry_the_exact_positions_and_a_refused_topic_fails_every_record(k
 
     # A topic name the brokers refuse: the client fails each record, and none may have been written.
     bad = JavaClient(
-        {**java_client_config(kafka_conf), **resolve(catalog.get_mode("at_least_once_all"), catalog.JAVA).conf},
+        {**java_client_config(kafka_conf), **resolve(catalog.get_mode("at_least_once_all"), "java").conf},
         "not a topic!",
         gen,
         transactional=False,
@@ -141,7 +141,7 @@ def test_a_java_fire_and_forget_run_records_sent_without_positions(kafka_conf):
     assert sorted(ids) == sorted(event_id(s.run_id, n) for n in range(3000)), "each event once, none other"
 
 
-@pytest.mark.parametrize("client", [catalog.LIBRDKAFKA, catalog.JAVA])
+@pytest.mark.parametrize("client", catalog.CLIENTS)
 def test_a_run_started_by_its_dag_task_checks_its_producer_settings_once(client, monkeypatch):
     """`orchestration.start_run`, the first task of a run's DAG: the client's check of the
     producer settings runs once (it ran three times: the task's conf, the scenario, the ledger's
@@ -150,27 +150,24 @@ def test_a_run_started_by_its_dag_task_checks_its_producer_settings_once(client,
     import uuid
 
     from delivery_semantics.plumbing import orchestration
-    from delivery_semantics.workload import java_client, settings
+    from delivery_semantics.workload import java_client
+    from delivery_semantics.workload.client import runtime
 
     checks: list[str] = []
     jvms: list[list[str]] = []
-    real_librdkafka, real_java, real_run = settings._librdkafka_check, java_client.check, subprocess.run
+    cls = runtime(client)
+    real_check, real_run = cls.check, subprocess.run
 
-    def librdkafka_check(*a, **kw):
-        checks.append("librdkafka")
-        return real_librdkafka(*a, **kw)
-
-    def java_check(*a, **kw):
-        checks.append("java")
-        return real_java(*a, **kw)
+    def check(_cls, *a, **kw):
+        checks.append(client)
+        return real_check(*a, **kw)
 
     def run(cmd, *a, **kw):
         if cmd and str(cmd[0]).endswith("java"):
             jvms.append(list(cmd))
         return real_run(cmd, *a, **kw)
 
-    monkeypatch.setattr(settings, "_librdkafka_check", librdkafka_check)
-    monkeypatch.setattr(java_client, "check", java_check)
+    monkeypatch.setattr(cls, "check", classmethod(check))
     monkeypatch.setattr(java_client.subprocess, "run", run)
     task_key = f"test-one-check-{uuid.uuid4().hex[:8]}"
     producers = orchestration.start_run(
@@ -178,7 +175,7 @@ def test_a_run_started_by_its_dag_task_checks_its_producer_settings_once(client,
     )
     assert [p["producer"] for p in producers] == list(range(len(producers))) and producers
     assert checks == [client]
-    assert len(jvms) == (1 if client == catalog.JAVA else 0), jvms
+    assert len(jvms) == (1 if client == "java" else 0), jvms
     lg = Ledger()
     try:
         run = lg.get_run(producers[0]["ledger_run"])

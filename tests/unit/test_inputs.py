@@ -43,7 +43,7 @@ from delivery_semantics.workload.settings import resolve
 )
 def test_bad_or_owned_producer_settings_are_refused(mode, overrides, message):
     with pytest.raises(catalog.ModeError, match=re.escape(message)):
-        resolve(catalog.get_mode(mode), catalog.LIBRDKAFKA, overrides)
+        resolve(catalog.get_mode(mode), "librdkafka", overrides)
 
 
 def test_a_mode_preset_sets_every_key_it_depends_on():

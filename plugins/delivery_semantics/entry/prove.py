@@ -137,7 +137,7 @@ def request(mode: str | None, sets: list[str], client: str | None = None, pipeli
         mode_obj = catalog.get_mode(mode)
     except catalog.CatalogError as e:
         raise ProveError(str(e)) from None
-    req = Request(mode, client or mode_obj.client or catalog.LIBRDKAFKA)
+    req = Request(mode, client or mode_obj.client or catalog.DEFAULT_CLIENT)
     if req.client not in mode_obj.clients:
         raise ProveError(f"mode {mode} runs on {', '.join(mode_obj.clients)}, not {req.client}")
     for pair in sets:

@@ -1,6 +1,6 @@
 """Applies the versioned SQL in sql/ (V<NNN>__<name>.sql) once each, in order, under a lock, then
-writes the catalog's modes and strategies to `catalog_judged`, and its anomaly kinds to
-`catalog_kinds`, which the views and SQL users read."""
+writes the catalog's modes and strategies to `catalog_judged`, its anomaly kinds to `catalog_kinds`
+and its producer clients to `catalog_clients`, which the views and SQL users read."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg2
 import psycopg2.extras
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, clients
 from delivery_semantics.plumbing.endpoints import Database, ledger_database
 
 SQL_DIR = Path(os.environ.get("SEMANTICS_SQL_DIR", Path(__file__).resolve().parents[3] / "sql"))
@@ -69,6 +69,13 @@ def _write_catalog(cur) -> None:
         "ON CONFLICT (name) DO UPDATE SET jepsen = EXCLUDED.jepsen, summary_column = EXCLUDED.summary_column, "
         "stages = EXCLUDED.stages, breaks = EXCLUDED.breaks, description = EXCLUDED.description",
         catalog.kind_rows(),
+    )
+    # Clients too: a run refers to its client's row.
+    psycopg2.extras.execute_values(
+        cur,
+        "INSERT INTO catalog_clients (name, description) VALUES %s "
+        "ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description",
+        [(spec.name, spec.description) for spec in clients.REGISTRY.values()],
     )
     # Only added or updated: a run of a mode file since removed keeps its row, and its results.
     rows = catalog.judged_rows()

@@ -570,7 +570,7 @@ def _predict(args) -> int:
         elif not given:
             raise rules.RuleError("nothing to read: give --mode, --audit, --pipeline, --connector or --set")
         else:
-            found = rules.predict(given, client or catalog.LIBRDKAFKA)
+            found = rules.predict(given, client or catalog.DEFAULT_CLIENT)
     except (
         rules.RuleError,
         catalog.CatalogError,

@@ -21,8 +21,9 @@ import time
 from datetime import UTC, datetime
 from typing import TextIO
 
-from delivery_semantics import catalog, forms, matrix
+from delivery_semantics import catalog, clients, forms, matrix
 from delivery_semantics.plumbing.db import query
+from delivery_semantics.reporting.report import row_label
 
 
 def clock(seconds: float) -> str:
@@ -82,11 +83,10 @@ class Progress:
 # A matrix run's rows: its producer runs and its consumer runs (not their input runs, which are
 # keyed `input-of:...`), made after the watch began.
 _MATRIX_RUNS = """
-    SELECT run_id, mode || CASE WHEN client = 'librdkafka' THEN '' ELSE ' (' || client || ')' END AS label,
-           scenario, status FROM runs
+    SELECT run_id, mode, client, scenario, status FROM runs
     WHERE airflow_run_id LIKE 'semantics_matrix/%%' AND created_at >= %(since)s
     UNION ALL
-    SELECT consumer_run_id, strategy, scenario, status FROM consumer_runs
+    SELECT consumer_run_id, strategy, NULL, scenario, status FROM consumer_runs
     WHERE airflow_run_id LIKE 'semantics_matrix/%%' AND created_at >= %(since)s"""
 _PIPELINE_RUNS = """
     SELECT run_id, pipeline AS label, scenario, status FROM pipeline_runs
@@ -114,7 +114,7 @@ def matrix_size(conf: dict) -> int:
 # a consumer run under its crash 9 s, a pipeline run and its audit 105 s; the one reconciliation
 # of every run at the end, 110 s for 12 runs of 15,000 events. The ETA scales them by the pace
 # so far, so that whichever run comes first predicts the rest.
-STEP_SECONDS = {"paced": catalog.LOAD_SECONDS + 3.0, "unpaced": 8.0, "java": 1.0, "consumer": 9.0, "pipeline": 105.0}
+STEP_SECONDS = {"paced": catalog.LOAD_SECONDS + 3.0, "unpaced": 8.0, "consumer": 9.0, "pipeline": 105.0}
 RECONCILE_SECONDS = {"start": 40.0, "per_run": 5.0, "per_million_events": 40.0}
 
 
@@ -125,7 +125,7 @@ def step_seconds(scenario: str, client: str | None = None, consumer: bool = Fals
         return STEP_SECONDS["consumer"]
     paced = catalog.SCENARIOS[scenario].paced if scenario in catalog.SCENARIOS else False
     seconds = STEP_SECONDS["paced"] if paced else STEP_SECONDS["unpaced"]
-    return seconds + (STEP_SECONDS["java"] if client == catalog.JAVA else 0.0)
+    return seconds + (clients.spec(client).start_seconds if client else 0.0)
 
 
 def reconcile_seconds(runs: int, messages: int) -> float:
@@ -161,9 +161,8 @@ def follow_matrix(
         for r in sorted(query(_MATRIX_RUNS, {"since": since}), key=lambda r: r["run_id"]):
             if r["run_id"] not in loaded and r["status"] in ("completed", "failed"):
                 loaded.add(r["run_id"])
-                client = catalog.JAVA if r["label"].endswith(f"({catalog.JAVA})") else None
-                work = step_seconds(r["scenario"], client, consumer=r["label"] in catalog.STRATEGIES)
-                progress.step(f"{r['label']} x {r['scenario']} loaded ({r['status']})", work)
+                work = step_seconds(r["scenario"], r["client"], consumer=r["client"] is None)
+                progress.step(f"{row_label(r)} x {r['scenario']} loaded ({r['status']})", work)
         if pipelines:
             for r in sorted(query(_PIPELINE_RUNS, {"since": since}), key=lambda r: r["run_id"]):
                 if r["run_id"] not in audited and r["status"] in ("reconciled", "failed"):

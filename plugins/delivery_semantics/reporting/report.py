@@ -41,10 +41,10 @@ SCENARIO_ORDER = list(catalog.SCENARIOS)
 
 
 def row_label(r: dict) -> str:
-    """A matrix row: the mode or strategy, and the client when it is not librdkafka, so that one
-    mode's clients sit side by side."""
-    client = r.get("client") or catalog.LIBRDKAFKA
-    return r["mode"] if client == catalog.LIBRDKAFKA else f"{r['mode']} ({client})"
+    """A matrix row: the mode or strategy, and the client when it is not the default one, so that
+    one mode's clients sit side by side."""
+    client = r.get("client") or catalog.DEFAULT_CLIENT
+    return r["mode"] if client == catalog.DEFAULT_CLIENT else f"{r['mode']} ({client})"
 
 
 def _ordered(rows: list[dict]) -> list[dict]:

@@ -12,6 +12,7 @@ in a JVM.
 from __future__ import annotations
 
 import gc
+import importlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,10 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from delivery_semantics import clients
+from delivery_semantics.catalog import DeliveryMode
+from delivery_semantics.clients.librdkafka import NAME
+from delivery_semantics.errors import ModeError
 from delivery_semantics.history.ledger import Outcome, Report, Reports
 from delivery_semantics.records.event import event_id
 from delivery_semantics.workload.generator import Generator
@@ -68,6 +73,28 @@ def transactional_ids(transactional_id: str) -> list[str]:
 
 class ProducerFenced(RuntimeError):
     """A newer producer with the same transactional.id took over; this session must stop."""
+
+
+def runtime(client: str) -> type[ProducerClient]:
+    """The class that runs `client` (its ClientSpec's `runtime`, imported on first use)."""
+    module, _, name = clients.spec(client).runtime.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _bool(key: str, v) -> bool:
+    s = str(v).strip().lower()
+    if s in ("true", "1"):
+        return True
+    if s in ("false", "0"):
+        return False
+    raise ModeError(f"{key}={v!r} is not a boolean (true/false)")
+
+
+def _int(key: str, v) -> int:
+    try:
+        return int(str(v).strip())
+    except ValueError:
+        raise ModeError(f"{key}={v!r} is not an integer") from None
 
 
 def classify_error(err: KafkaError) -> str:
@@ -182,6 +209,17 @@ class ProducerClient:
     def pause(self, seconds: float) -> None:
         time.sleep(seconds)
 
+    # What a client is, before it sends: its own check of a configuration (no connection opened),
+    # returning the effective values of the settings a finding reads, or ModeError in one line; and
+    # the Kafka connection's librdkafka settings as its own.
+    @classmethod
+    def check(cls, conf: dict[str, str], mode: DeliveryMode) -> dict[str, str]:
+        raise NotImplementedError
+
+    @classmethod
+    def connection(cls, kafka_conf: dict) -> dict:
+        return dict(kafka_conf)
+
     # What a client does: send, flush, write a transaction, commit, abort, close.
     def send(self, records: list[tuple[int, int]]) -> None:
         raise NotImplementedError
@@ -205,6 +243,45 @@ class ProducerClient:
 class LibrdkafkaClient(ProducerClient):
     """librdkafka in this process. The records go to librdkafka a batch at a time (produce_batch),
     each as the generator's value and key; a clean report is one tuple, no Event or Outcome object."""
+
+    @classmethod
+    def check(cls, conf: dict[str, str], mode: DeliveryMode) -> dict[str, str]:
+        """librdkafka's own check (it refuses unknown keys and bad values; no connection is
+        opened), after the rules it applies only once connected, said in one line."""
+        eff = {**clients.spec(NAME).defaults, **conf}
+        eff["acks"] = {"-1": "all"}.get(str(eff["acks"]).strip().lower(), str(eff["acks"]).strip().lower())
+        if eff["acks"] not in ("0", "1", "all"):
+            raise ModeError(f"acks={eff['acks']!r} must be 0, 1 or all")
+        idempotent = _bool("enable.idempotence", eff["enable.idempotence"])
+        retries = _int("retries", eff["retries"])
+        in_flight = _int("max.in.flight.requests.per.connection", eff["max.in.flight.requests.per.connection"])
+        for key in ("message.timeout.ms", "request.timeout.ms", "linger.ms"):
+            if key in eff and _int(key, eff[key]) < 0:
+                raise ModeError(f"{key} must be >= 0")
+        if retries < 0 or in_flight < 1:
+            raise ModeError("retries must be >= 0 and max.in.flight.requests.per.connection >= 1")
+        if idempotent:
+            if eff["acks"] != "all":
+                raise ModeError(
+                    f"enable.idempotence=true needs acks=all, got acks={eff['acks']}: "
+                    "the broker can only de-duplicate what all in-sync replicas acknowledged"
+                )
+            if in_flight > 5:
+                raise ModeError(
+                    f"enable.idempotence=true needs max.in.flight.requests.per.connection <= 5, got {in_flight}"
+                )
+            if retries == 0:
+                raise ModeError("enable.idempotence=true needs retries > 0: idempotence exists to make retries safe")
+        if mode.transactional and not idempotent:
+            raise ModeError("a transactional producer needs enable.idempotence=true (transactions are built on it)")
+        probe = {**conf, "bootstrap.servers": "127.0.0.1:1", "log_level": 0, "error_cb": lambda _e: None}
+        try:
+            Producer({**probe, "transactional.id": "validate"} if mode.transactional else probe)
+        except KafkaException as e:
+            raise ModeError(f"librdkafka refused the producer settings: {e.args[0].str()}") from None
+        except (TypeError, ValueError) as e:
+            raise ModeError(f"librdkafka refused the producer settings: {e}") from None
+        return eff
 
     def __init__(self, conf: dict, topic: str, gen: Generator, *, transactional: bool):
         super().__init__(topic, gen, transactional=transactional, acks0=conf.get("acks") == "0")

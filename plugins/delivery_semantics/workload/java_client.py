@@ -21,10 +21,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-from delivery_semantics.catalog import ModeError
+from delivery_semantics.catalog import DeliveryMode, ModeError
 from delivery_semantics.files import one_line
 from delivery_semantics.history.ledger import Outcome
 from delivery_semantics.plumbing import javac
+from delivery_semantics.plumbing.endpoints import java_client_config
 from delivery_semantics.workload.client import (
     AbortRequired,
     ProducerClient,
@@ -174,6 +175,14 @@ class JavaClient(ProducerClient):
     """The Java runner as a producer client. Its reports are read on a thread of their own, in the
     order the JVM wrote them: a turn's flush or commit reply comes after every report it waited
     for. Transactions take turns under TRANSACTIONAL_IDS ids, as librdkafka's do (client.py)."""
+
+    @classmethod
+    def check(cls, conf: dict[str, str], mode: DeliveryMode) -> dict[str, str]:
+        return check(conf, mode.transactional)
+
+    @classmethod
+    def connection(cls, kafka_conf: dict) -> dict:
+        return java_client_config(kafka_conf)
 
     def __init__(self, conf: dict, topic: str, gen: Generator, *, transactional: bool):
         super().__init__(topic, gen, transactional=transactional, acks0=str(conf.get("acks")) == "0")

@@ -22,20 +22,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, clients
 from delivery_semantics.faults.nemesis import crash_here
 from delivery_semantics.history.ledger import Ledger, Outcome, Reports
 from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import (
     Database,
     child_process_env,
-    java_client_config,
     kafka_config,
     ledger_database,
     mask_secrets,
 )
 from delivery_semantics.workload import readback, settings
-from delivery_semantics.workload.client import LibrdkafkaClient, ProducerClient, few_collections
+from delivery_semantics.workload.client import ProducerClient, few_collections, runtime
 from delivery_semantics.workload.generator import RECORD_FORMATS, Generator, new_run_id, slices
 
 BROKER_MESSAGE_MAX_BYTES = 1048588
@@ -68,8 +67,6 @@ def require_free_disk(spec: LoadSpec) -> None:
 
 
 RESEND_ROUNDS = 3
-# Each client's setting for the largest record it sends.
-RECORD_SIZE_LIMIT = {catalog.LIBRDKAFKA: "message.max.bytes", catalog.JAVA: "max.request.size"}
 
 
 class LoadError(ValueError):
@@ -185,9 +182,13 @@ def validate(spec: LoadSpec) -> RunRequest:
         resolved = settings.resolve(mode, spec.client, spec.overrides)
     except catalog.ModeError as e:
         raise LoadError(str(e)) from None
-    if spec.record_format != "text" and resolved.client != catalog.LIBRDKAFKA:
-        raise LoadError(f"record format {spec.record_format}: the {resolved.client} client writes text records only")
-    size_key = RECORD_SIZE_LIMIT[resolved.client]
+    client = clients.spec(resolved.client)
+    if spec.record_format not in client.record_formats:
+        raise LoadError(
+            f"record format {spec.record_format}: the {client.name} client writes {', '.join(client.record_formats)} "
+            "records only"
+        )
+    size_key = client.size_key
     limit = min(int(resolved.conf.get(size_key, 1000000)), BROKER_MESSAGE_MAX_BYTES)
     if spec.payload_bytes + RECORD_OVERHEAD_BYTES > limit:
         raise LoadError(
@@ -438,7 +439,7 @@ def _drive(
     mode = catalog.get_mode(run["mode"])
     session = mine["sessions"] + 1
     conf = {
-        **(kafka_conf if run["client"] == catalog.LIBRDKAFKA else java_client_config(kafka_conf)),
+        **runtime(run["client"]).connection(kafka_conf),
         **{k: v for k, v in run["producer_config"].items() if v != "****"},
     }
     if mine["transactional_id"]:
@@ -505,11 +506,7 @@ def _drive(
 
 def open_client(client: str, conf: dict, topic: str, gen: Generator, transactional: bool) -> ProducerClient:
     """The producer client of a run's session, given its whole configuration."""
-    if client == catalog.JAVA:
-        from delivery_semantics.workload.java_client import JavaClient
-
-        return JavaClient(conf, topic, gen, transactional=transactional)
-    return LibrdkafkaClient(conf, topic, gen, transactional=transactional)
+    return runtime(client)(conf, topic, gen, transactional=transactional)
 
 
 def total(ledger: Ledger, run_id: str) -> None:
