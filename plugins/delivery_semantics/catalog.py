@@ -372,13 +372,20 @@ class DeliveryMode:
 
     @property
     def clients(self) -> tuple[str, ...]:
-        return (self.client,) if self.client else CLIENTS
+        if self.client:
+            return (self.client,)
+        return tuple(c for c in CLIENTS if clients.spec(c).transactions or not self.transactional)
 
     def producer_settings(self, client: str | None = None) -> dict[str, str]:
         client = client or self.client or clients.DEFAULT
         if client not in self.clients:
-            raise ModeError(f"mode {self.name} is declared for the {self.client} client, not {client}")
+            raise ModeError(self.refusal(client))
         return dict(self.semantics) if self.client else {**clients.spec(client).tuning, **self.semantics}
+
+    def refusal(self, client: str) -> str:
+        if self.client:
+            return f"mode {self.name} is declared for the {self.client} client; it cannot run on {client}"
+        return f"mode {self.name} runs on {', '.join(self.clients)}: the {client} client runs no transactions"
 
     @property
     def waits_for_acks(self) -> bool:
@@ -1018,7 +1025,10 @@ def parse_pair(text: str) -> tuple[str, str, str]:
     client = client or DEFAULT_CLIENT
     if client not in CLIENTS:
         raise CatalogError(f"pair {text!r}: unknown client {client!r}: choose from {', '.join(CLIENTS)}")
-    check_pair(mode, scenario)
+    try:
+        get_client(client, check_pair(mode, scenario)[0])
+    except ModeError as e:
+        raise CatalogError(f"pair {text!r}: {e}") from None
     return mode, scenario, client
 
 
@@ -1063,7 +1073,7 @@ def get_client(name: str | None, mode: DeliveryMode) -> str:
     if name not in CLIENTS:
         raise ModeError(f"unknown client {name!r}: choose one of {', '.join(CLIENTS)}")
     if name not in mode.clients:
-        raise ModeError(f"mode {mode.name} is declared for the {mode.client} client; it cannot run on {name}")
+        raise ModeError(mode.refusal(name))
     return name
 
 

@@ -46,6 +46,7 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
                 (m, s, c)
                 for m, s in matrix_pairs(params["modes"], params["scenarios"])
                 for c in (clients if m in catalog.MODES else catalog.get_mode(m).clients)
+                if c in catalog.get_mode(m).clients
             ]
     except catalog.CatalogError as e:
         raise ConfError(str(e)) from None

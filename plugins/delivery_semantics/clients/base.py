@@ -203,4 +203,5 @@ class ClientSpec:
     size_key: str  # the setting that bounds the largest record it sends
     runtime: str
     record_formats: tuple[str, ...] = ("text",)
+    transactions: bool = True  # whether it runs the transactional modes
     start_seconds: float = 0.0  # what a run pays before its first record (a JVM's start), for the ETA
