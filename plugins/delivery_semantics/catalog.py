@@ -55,7 +55,8 @@ class Kind:
       with none is not judged by a window);
     - breaks: the guarantee (GUARANTEES) it breaks, if any;
     - loss: a later window's `late` copy resolves it;
-    - in_matrix: the matrix report shows its count."""
+    - column: the matrix report's column that shows its count (two kinds may share one: their
+      counts are shown as a/b)."""
 
     name: str
     jepsen: str | None
@@ -65,7 +66,11 @@ class Kind:
     breaks: str | None = None
     copies: bool = False
     loss: bool = False
-    in_matrix: bool = False
+    column: str | None = None
+
+    @property
+    def in_matrix(self) -> bool:
+        return self.column is not None
 
 
 def _kind(name, jepsen, summary, text, windows=None, **flags) -> Kind:
@@ -84,7 +89,7 @@ KINDS = {
             "more than one copy of an event; copies counts them all",
             {OUTBOX_TOPIC: "duplicate_events", TOPIC_SINK: "sink_duplicates"},
             breaks="no_duplicates",
-            in_matrix=True,
+            column="dup events",
         ),
         _kind(
             "lost_acked",
@@ -94,7 +99,7 @@ KINDS = {
             {OUTBOX_TOPIC: "lost_acked"},
             breaks="no_acked_loss",
             loss=True,
-            in_matrix=True,
+            column="lost acked",
         ),
         _kind(
             "lost_unacked",
@@ -103,7 +108,7 @@ KINDS = {
             "never acked and not read: expected of a failed send, a loss all the same",
             {OUTBOX_TOPIC: "lost_unacked"},
             loss=True,
-            in_matrix=True,
+            column="lost unacked",
         ),
         _kind(
             "lost",
@@ -148,7 +153,7 @@ KINDS = {
             "copies an aborted transaction wrote, visible to the reader",
             breaks="no_aborted_visible",
             copies=True,
-            in_matrix=True,
+            column="aborted vis",
         ),
         _kind(
             "torn_transaction",
@@ -156,28 +161,28 @@ KINDS = {
             "torn_events",
             "under read_committed, an event missing from a partly visible committed transaction",
             breaks="atomic_transactions",
-            in_matrix=True,
+            column="torn",
         ),
         _kind(
             "inconsistent_offset",
             "inconsistent-offsets",
             "inconsistent_offsets",
             "a position holding two different records (the log was truncated and written again)",
-            in_matrix=True,
+            column="incons. offs",
         ),
         _kind(
             "poll_skip",
             "poll-skip",
             "poll_skips",
             "a consumer session skipped a record between two offsets it polled one after the other",
-            in_matrix=True,
+            column="poll skip/back",
         ),
         _kind(
             "nonmonotonic_poll",
             "nonmonotonic-poll",
             "nonmonotonic_polls",
             "a consumer session polled an offset at or below one it polled before",
-            in_matrix=True,
+            column="poll skip/back",
         ),
         _kind(
             "malformed",
@@ -193,7 +198,7 @@ KINDS = {
             "applied to its key's state after a newer version had been",
             {TOPIC_SINK: "stale_overwrites"},
             breaks="no_stale_overwrite",
-            in_matrix=True,
+            column="stale",
         ),
     )
 }
@@ -207,6 +212,15 @@ LOSSES = tuple(k.name for k in KINDS.values() if k.loss)
 def summary_columns(in_matrix: bool = False) -> tuple[str, ...]:
     """The `reconcile_summary` columns that count a kind, in the catalog's order."""
     return tuple(k.summary for k in KINDS.values() if k.summary and (k.in_matrix or not in_matrix))
+
+
+def matrix_columns() -> dict[str, tuple[str, ...]]:
+    """The matrix report's kind columns, in the catalog's order: header -> the summary columns shown."""
+    out: dict[str, tuple[str, ...]] = {}
+    for k in KINDS.values():
+        if k.column:
+            out[k.column] = (*out.get(k.column, ()), k.summary)
+    return out
 
 
 def window_columns() -> dict[str, tuple[str, str]]:

@@ -7,6 +7,7 @@ import base64
 import re
 from datetime import UTC, datetime, timedelta
 
+from delivery_semantics import catalog
 from delivery_semantics.reporting.report import OBSERVED_COLOURS, matrix_grid_html, observed, trend_series, trends_png
 
 
@@ -232,3 +233,18 @@ def test_the_proofs_table_shows_each_finding_red_when_its_run_did_not_confirm_it
     assert "not put to a run: no consumer strategy" in table
     assert "&lt;i&gt;x&lt;/i&gt;" in table and "<i>x</i>" not in table, "escaped"
     assert "<table id='proofs'>" not in render("matrix.html", **empty, proofs=[]), "no proof, no table"
+
+
+def test_the_matrix_shows_each_matrix_kind_of_the_catalog_once_and_dashes_what_was_not_checked():
+    from delivery_semantics.reporting.report import matrix_text
+
+    counts = dict.fromkeys(catalog.summary_columns(in_matrix=True), 0)
+    consumer = {**row("process_then_commit", "consumer_crash", 0, 500), **counts, "duplicate_events": 500}
+    consumer |= {"torn_events": None, "inconsistent_offsets": None, "poll_skips": 2, "nonmonotonic_polls": 1}
+    header, _, line = matrix_text([consumer]).splitlines()
+    kinds = [k.column for k in catalog.KINDS.values() if k.column]
+    assert re.split(r"\s{2,}", header)[2:10] == list(dict.fromkeys(kinds))
+    cells = re.split(r"\s{2,}", line)
+    assert cells[:2] == ["process_then_commit", "consumer_crash"]
+    # dup events, lost acked, lost unacked, aborted vis, torn, incons. offs, poll skip/back, stale
+    assert cells[2:10] == ["500", "0", "0", "0", "-", "-", "2/1", "0"]

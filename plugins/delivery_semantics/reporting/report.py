@@ -72,33 +72,13 @@ def matrix_rows(run_ids: list[str] | None = None) -> list[dict]:
 
 
 def matrix_text(rows: list[dict]) -> str:
-    header = [
-        "mode / strategy",
-        "scenario",
-        "lost acked",
-        "lost unacked",
-        "dup events",
-        "aborted vis",
-        "torn",
-        "incons. offs",
-        "poll skip/back",
-        "stale",
-        "verdict",
-        "expected",
-        "as expected",
-    ]
+    kinds = catalog.matrix_columns()
+    header = ["mode / strategy", "scenario", *kinds, "verdict", "expected", "as expected"]
     body = [
         [
             row_label(r),
             r["scenario"],
-            str(r["lost_acked"]),
-            str(r["lost_unacked"]),
-            str(r["duplicate_events"]),
-            str(r["aborted_visible"]),
-            "-" if r["torn_events"] is None else str(r["torn_events"]),
-            "-" if r["inconsistent_offsets"] is None else str(r["inconsistent_offsets"]),
-            "-" if r["poll_skips"] is None else f"{r['poll_skips']}/{r['nonmonotonic_polls']}",
-            "-" if r["stale_overwrites"] is None else str(r["stale_overwrites"]),
+            *(_counts(r, columns) for columns in kinds.values()),
             verdict_text(r),
             r["expectation"] or "-",
             {True: "yes", False: "NO", None: "-"}[r["meets_expectation"]],
@@ -106,6 +86,12 @@ def matrix_text(rows: list[dict]) -> str:
         for r in rows
     ]
     return text_table(header, body)
+
+
+def _counts(r: dict, columns: tuple[str, ...]) -> str:
+    """A kind column's cell: its count, or a/b for two kinds that share it; "-" where not checked."""
+    values = [r[c] for c in columns]
+    return "-" if None in values else "/".join(map(str, values))
 
 
 def text_table(header: list[str], body: list[list[str]]) -> str:
