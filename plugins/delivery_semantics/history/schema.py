@@ -1,4 +1,5 @@
-"""Applies the versioned SQL in sql/ (V<NNN>__<name>.sql) once each, in order, under a lock, then
+"""Applies the versioned SQL in sql/ (V<NNN>__<name>.sql) once each, in order, under a lock; then
+each repeatable file (R__<name>.sql: every view's one definition) whenever its text changed; then
 writes the catalog's modes and strategies to `catalog_judged`, its anomaly kinds to `catalog_kinds`
 and its producer clients to `catalog_clients`, which the views and SQL users read."""
 
@@ -17,6 +18,7 @@ from delivery_semantics.plumbing.endpoints import Database, ledger_database
 
 SQL_DIR = Path(os.environ.get("SEMANTICS_SQL_DIR", Path(__file__).resolve().parents[3] / "sql"))
 _VERSIONED = re.compile(r"^V(\d{3})__([a-z0-9_]+)\.sql$")
+_REPEATABLE = re.compile(r"^R__([a-z0-9_]+)\.sql$")
 # Any constant: serialises concurrent migrators (parallel Airflow tasks) on one database.
 _LOCK_KEY = 0x5E3A771C
 
@@ -57,8 +59,39 @@ def migrate(db: Database | None = None) -> list[str]:
                 "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)", (version, name, checksum)
             )
             applied_now.append(path.name)
+        applied_now += _apply_repeatables(cur)
         _write_catalog(cur)
     return applied_now
+
+
+def repeatables(sql_dir: Path = SQL_DIR) -> list[Path]:
+    found = sorted(sql_dir.glob("R__*.sql"))
+    for p in found:
+        if not _REPEATABLE.match(p.name):
+            raise ValueError(f"{p.name}: repeatable SQL files are named R__<name>.sql")
+    return found
+
+
+def _apply_repeatables(cur) -> list[str]:
+    cur.execute("""CREATE TABLE IF NOT EXISTS schema_repeatables (
+                     name text PRIMARY KEY, checksum text NOT NULL,
+                     applied_at timestamptz NOT NULL DEFAULT now())""")
+    cur.execute("SELECT name, checksum FROM schema_repeatables")
+    done = dict(cur.fetchall())
+    applied = []
+    for path in repeatables():
+        text = path.read_text()
+        checksum = hashlib.sha256(text.encode()).hexdigest()[:16]
+        if done.get(path.name) == checksum:
+            continue
+        cur.execute(text)
+        cur.execute(
+            "INSERT INTO schema_repeatables (name, checksum) VALUES (%s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()",
+            (path.name, checksum),
+        )
+        applied.append(path.name)
+    return applied
 
 
 def _write_catalog(cur) -> None:
