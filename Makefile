@@ -19,7 +19,7 @@ reset:
 demo: start
 	bash local/demo
 
-# Every pair of the matrix, both clients, every strategy and pipeline pair (89 runs).
+# Every pair of the matrix, both clients, every strategy and pipeline pair (100 runs).
 matrix: start
 	MATRIX=all bash local/demo
 

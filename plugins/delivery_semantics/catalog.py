@@ -573,7 +573,8 @@ class Pipeline:
     - connect_conn_id: the Connect cluster it runs on (the connection holds its REST URL);
     - worker_settings: what that cluster's workers must run with (a worker setting holds for every
       source task of the cluster, so each exactly-once setting has its own cluster);
-    - source_settings, sink_settings: added to each connector's configuration."""
+    - source_settings, sink_settings: added to each connector's configuration;
+    - scenarios: the only scenarios it runs under, when given (a pipeline made to show one)."""
 
     name: str
     description: str
@@ -584,6 +585,11 @@ class Pipeline:
     source_settings: Mapping[str, str] = field(default_factory=dict)
     sink_settings: Mapping[str, str] = field(default_factory=dict)
     transactional: bool = False
+    scenarios: tuple[str, ...] = ()
+
+    @property
+    def sink_tolerates_errors(self) -> bool:
+        return self.sink_settings.get("errors.tolerance") == "all"
 
 
 def _pipeline(name, description, isolation, promise, connect_conn_id, worker, source=None, sink=None, **flags):
@@ -623,6 +629,17 @@ PIPELINES: dict[str, Pipeline] = {
             source={"exactly.once.support": "required", "transaction.boundary": "poll"},
             sink={"consumer.override.isolation.level": READ_COMMITTED},
             transactional=True,
+        ),
+        _pipeline(
+            "debezium_outbox_tolerant",
+            "debezium_outbox with a sink that skips what it cannot convert (errors.tolerance=all, logged) and "
+            "no dead-letter queue: records its converter refuses are dropped, kept nowhere",
+            READ_UNCOMMITTED,
+            "connector_at_least_once",
+            "kafka_connect",
+            {"exactly.once.source.support": "disabled"},
+            sink={"errors.tolerance": "all", "errors.log.enable": "true"},
+            scenarios=("poison_records",),
         ),
     )
 }
@@ -670,6 +687,9 @@ class Scenario:
     abort_ratio: float = 0.0
     # A producer scenario that connector pipelines run too (a pipeline scenario always does).
     pipelines: bool = False
+    # Feeds the sink records it cannot convert: with errors.tolerance=none its task fails at the
+    # first one, and the run is an error, not a count.
+    requires_tolerant_sink: bool = False
 
     def incompatible(self, mode: DeliveryMode) -> str | None:
         if self.side == PIPELINE_SIDE:
@@ -687,6 +707,13 @@ class Scenario:
             return f"{self.name} is a {self.side}-side scenario that connector pipelines do not run"
         if self.requires_transactions and not pipeline.transactional:
             return f"{self.name} needs a transactional source (exactly-once support); {pipeline.name} has none"
+        if pipeline.scenarios and self.name not in pipeline.scenarios:
+            return f"{pipeline.name} runs only under {', '.join(pipeline.scenarios)}"
+        if self.requires_tolerant_sink and not pipeline.sink_tolerates_errors:
+            return (
+                f"{self.name} feeds the sink records it cannot convert; {pipeline.name}'s sink has errors.tolerance=none, "
+                "so its task fails at the first one (debezium_outbox_tolerant skips them)"
+            )
         return None
 
 
@@ -713,7 +740,15 @@ _EXACTLY_ONCE = {"lost_acked": "=0", "duplicate_events": "=0"}
 
 # What an expectation may observe: a kind's count (its reconcile_summary column), or `lost`, acked
 # or not.
-OBSERVABLE = frozenset({*(k.summary for k in KINDS.values() if k.summary), "lost"})
+# The counts an expectation may name: the checker's summary columns, and the window columns a
+# pipeline run sums (pipeline_runs), each a kind's.
+OBSERVABLE = frozenset(
+    {
+        *(k.summary for k in KINDS.values() if k.summary),
+        "lost",
+        *(c for k in KINDS.values() for c in k.windows.values()),
+    }
+)
 
 
 def _expect(**by_name: dict[str, str]) -> Mapping[str, Mapping[str, str]]:
@@ -916,6 +951,19 @@ SCENARIOS: dict[str, Scenario] = {
             side=PIPELINE_SIDE,
             timeline=(Step("restart_outbox_db", "outbox_db", at=8.0),),
             expected=_expect(debezium_outbox=_NO_ACKED_LOSS, debezium_outbox_eos=_EXACTLY_ONCE),
+        ),
+        # Another writer puts records in the pipeline's topic that the sink's converter refuses
+        # (plain JSON where the JsonConverter expects its schema envelope), each with an event id
+        # header the audit reads. A sink that tolerates errors skips exactly those and goes on; with
+        # no dead-letter queue nothing keeps them: the topic-to-sink stage counts each one lost.
+        Scenario(
+            "poison_records",
+            "records the sink cannot convert written into the pipeline's topic mid-stream by another writer "
+            "(nemesis.POISON_RECORDS of them, plain JSON without the converter's schema envelope)",
+            side=PIPELINE_SIDE,
+            timeline=(Step("poison", "topic", at=8.0),),
+            expected=_expect(debezium_outbox_tolerant={"sink_lost": ">0", "end_to_end_lost": "=0", **_NO_ACKED_LOSS}),
+            requires_tolerant_sink=True,
         ),
         Scenario(
             "consumer_crash",

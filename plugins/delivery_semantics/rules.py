@@ -392,7 +392,7 @@ RULES: tuple[Rule, ...] = (
         "connector",
         ("connector.errors.tolerance", "connector.errors.deadletterqueue.topic.name"),
         "lost",
-        ("none",),
+        ("poison_records",),
         "delivery",
         "a record that fails conversion is skipped, and with no dead-letter queue nothing keeps it",
         KAFKA_DOCS + "#sinkconnectorconfigs_errors.tolerance",

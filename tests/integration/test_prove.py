@@ -177,6 +177,30 @@ def test_a_sinks_insert_mode_is_proved_by_its_workers_kill(healthy_cluster_after
     assert p["duplicate_events"] == 0 and sink["observed"] == p["sink_duplicates"] > 0 and sink["confirmed"]
 
 
+@pytest.mark.slow  # a pipeline run with records the sink cannot convert: about two minutes
+def test_a_sink_that_tolerates_errors_without_a_dead_letter_queue_is_proved_by_records_it_cannot_convert():
+    from delivery_semantics.faults.nemesis import POISON_RECORDS
+
+    rows, _ = _prove("--pipeline", "debezium_outbox_tolerant")
+    tolerated = rows["errors_tolerated_without_a_dead_letter_queue"]
+    assert (tolerated["scenario"], tolerated["reused"]) == ("poison_records", False), tolerated
+    [p] = report.query(
+        "SELECT outbox_rows, sink_lost, end_to_end_lost, lost, duplicate_events, audit FROM pipeline_runs "
+        "WHERE run_id = %s",
+        (tolerated["run_id"],),
+    )
+    # Exactly the records the sink could not convert are lost, and nothing else: every outbox row
+    # reached the topic and the sink, the skipped records did not stop the task.
+    assert tolerated["observed"] == p["sink_lost"] == POISON_RECORDS and tolerated["confirmed"], (tolerated, p)
+    assert (p["end_to_end_lost"], p["lost"], p["duplicate_events"]) == (0, 0, 0), p
+    [unexpected] = report.query(
+        "SELECT count(DISTINCT event_id) AS n FROM audit_discrepancies WHERE audit = %s AND kind = 'unexpected' "
+        "AND stage = 'outbox_topic'",
+        (p["audit"],),
+    )
+    assert unexpected["n"] == POISON_RECORDS, "in the topic with no outbox row: the other writer's"
+
+
 def test_predict_reads_a_running_connectors_settings_and_shows_none_of_its_secrets():
     """A team's sink, read through Connect's REST API: the settings the rules read, nothing else."""
     from delivery_semantics.plumbing.connect import ConnectCluster

@@ -20,6 +20,7 @@ BREAKS = {
     "transactional_copy": ["duplicate", "lost_acked", "aborted_visible"],
     "debezium_outbox": ["lost_acked"],
     "debezium_outbox_eos": ["duplicate", "lost_acked", "aborted_visible"],
+    "debezium_outbox_tolerant": ["lost_acked"],
 }
 LIFTED = {
     ("at_least_once", "leader_kill"): "lost_acked",
@@ -150,6 +151,8 @@ def test_pairs_that_cannot_work_are_refused(mode, scenario, message):
         ("debezium_outbox", "coordinator_kill", "needs a transactional source"),
         ("debezium_outbox", "lost_ack", "producer-side scenario that connector pipelines do not run"),
         ("debezium_outbox_eos", "consumer_crash", "consumer-side scenario"),
+        ("debezium_outbox", "poison_records", "its task fails at the first one"),
+        ("debezium_outbox_tolerant", "connect_worker_kill", "runs only under poison_records"),
         ("debezium", "none", "unknown pipeline 'debezium'"),
         ("debezium_outbox", "meteor", "unknown scenario 'meteor'"),
     ],
@@ -161,7 +164,7 @@ def test_pipeline_pairs_that_cannot_work_are_refused(pipeline, scenario, message
 
 def test_the_pipeline_block_is_every_pipeline_under_every_connector_fault():
     pairs = catalog.pipeline_pairs()
-    assert len(pairs) == 15
+    assert len(pairs) == 16
     assert {s for _, s in pairs} == {
         "none",
         "leader_kill",
@@ -171,8 +174,12 @@ def test_the_pipeline_block_is_every_pipeline_under_every_connector_fault():
         "sink_worker_kill",
         "connect_rebalance",
         "outbox_db_restart",
+        "poison_records",
     }
     assert [p for p, s in pairs if s == "coordinator_kill"] == ["debezium_outbox_eos"]
+    assert [(p, s) for p, s in pairs if "tolerant" in p or s == "poison_records"] == [
+        ("debezium_outbox_tolerant", "poison_records")
+    ]
     assert catalog.expectation("debezium_outbox", "connect_worker_kill") == {
         "duplicate_events": ">0",
         "lost_acked": "=0",
@@ -200,6 +207,7 @@ def test_timelines_are_data_with_known_actions():
                 "source_worker",
                 "sink_worker",
                 "outbox_db",
+                "topic",
             )
         times = [st.at for st in s.timeline if st.after_share is None]
         assert times == sorted(times), s.name

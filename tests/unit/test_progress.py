@@ -31,7 +31,7 @@ def test_clock_reads_minutes_and_hours():
 def test_the_matrix_size_follows_the_form():
     everything = len(catalog.valid_pairs()) * len(catalog.CLIENTS) + len(catalog.STRATEGIES)
     assert matrix_size({"messages": 100, "pipelines": []}) == everything == 84
-    assert matrix_size({"messages": 100}) == 84 + 15, "and the pipeline block: every pipeline x scenario pair"
+    assert matrix_size({"messages": 100}) == 84 + 16, "and the pipeline block: every pipeline x scenario pair"
     assert matrix_size({"pipelines": ["debezium_outbox"], "pipeline_scenarios": ["none", "coordinator_kill"]}) == 85
     one = {"modes": ["idempotent"], "scenarios": ["none", "lost_ack"], "consumer_strategies": [], "pipelines": []}
     assert matrix_size(one) == 4, "each pair on each client"

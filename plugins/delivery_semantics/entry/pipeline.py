@@ -538,6 +538,7 @@ def _run(spec, pipeline, scenario, names, cluster, kafka_conf, outbox_db, sink_d
             "source_worker": lambda: [cluster.task_worker(names.source_connector) or _no_task(names.source_connector)],
             "sink_worker": lambda: [cluster.task_worker(names.sink_connector) or _no_task(names.sink_connector)],
             "outbox_db": lambda: [None],
+            "topic": lambda: [names.topic],
         }
         if pipeline.transactional:
             tid = source_transactional_id(pipeline, names)

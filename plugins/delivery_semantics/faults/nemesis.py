@@ -18,6 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -30,6 +31,8 @@ class NemesisError(RuntimeError):
 
 
 TRANSACTION_STATE = "__transaction_state"
+# The records `poison` writes: enough to count, few enough that the sink's error log stays short.
+POISON_RECORDS = 20
 
 
 def java_string_hash(text: str) -> int:
@@ -347,6 +350,28 @@ class Nemesis:
     def restart_outbox_db(self, _target=None) -> None:
         self.backend.restart_outbox_db()
         self.timeline.record("restart_outbox_db")
+
+    def poison(self, topic: str) -> None:
+        """Another writer's records in a pipeline's topic that its sink's converter refuses: plain
+        JSON where the JsonConverter (schemas.enable) expects {"schema", "payload"}. Each carries an
+        event id in the `id` header, as the outbox router's records do, so the audit reads it."""
+        from confluent_kafka import Producer
+
+        ids = [str(uuid.uuid5(uuid.NAMESPACE_URL, f"semantics:poison:{topic}:{i}")) for i in range(POISON_RECORDS)]
+        failed: list[str] = []
+        producer = Producer({**self.kafka_conf, "acks": "all", "enable.idempotence": "true", "log_level": 4})
+        for i, event_id in enumerate(ids):
+            producer.produce(
+                topic,
+                key=f"poison{i}".encode(),
+                value=json.dumps({"event_id": event_id, "seq": -1}).encode(),
+                headers=[("id", event_id.encode())],
+                on_delivery=lambda err, _msg: err is not None and failed.append(err.name()),
+            )
+        left = producer.flush(30)
+        if left or failed:
+            raise NemesisError(f"poison: {left} records undelivered, {len(failed)} failed ({', '.join(failed[:3])})")
+        self.timeline.record("poison", topic=topic, records=len(ids), first_id=ids[0])
 
     def kill_producer(self, process) -> None:
         """SIGKILL of a producer process this one started (the forked load of producer_crash)."""
