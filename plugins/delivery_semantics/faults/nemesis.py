@@ -357,7 +357,7 @@ class Nemesis:
         event id in the `id` header, as the outbox router's records do, so the audit reads it."""
         from confluent_kafka import Producer
 
-        ids = [str(uuid.uuid5(uuid.NAMESPACE_URL, f"semantics:poison:{topic}:{i}")) for i in range(POISON_RECORDS)]
+        ids = poison_ids(topic)
         failed: list[str] = []
         producer = Producer({**self.kafka_conf, "acks": "all", "enable.idempotence": "true", "log_level": 4})
         for i, event_id in enumerate(ids):
@@ -396,6 +396,11 @@ class Nemesis:
         if wait:
             wait_healthy(self.kafka_conf, timeout=timeout)
             self.timeline.record("healthy")
+
+
+def poison_ids(topic: str) -> list[str]:
+    """The event ids of the records `poison` writes into `topic`."""
+    return [str(uuid.uuid5(uuid.NAMESPACE_URL, f"semantics:poison:{topic}:{i}")) for i in range(POISON_RECORDS)]
 
 
 def crash_here(point: str, **facts) -> None:
