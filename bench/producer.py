@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 
 import devstack
-from delivery_semantics import catalog
+from delivery_semantics import catalog, modes
 from delivery_semantics.history.ledger import Reports
 from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import kafka_config
@@ -254,7 +254,7 @@ def main() -> int:
     client = args.client
     try:
         for name in args.modes.split(","):
-            resolve(catalog.get_mode(name), client, overrides)
+            resolve(modes.get_mode(name), client, overrides)
     except catalog.ModeError as e:
         print(f"producer: {e}", file=sys.stderr)
         return 2
@@ -264,11 +264,11 @@ def main() -> int:
     for _ in range(args.repeats):  # round-robin, so a slow spell of the shared machine hits every mode
         idempotent_rps = None
         for name in args.modes.split(","):
-            mode = catalog.get_mode(name)
+            mode = modes.get_mode(name)
             txn_ms = None
             if mode.transactional:
                 if idempotent_rps is None:
-                    idempotent = catalog.get_mode("idempotent")
+                    idempotent = modes.get_mode("idempotent")
                     idempotent_rps = producer_performance(
                         idempotent, args.messages, pp_bytes, conf, overrides=overrides, client_name=client
                     )["rps"]

@@ -19,7 +19,7 @@ from datetime import date
 from producer import producer_performance
 
 import devstack
-from delivery_semantics import catalog
+from delivery_semantics import modes
 from delivery_semantics.faults.nemesis import wait_healthy
 from delivery_semantics.plumbing.endpoints import kafka_config
 from devstack import kafka as stack_kafka
@@ -54,7 +54,7 @@ def main() -> int:
     if args.messages <= 0 or args.repeats <= 0:
         print("replication_links: --messages and --repeats must be > 0", file=sys.stderr)
         return 2
-    mode = catalog.get_mode("at_least_once_all")
+    mode = modes.get_mode("at_least_once_all")
     conf = kafka_config()
     rps: dict[str, list[float]] = {"links": [], "direct": []}
     try:

@@ -1078,22 +1078,6 @@ TOUR: dict[str, list] = {
 PAIR_PATTERN = r"^[a-z][a-z0-9_]{0,63} x [a-z][a-z0-9_]{0,63}( on [a-z][a-z0-9_]{0,31})?$"
 
 
-def parse_pair(text: str) -> tuple[str, str, str]:
-    """A form's "MODE x SCENARIO [on CLIENT]" as (mode, scenario, client), each checked."""
-    if not isinstance(text, str) or not re.fullmatch(PAIR_PATTERN, text):
-        raise CatalogError(f"pair {str(text)[:80]!r} is not 'MODE x SCENARIO' or 'MODE x SCENARIO on CLIENT'")
-    head, _, client = text.partition(" on ")
-    mode, _, scenario = head.partition(" x ")
-    client = client or DEFAULT_CLIENT
-    if client not in CLIENTS:
-        raise CatalogError(f"pair {text!r}: unknown client {client!r}: choose from {', '.join(CLIENTS)}")
-    try:
-        get_client(client, check_pair(mode, scenario)[0])
-    except ModeError as e:
-        raise CatalogError(f"pair {text!r}: {e}") from None
-    return mode, scenario, client
-
-
 def parse_pipeline_pair(text: str) -> tuple[str, str]:
     if not isinstance(text, str) or not re.fullmatch(PAIR_PATTERN, text) or " on " in text:
         raise CatalogError(f"pipeline pair {str(text)[:80]!r} is not 'PIPELINE x SCENARIO'")
@@ -1103,29 +1087,6 @@ def parse_pipeline_pair(text: str) -> tuple[str, str]:
 
 
 # --------------------------------------------------------------------------- look-ups
-
-
-def file_modes() -> dict[str, DeliveryMode]:
-    """The modes of the valid mode files (modes/*.yaml); an invalid file has its own DAG saying why."""
-    from delivery_semantics import mode_files
-
-    return {name: f.mode for name, f in mode_files.discover() if isinstance(f, mode_files.ModeFile)}
-
-
-def all_modes() -> dict[str, DeliveryMode]:
-    """The presets, then the mode files."""
-    return {**MODES, **file_modes()}
-
-
-def get_mode(name: str) -> DeliveryMode:
-    """A preset, or a mode file by its name (loaded and validated now)."""
-    if isinstance(name, str) and name in MODES:
-        return MODES[name]
-    from delivery_semantics import mode_files
-
-    if isinstance(name, str) and mode_files.exists(name):
-        return mode_files.load(name).mode
-    raise ModeError(f"unknown mode {name!r}: choose one of {', '.join(all_modes())}")
 
 
 def get_client(name: str | None, mode: DeliveryMode) -> str:
@@ -1151,14 +1112,6 @@ def get_scenario(name: str) -> Scenario:
         return SCENARIOS[name]
     except (KeyError, TypeError):
         raise ScenarioError(f"unknown scenario {name!r}: choose one of {', '.join(SCENARIOS)}") from None
-
-
-def check_pair(mode_name: str, scenario_name: str) -> tuple[DeliveryMode, Scenario]:
-    mode, scenario = get_mode(mode_name), get_scenario(scenario_name)
-    reason = scenario.incompatible(mode)
-    if reason:
-        raise ScenarioError(reason)
-    return mode, scenario
 
 
 def check_consumer_scenario(name: str) -> Scenario:
@@ -1197,28 +1150,6 @@ def valid_pairs() -> list[tuple[str, str]]:
     return [(m, s) for s in PRODUCER_SCENARIOS for m, mode in MODES.items() if not SCENARIOS[s].incompatible(mode)]
 
 
-def judged(name: str) -> DeliveryMode | Strategy | Pipeline | None:
-    """The mode (a preset or a mode file), consumer strategy or connector pipeline of that name, or
-    None."""
-    subject = MODES.get(name) or STRATEGIES.get(name) or PIPELINES.get(name)
-    if subject is None and name:
-        try:
-            subject = get_mode(name)
-        except ModeError:
-            return None
-    return subject
-
-
-def judged_rows() -> list[tuple[str, str, str, str]]:
-    """(name, side, isolation, promise) of every mode (mode files too) and strategy: the
-    `catalog_judged` table."""
-    return (
-        [(m.name, PRODUCER, m.isolation, m.promise.text) for m in all_modes().values()]
-        + [(s.name, CONSUMER, s.isolation, s.promise.text) for s in STRATEGIES.values()]
-        + [(p.name, PIPELINE_SIDE, p.isolation, p.promise.text) for p in PIPELINES.values()]
-    )
-
-
 # --------------------------------------------------------------------------- verdicts
 
 
@@ -1249,13 +1180,3 @@ def meets_expectation(name: str, scenario: str, counts: Mapping) -> bool | None:
     if not exp:
         return None
     return all((observed(counts, k) > 0) if v == ">0" else (observed(counts, k) == 0) for k, v in exp.items())
-
-
-def verdict(name: str, scenario: str, isolation: str, counts: Mapping) -> tuple[str, list[str]]:
-    """('kept' | 'broken' | 'n/a', the kinds that broke it), judged on the mode's or strategy's
-    own isolation level with the guarantees the scenario leaves in force."""
-    subject = judged(name)
-    if subject is None or subject.isolation != isolation:
-        return "n/a", []
-    broken = [BROKEN_BY[g][0] for g in subject.promise.in_force(scenario) if observed(counts, BROKEN_BY[g][1]) > 0]
-    return ("broken" if broken else "kept"), broken

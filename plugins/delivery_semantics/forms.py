@@ -23,10 +23,9 @@ from delivery_semantics.catalog import (
     TXN_SIZE,
     TXNS_PER_RUN,
     DeliveryMode,
-    all_modes,
-    get_mode,
 )
 from delivery_semantics.client_settings import form_keys
+from delivery_semantics.modes import all_modes, get_mode
 
 
 def _int_param(default: int, name: str, description: str) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, modes
 from delivery_semantics import clients as client_specs
 
 # Events of a pipeline run when the form does not say.
@@ -19,11 +19,11 @@ class ConfError(ValueError):
 
 def matrix_pairs(modes_filter: list[str] | None = None, scenarios_filter: list[str] | None = None) -> list[list[str]]:
     """Every valid mode x scenario pair of the presets, or of the modes named (mode files too)."""
-    modes = [catalog.get_mode(m) for m in modes_filter] if modes_filter else list(catalog.MODES.values())
+    chosen = [modes.get_mode(m) for m in modes_filter] if modes_filter else list(catalog.MODES.values())
     return [
         [m.name, s]
         for s in catalog.PRODUCER_SCENARIOS
-        for m in modes
+        for m in chosen
         if not catalog.SCENARIOS[s].incompatible(m) and (not scenarios_filter or s in scenarios_filter)
     ]
 
@@ -40,13 +40,13 @@ def matrix_confs(params: dict[str, Any]) -> list[dict]:
             raise ConfError(f"unknown client {client!r}: choose from {', '.join(catalog.CLIENTS)}")
     try:
         if params.get("pairs"):
-            runs = [catalog.parse_pair(p) for p in params["pairs"]]
+            runs = [modes.parse_pair(p) for p in params["pairs"]]
         else:
             runs = [
                 (m, s, c)
                 for m, s in matrix_pairs(params["modes"], params["scenarios"])
-                for c in (clients if m in catalog.MODES else catalog.get_mode(m).clients)
-                if c in catalog.get_mode(m).clients
+                for c in (clients if m in catalog.MODES else modes.get_mode(m).clients)
+                if c in modes.get_mode(m).clients
             ]
     except catalog.CatalogError as e:
         raise ConfError(str(e)) from None

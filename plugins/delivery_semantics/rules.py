@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, modes
 
 FAMILIES = ("producer", "topic", "broker", "consumer", "connector")
 # The catalog's guarantees, and `delivery`: every event sent arrives, acked or not.
@@ -512,7 +512,7 @@ PLATFORM_TOPIC = {"replication.factor": "3", "min.insync.replicas": "2", "unclea
 
 def of_mode(name: str) -> tuple[dict, str]:
     """A preset's or a mode file's producer settings on the platform's own topic, and its client."""
-    mode = catalog.get_mode(name)
+    mode = modes.get_mode(name)
     settings = dict(mode.semantics)
     if mode.transactional:
         settings.setdefault("transactional.id", f"semantics-{name}")

@@ -20,7 +20,7 @@ from checker.sources import (
     read_sink,
     read_topic,
 )
-from delivery_semantics import catalog
+from delivery_semantics import modes
 from delivery_semantics.audit.stores import Store
 from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
 
@@ -113,7 +113,7 @@ def reconcile(
     # these rows already.
     dedup = None
     if copy_wanted:
-        mode = catalog.judged(src.judged_as or "")
+        mode = modes.judged(src.judged_as or "")
         _, counts, obs = classified[mode.isolation if mode else READ_COMMITTED]
         if reread:
             # The records the cached read saw, to the last of each partition: with read_committed

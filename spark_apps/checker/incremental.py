@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 
 from checker.sources import InputError, Jdbc, Source, outbox_ledger, read_topic, topic_offsets, typed
 from checker.windows import AuditWindow, discrepancies
-from delivery_semantics import catalog
+from delivery_semantics import catalog, modes
 from delivery_semantics.audit import audits
 from delivery_semantics.audit.stores import Store
 
@@ -119,7 +119,7 @@ def reconcile_window(
 
     b = Bounds(jdbc, src, audit, end)
     grace = audit.grace
-    isolation = catalog.judged(audit.mode).isolation
+    isolation = modes.judged(audit.mode).isolation
     token = jdbc.staging_token(src.reconciliation_id)
     staged: list[str] = []
 
@@ -234,7 +234,7 @@ def _earlier_state(jdbc: Jdbc, name: str, t: str, start: str, horizon: str, ids_
 
 def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, totals: dict, counted: dict) -> dict:
     counts = {col: counted.get(sk, 0) for col, sk in COUNTED.items()}
-    verdict, broken = catalog.verdict(
+    verdict, broken = modes.verdict(
         audit.mode, audits.AUDIT_SCENARIO, isolation, {**counts, "aborted_visible": 0, "stale_overwrites": 0}
     )
     row = {
@@ -249,7 +249,7 @@ def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, tot
         "isolation": isolation,
         **totals,
         **counts,
-        "promise": catalog.judged(audit.mode).promise.text,
+        "promise": modes.judged(audit.mode).promise.text,
         "verdict": verdict,
         "broken_by": ",".join(broken) or None,
         "sink_table": None,
@@ -260,7 +260,7 @@ def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, tot
     }
     if audit.sink:
         strategy = catalog.get_strategy(audit.sink_strategy)
-        sink_verdict, sink_broken = catalog.verdict(
+        sink_verdict, sink_broken = modes.verdict(
             strategy.name,
             audits.AUDIT_SCENARIO,
             strategy.isolation,

@@ -14,7 +14,7 @@ from checker import dedup_copy
 from checker.anomalies import Observation
 from checker.dedup_copy import DedupCopy
 from checker.sources import Jdbc, Source
-from delivery_semantics import catalog
+from delivery_semantics import catalog, modes
 
 
 def counts(disc: DataFrame, totals: dict, obs: Observation) -> dict:
@@ -53,8 +53,8 @@ def summary(src: Source, isolation: str, counts: dict, end: dict) -> dict:
     gives for the run's mode or strategy under its scenario."""
     n = max(1, counts["ledger_events"])
     name = src.judged_as or ""
-    verdict, broken = catalog.verdict(name, src.scenario, isolation, counts)
-    subject = catalog.judged(name)
+    verdict, broken = modes.verdict(name, src.scenario, isolation, counts)
+    subject = modes.judged(name)
     return {
         "reconciliation_id": src.reconciliation_id,
         "isolation": isolation,

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checker import anomalies, cache, formats
-from delivery_semantics import catalog
+from delivery_semantics import catalog, modes
 from delivery_semantics.audit import audits, schemas
 from delivery_semantics.audit.stores import Store
 from delivery_semantics.audit.stores.spark_jdbc import InputError, Jdbc
@@ -155,7 +155,7 @@ def platform_source(run: dict, kafka: Kafka) -> Source:
         judged_as=run["mode"],
         scenario=run["scenario"],
         **_platform_fields(run.get("record_layout", generator.HEADERS_LAYOUT)),
-        transactional=catalog.get_mode(run["mode"]).transactional,
+        transactional=modes.get_mode(run["mode"]).transactional,
         ledger={
             "kind": "platform",
             "run_id": run["run_id"],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from direct_check import written_ends
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, modes
 from delivery_semantics.history.ledger import Ledger
 from delivery_semantics.plumbing.endpoints import java_client_config
 from delivery_semantics.records.event import event_id
@@ -46,7 +46,7 @@ def _values(kafka_conf: dict, topic: str) -> set[bytes]:
 
 
 def _client(kafka_conf: dict, topic: str, gen: Generator, mode: str = "idempotent") -> JavaClient:
-    conf = {**java_client_config(kafka_conf), **resolve(catalog.get_mode(mode), "java").conf}
+    conf = {**java_client_config(kafka_conf), **resolve(modes.get_mode(mode), "java").conf}
     return JavaClient(conf, topic, gen, transactional=False)
 
 
@@ -74,7 +74,7 @@ def test_acks_carry_the_exact_positions_and_a_refused_topic_fails_every_record(k
 
     # A topic name the brokers refuse: the client fails each record, and none may have been written.
     bad = JavaClient(
-        {**java_client_config(kafka_conf), **resolve(catalog.get_mode("at_least_once_all"), "java").conf},
+        {**java_client_config(kafka_conf), **resolve(modes.get_mode("at_least_once_all"), "java").conf},
         "not a topic!",
         gen,
         transactional=False,

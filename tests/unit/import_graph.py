@@ -17,7 +17,10 @@ PACKAGE = "delivery_semantics"
 # Bottom to top. A module belongs to the floor of its longest prefix here.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("records", ("records",)),
-    ("catalog", ("errors", "clients", "catalog", "rules", "client_settings", "mode_files", "files", "matrix", "forms")),
+    (
+        "catalog",
+        ("errors", "clients", "catalog", "rules", "client_settings", "mode_files", "modes", "files", "matrix", "forms"),
+    ),
     ("plumbing", ("plumbing",)),
     ("history", ("history",)),
     ("workload", ("workload", "faults")),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from delivery_semantics import catalog, forms
+from delivery_semantics import catalog, forms, modes
 
 # DESIGN.md §2: the kinds that break each mode's promise, and the scenarios that lift a guarantee.
 BREAKS = {
@@ -68,11 +68,11 @@ def test_the_valid_pairs_are_the_25_of_design_md_the_network_partition_the_upgra
 @pytest.mark.parametrize(("name", "scenario"), all_subjects())
 def test_verdict_breaks_exactly_the_guarantees_in_force(name, scenario):
     expected = [k for k in BREAKS[name] if LIFTED.get((name, scenario)) != k]
-    isolation = catalog.judged(name).isolation
-    assert catalog.verdict(name, scenario, isolation, ALL_BAD) == (("broken" if expected else "kept"), expected)
-    assert catalog.verdict(name, scenario, isolation, {}) == ("kept", [])
+    isolation = modes.judged(name).isolation
+    assert modes.verdict(name, scenario, isolation, ALL_BAD) == (("broken" if expected else "kept"), expected)
+    assert modes.verdict(name, scenario, isolation, {}) == ("kept", [])
     other = next(i for i in catalog.ISOLATIONS if i != isolation)
-    assert catalog.verdict(name, scenario, other, ALL_BAD) == ("n/a", [])
+    assert modes.verdict(name, scenario, other, ALL_BAD) == ("n/a", [])
 
 
 @pytest.mark.parametrize(("name", "scenario"), all_subjects())
@@ -117,10 +117,10 @@ def test_isolation_and_promise_come_from_one_place():
         "transactional": "read_committed",
     }
     assert {s.isolation for s in catalog.STRATEGIES.values()} == {"read_committed"}
-    rows = {name: (side, iso, text) for name, side, iso, text in catalog.judged_rows()}
+    rows = {name: (side, iso, text) for name, side, iso, text in modes.judged_rows()}
     assert rows["transactional"] == ("producer", "read_committed", catalog.MODES["transactional"].promise.text)
     assert rows["transactional_copy"][0] == "consumer"
-    assert set(rows) == {*catalog.all_modes(), *catalog.STRATEGIES, *catalog.PIPELINES}, "mode files are judged too"
+    assert set(rows) == {*modes.all_modes(), *catalog.STRATEGIES, *catalog.PIPELINES}, "mode files are judged too"
     assert rows["debezium_outbox_eos"] == (
         "pipeline",
         "read_committed",
@@ -142,7 +142,7 @@ def test_isolation_and_promise_come_from_one_place():
 )
 def test_pairs_that_cannot_work_are_refused(mode, scenario, message):
     with pytest.raises(catalog.CatalogError, match=message):
-        catalog.check_pair(mode, scenario)
+        modes.check_pair(mode, scenario)
 
 
 @pytest.mark.parametrize(
@@ -217,7 +217,7 @@ def test_timelines_are_data_with_known_actions():
 
 def test_forms_take_their_bounds_from_the_limits():
     form = forms.single_run_form()
-    assert form["mode"]["enum"] == list(catalog.all_modes())
+    assert form["mode"]["enum"] == list(modes.all_modes())
     assert (form["messages"]["minimum"], form["messages"]["maximum"]) == catalog.LIMITS["messages"]
     assert forms.scheduled_load_form("at_most_once")["scenario"]["enum"] == [
         "none",

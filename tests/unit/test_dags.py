@@ -165,7 +165,7 @@ def test_parsing_a_dag_file_loads_only_the_catalog_of_the_platform(dag_file, air
     platform = {m for m in loaded if m == "delivery_semantics" or m.startswith("delivery_semantics.")}
     # The audit subpackage's __init__ holds its error only; an audit file is checked against the
     # record formats' facts (their decoders import Spark only when they decode). The mode files are
-    # read by the DAG files that offer modes; the forms name the settings the clients' allowlists take
+    # read (modes: presets beside files) by the DAG files that offer modes; the forms name the settings the clients' allowlists take
     # (clients/: each client's facts, without its library).
     formats = {"", ".base", ".avro_format", ".json_format", ".protobuf_format", ".string_format"}
     allowed = {
@@ -179,6 +179,7 @@ def test_parsing_a_dag_file_loads_only_the_catalog_of_the_platform(dag_file, air
         "delivery_semantics.audit.audits",
         *(f"delivery_semantics.audit.formats{m}" for m in formats),
         "delivery_semantics.mode_files",
+        "delivery_semantics.modes",
         "delivery_semantics.files",
     }
     assert platform <= allowed

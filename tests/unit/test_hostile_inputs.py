@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import REPO, cli
 
-from delivery_semantics import catalog, client_settings, files, forms, mode_files
+from delivery_semantics import catalog, client_settings, files, forms, mode_files, modes
 from delivery_semantics.audit import audits, schemas
 from delivery_semantics.workload import java_client, settings
 
@@ -134,7 +134,7 @@ def test_no_control_character_passes_in_any_key_or_value(client, char):
 def test_the_r_injection_is_refused_from_a_form_from_set_and_from_a_mode_file(tmp_path, listener):
     hostile = _injection(listener.port)
     with pytest.raises(catalog.ModeError, match=r"client.id is not a setting a form or --set may give"):
-        settings.resolve(catalog.get_mode("idempotent"), "java", {"client.id": hostile})
+        settings.resolve(modes.get_mode("idempotent"), "java", {"client.id": hostile})
     path = tmp_path / "team.yaml"
     path.write_text(json.dumps({"client": "java", "settings": {"client.id": hostile}, "promise": "no_acked_loss"}))
     with pytest.raises(mode_files.ModeFileError, match=r"settings.client.id: client.id=.*holds no control character"):
@@ -148,11 +148,11 @@ def test_the_r_injection_is_refused_from_a_form_from_set_and_from_a_mode_file(tm
 
 def test_values_are_bounded_before_any_process_starts():
     with pytest.raises(catalog.ModeError, match=r"buffer.memory=.* must be an integer from 1048576 to 1073741824"):
-        settings.resolve(catalog.get_mode("idempotent"), "java", {"buffer.memory": "1000000000000000"})
+        settings.resolve(modes.get_mode("idempotent"), "java", {"buffer.memory": "1000000000000000"})
     with pytest.raises(catalog.ModeError, match=r"buffer.memory=1000000000000000.0 must be an integer from"):
-        settings.resolve(catalog.get_mode("idempotent"), "java", {"buffer.memory": 1e15})
+        settings.resolve(modes.get_mode("idempotent"), "java", {"buffer.memory": 1e15})
     with pytest.raises(catalog.ModeError, match=r"queue.buffering.max.kbytes"):
-        settings.resolve(catalog.get_mode("idempotent"), "librdkafka", {"queue.buffering.max.kbytes": 2**31 - 1})
+        settings.resolve(modes.get_mode("idempotent"), "librdkafka", {"queue.buffering.max.kbytes": 2**31 - 1})
 
 
 def test_the_forms_schema_offers_the_tuning_keys_only():
@@ -185,7 +185,7 @@ def test_plugin_library_paths_is_refused_before_librdkafka_opens_it(canary_libra
     assert probe.returncode == 0 and marker.exists()
     marker.unlink()
     with pytest.raises(catalog.ModeError, match=r"loads code"):
-        settings.resolve(catalog.get_mode("idempotent"), "librdkafka", {"plugin.library.paths": str(library)})
+        settings.resolve(modes.get_mode("idempotent"), "librdkafka", {"plugin.library.paths": str(library)})
     path = tmp_path / "team.yaml"
     spec = {"client": "librdkafka", "settings": {"plugin.library.paths": str(library)}, "promise": "no_acked_loss"}
     path.write_text(json.dumps(spec))

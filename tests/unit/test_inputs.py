@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, modes
 from delivery_semantics.audit.stores import mysql, sql
 from delivery_semantics.workload import load
 from delivery_semantics.workload.generator import slices
@@ -43,22 +43,22 @@ from delivery_semantics.workload.settings import resolve
 )
 def test_bad_or_owned_producer_settings_are_refused(mode, overrides, message):
     with pytest.raises(catalog.ModeError, match=re.escape(message)):
-        resolve(catalog.get_mode(mode), "librdkafka", overrides)
+        resolve(modes.get_mode(mode), "librdkafka", overrides)
 
 
 def test_a_mode_preset_sets_every_key_it_depends_on():
-    r = resolve(catalog.get_mode("at_least_once"), None, {"request.required.acks": "-1", "compression.codec": "lz4"})
+    r = resolve(modes.get_mode("at_least_once"), None, {"request.required.acks": "-1", "compression.codec": "lz4"})
     assert (r.conf["acks"], r.conf["compression.type"], r.conf["enable.idempotence"]) == ("all", "lz4", "false")
     assert r.overrides == {"acks": "-1", "compression.type": "lz4"}
-    assert resolve(catalog.get_mode("transactional")).conf["transaction.timeout.ms"] == "60000"
+    assert resolve(modes.get_mode("transactional")).conf["transaction.timeout.ms"] == "60000"
 
 
 def test_a_setting_that_contradicts_the_promise_is_a_finding_not_a_refusal():
     """at_most_once promises no duplicates: with acks=1 its retries may write twice."""
-    r = resolve(catalog.get_mode("at_most_once"), None, {"acks": "1", "retries": "3"})
+    r = resolve(modes.get_mode("at_most_once"), None, {"acks": "1", "retries": "3"})
     assert [(f.guarantee, f.setting) for f in r.findings] == [("no_duplicates", "enable.idempotence=false")]
     # at_least_once declares what acks=1 does: its promise lifts no_acked_loss under the leader's faults.
-    assert resolve(catalog.get_mode("at_least_once")).findings == []
+    assert resolve(modes.get_mode("at_least_once")).findings == []
 
 
 @pytest.mark.parametrize(

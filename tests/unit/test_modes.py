@@ -10,7 +10,7 @@ import re
 import pytest
 from conftest import REPO
 
-from delivery_semantics import catalog, forms, mode_files
+from delivery_semantics import catalog, forms, mode_files, modes
 from delivery_semantics.workload import load, settings
 
 GOOD = {
@@ -104,18 +104,18 @@ def test_a_mode_file_cannot_take_a_presets_name(tmp_path):
 )
 def test_each_client_checks_its_own_settings(client, overrides, message):
     with pytest.raises(catalog.ModeError, match=re.escape(message)):
-        settings.resolve(catalog.get_mode("idempotent"), client, overrides)
+        settings.resolve(modes.get_mode("idempotent"), client, overrides)
 
 
 def test_each_clients_allowlist_is_its_own():
     with pytest.raises(catalog.ModeError, match=re.escape("queue.buffering.max.messages is not a setting a form")):
-        settings.resolve(catalog.get_mode("at_least_once"), "java", {"queue.buffering.max.messages": "5"})
+        settings.resolve(modes.get_mode("at_least_once"), "java", {"queue.buffering.max.messages": "5"})
     with pytest.raises(
         catalog.ModeError, match=re.escape("key.serializer is not a setting a form or --set may give the librdkafka")
     ):
-        settings.resolve(catalog.get_mode("at_least_once"), "librdkafka", {"key.serializer": "x"})
+        settings.resolve(modes.get_mode("at_least_once"), "librdkafka", {"key.serializer": "x"})
     with pytest.raises(catalog.ModeError, match=re.escape("key.serializer cannot be set by a mode or a run")):
-        settings.resolve(catalog.get_mode("at_least_once"), "java", {"key.serializer": "x"})
+        settings.resolve(modes.get_mode("at_least_once"), "java", {"key.serializer": "x"})
 
 
 def test_presets_run_on_both_clients_with_the_same_semantics_and_no_finding():

@@ -32,7 +32,7 @@ from pathlib import Path
 import psycopg2
 import psycopg2.extras
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, modes
 from delivery_semantics.catalog import CatalogError, Pipeline
 from delivery_semantics.faults.nemesis import Nemesis, NemesisError, backend_from_env, wait_healthy
 from delivery_semantics.history.ledger import Ledger
@@ -464,7 +464,7 @@ def totals(ledger: Ledger, pipeline: Pipeline, scenario: str, audit: str) -> dic
             + f" ({pipeline.connect_conn_id} must name a cluster with {dict(pipeline.worker_settings)})"
         )
     judged = {**counts, "lost_acked": counts["lost"], "lost_unacked": 0, "aborted_visible": 0}
-    verdict, broken = catalog.verdict(pipeline.name, scenario, pipeline.isolation, judged)
+    verdict, broken = modes.verdict(pipeline.name, scenario, pipeline.isolation, judged)
     return {
         **counts,
         "promise": pipeline.promise.text,

@@ -27,7 +27,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from delivery_semantics import catalog, rules
+from delivery_semantics import catalog, modes, rules
 
 # The families each subject's runs exercise.
 PROVABLE = {"mode": ("producer", "topic", "consumer"), "pipeline": ("connector",)}
@@ -134,7 +134,7 @@ def request(mode: str | None, sets: list[str], client: str | None = None, pipeli
             raise ProveError("a pipeline is proved with its own connectors' settings: no --set or --client")
         return Request(pipeline, None, "pipeline")
     try:
-        mode_obj = catalog.get_mode(mode)
+        mode_obj = modes.get_mode(mode)
     except catalog.CatalogError as e:
         raise ProveError(str(e)) from None
     req = Request(mode, client or mode_obj.client or catalog.DEFAULT_CLIENT)
@@ -236,7 +236,7 @@ def plan(found: list[rules.Prediction], req: Request) -> tuple[list[Planned], li
 
 
 def _runnable(req: Request, scenario: str) -> bool:
-    check = catalog.check_pipeline_pair if req.kind == "pipeline" else catalog.check_pair
+    check = catalog.check_pipeline_pair if req.kind == "pipeline" else modes.check_pair
     try:
         check(req.subject, scenario)
     except catalog.CatalogError:
@@ -247,7 +247,7 @@ def _runnable(req: Request, scenario: str) -> bool:
 def isolation_of(kind: str, judged: str) -> str:
     """Where a kind is read: copies of aborted transactions only by a read_uncommitted reader;
     anything else at the isolation level of the mode (or strategy) judged."""
-    return catalog.READ_UNCOMMITTED if kind == "aborted_visible" else catalog.judged(judged).isolation
+    return catalog.READ_UNCOMMITTED if kind == "aborted_visible" else modes.judged(judged).isolation
 
 
 # `reuse`: make every run (False), read a run made the same way where there is one and make the

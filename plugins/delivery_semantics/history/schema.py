@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg2
 import psycopg2.extras
 
-from delivery_semantics import catalog, clients
+from delivery_semantics import catalog, clients, modes
 from delivery_semantics.plumbing.endpoints import Database, ledger_database
 
 SQL_DIR = Path(os.environ.get("SEMANTICS_SQL_DIR", Path(__file__).resolve().parents[3] / "sql"))
@@ -111,7 +111,7 @@ def _write_catalog(cur) -> None:
         [(spec.name, spec.description) for spec in clients.REGISTRY.values()],
     )
     # Only added or updated: a run of a mode file since removed keeps its row, and its results.
-    rows = catalog.judged_rows()
+    rows = modes.judged_rows()
     psycopg2.extras.execute_values(
         cur,
         "INSERT INTO catalog_judged (name, side, isolation, promise) VALUES %s ON CONFLICT (name) DO UPDATE "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from delivery_semantics import catalog, mode_files
+from delivery_semantics import catalog, mode_files, modes
 from delivery_semantics.history.ledger import Ledger
 from delivery_semantics.matrix import PIPELINE_EVENTS, ConfError
 from delivery_semantics.workload import consumer_workload, load, scenarios
@@ -45,7 +45,7 @@ def _request(conf: dict[str, Any], airflow_run_id: str | None = None) -> tuple[d
     except KeyError:
         raise ConfError("mode is required") from None
     try:
-        m, _ = catalog.check_pair(mode, scenario)
+        m, _ = modes.check_pair(mode, scenario)
         client = catalog.get_client(conf.get("client") or None, m)
     except catalog.CatalogError as e:
         raise ConfError(str(e)) from None

@@ -15,7 +15,7 @@ import jinja2
 import psycopg2
 import psycopg2.extras
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, modes
 from delivery_semantics.plumbing.db import query  # report.query: the name the reports' readers know
 
 MATRIX_COLUMNS = (
@@ -126,7 +126,7 @@ def grid_view(rows: list[dict], run_link: str | None = None) -> dict:
     its run showed, with its counts and its verdict's mark, and the expectation (DESIGN.md §3) as
     its tooltip; a run that did not show what was expected is outlined. `run_link` (a format with
     {run_id}) links each cell to its run's page."""
-    modes = list(dict.fromkeys(row_label(r) for r in _ordered(rows)))
+    labels = list(dict.fromkeys(row_label(r) for r in _ordered(rows)))
     scenarios = [s for s in SCENARIO_ORDER if any(r["scenario"] == s for r in rows)]
     by_pair = {(row_label(r), r["scenario"]): r for r in rows}
 
@@ -149,7 +149,7 @@ def grid_view(rows: list[dict], run_link: str | None = None) -> dict:
     return {
         "colours": OBSERVED_COLOURS,
         "scenarios": scenarios,
-        "rows": [(m, [cell(by_pair.get((m, s))) for s in scenarios]) for m in modes],
+        "rows": [(m, [cell(by_pair.get((m, s))) for s in scenarios]) for m in labels],
     }
 
 
@@ -210,7 +210,7 @@ def run_timeline(run_id: str) -> dict:
     run = query("SELECT run_id, mode, scenario, timeline FROM runs WHERE run_id = %s", (run_id,))
     if not run:
         return {}
-    mode = catalog.judged(run[0]["mode"])
+    mode = modes.judged(run[0]["mode"])
     events = """SELECT publish_at, n_hi - n_lo AS events FROM ledger_event_ranges WHERE run_id = %(r)s
                 UNION ALL SELECT publish_at, 1 FROM ledger_event_rows WHERE run_id = %(r)s"""
     [span] = query(

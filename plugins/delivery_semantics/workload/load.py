@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from delivery_semantics import catalog, clients
+from delivery_semantics import catalog, clients, modes
 from delivery_semantics.faults.nemesis import crash_here
 from delivery_semantics.history.ledger import Ledger, Outcome, Reports
 from delivery_semantics.plumbing import topics
@@ -148,7 +148,7 @@ def validate(spec: LoadSpec) -> RunRequest:
     """Everything that can be checked without touching Kafka or the ledger: the producer settings
     by the client itself."""
     try:
-        mode = catalog.get_mode(spec.mode)
+        mode = modes.get_mode(spec.mode)
         catalog.get_client(spec.client, mode)
     except catalog.ModeError as e:
         raise LoadError(str(e)) from None
@@ -325,7 +325,7 @@ def resume(
             raise LoadError(f"run {run_id} has producers 0 to {len(producers) - 1}, not {producer}")
         if crash_before_commit_at is not None:
             mode = ledger.get_run(run_id)["mode"]
-            if not catalog.get_mode(mode).transactional:
+            if not modes.get_mode(mode).transactional:
                 raise LoadError(f"a crash before a commit needs the transactional mode; run {run_id} is {mode}")
             if crash_before_commit_at < 0:
                 raise LoadError(f"the crash point must be >= 0, got {crash_before_commit_at}")
@@ -436,7 +436,7 @@ def _drive(
     ledger.claim_run(run_id, producer)
     run = ledger.get_run(run_id)
     mine = ledger.producers(run_id)[producer]
-    mode = catalog.get_mode(run["mode"])
+    mode = modes.get_mode(run["mode"])
     session = mine["sessions"] + 1
     conf = {
         **runtime(run["client"]).connection(kafka_conf),

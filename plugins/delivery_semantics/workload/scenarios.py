@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, modes
 from delivery_semantics.catalog import Scenario, ScenarioError, Step
 from delivery_semantics.faults.nemesis import Nemesis, NemesisError, backend_from_env, wait_healthy
 from delivery_semantics.history.ledger import Ledger
@@ -42,7 +42,7 @@ def validate(spec: load.LoadSpec | load.RunRequest, scenario_name: str) -> tuple
     """The pair and the prepared spec, checked before anything starts (the producer settings by
     the client, once: a RunRequest passes as it is); and that the nemesis's backend can inject the
     scenario's faults."""
-    _, scenario = catalog.check_pair(spec.mode if isinstance(spec, load.LoadSpec) else spec.spec.mode, scenario_name)
+    _, scenario = modes.check_pair(spec.mode if isinstance(spec, load.LoadSpec) else spec.spec.mode, scenario_name)
     try:
         backend = backend_from_env()
         if any(step.action == "partition" for step in scenario.timeline):
@@ -211,7 +211,7 @@ class Timeline:
 
     def crashes_itself(self, step: Step) -> bool:
         """The step is a kill the producer process does to itself, armed when it was started."""
-        return step.in_open_transaction and catalog.get_mode(self.run["mode"]).transactional
+        return step.in_open_transaction and modes.get_mode(self.run["mode"]).transactional
 
     def crash_point(self) -> int | None:
         """The index in producer 0's slice at which its process is armed to kill itself, if any."""

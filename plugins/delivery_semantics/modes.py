@@ -1,0 +1,108 @@
+"""Every mode a run can name, and the verdict on a run: the catalog's presets beside the team's mode
+files (modes/*.yaml, mode_files.py), which only this floor sees, so that the catalog stays facts
+and never reads a file.
+
+A verdict judges a run against the promise of what it ran: a mode (preset or file), a consumer
+strategy or a connector pipeline, on that subject's own isolation level and with the guarantees
+the scenario leaves in force.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from delivery_semantics import catalog, mode_files
+from delivery_semantics.catalog import (
+    BROKEN_BY,
+    CONSUMER,
+    MODES,
+    PIPELINE_SIDE,
+    PIPELINES,
+    PRODUCER,
+    STRATEGIES,
+    DeliveryMode,
+    Pipeline,
+    Scenario,
+    Strategy,
+    get_scenario,
+    observed,
+)
+from delivery_semantics.errors import ModeError, ScenarioError
+
+
+def file_modes() -> dict[str, DeliveryMode]:
+    """The modes of the valid mode files (modes/*.yaml); an invalid file has its own DAG saying why."""
+    return {name: f.mode for name, f in mode_files.discover() if isinstance(f, mode_files.ModeFile)}
+
+
+def all_modes() -> dict[str, DeliveryMode]:
+    """The presets, then the mode files."""
+    return {**MODES, **file_modes()}
+
+
+def get_mode(name: str) -> DeliveryMode:
+    """A preset, or a mode file by its name (loaded and validated now)."""
+    if isinstance(name, str) and name in MODES:
+        return MODES[name]
+    if isinstance(name, str) and mode_files.exists(name):
+        return mode_files.load(name).mode
+    raise ModeError(f"unknown mode {name!r}: choose one of {', '.join(all_modes())}")
+
+
+def check_pair(mode_name: str, scenario_name: str) -> tuple[DeliveryMode, Scenario]:
+    mode, scenario = get_mode(mode_name), get_scenario(scenario_name)
+    reason = scenario.incompatible(mode)
+    if reason:
+        raise ScenarioError(reason)
+    return mode, scenario
+
+
+def parse_pair(text: str) -> tuple[str, str, str]:
+    """A form's "MODE x SCENARIO [on CLIENT]" as (mode, scenario, client), each checked."""
+    if not isinstance(text, str) or not re.fullmatch(catalog.PAIR_PATTERN, text):
+        raise catalog.CatalogError(f"pair {str(text)[:80]!r} is not 'MODE x SCENARIO' or 'MODE x SCENARIO on CLIENT'")
+    head, _, client = text.partition(" on ")
+    mode, _, scenario = head.partition(" x ")
+    client = client or catalog.DEFAULT_CLIENT
+    if client not in catalog.CLIENTS:
+        raise catalog.CatalogError(
+            f"pair {text!r}: unknown client {client!r}: choose from {', '.join(catalog.CLIENTS)}"
+        )
+    try:
+        catalog.get_client(client, check_pair(mode, scenario)[0])
+    except ModeError as e:
+        raise catalog.CatalogError(f"pair {text!r}: {e}") from None
+    return mode, scenario, client
+
+
+def judged(name: str) -> DeliveryMode | Strategy | Pipeline | None:
+    """The mode (a preset or a mode file), consumer strategy or connector pipeline of that name, or
+    None."""
+    subject = MODES.get(name) or STRATEGIES.get(name) or PIPELINES.get(name)
+    if subject is None and name:
+        try:
+            subject = get_mode(name)
+        except ModeError:
+            return None
+    return subject
+
+
+def judged_rows() -> list[tuple[str, str, str, str]]:
+    """(name, side, isolation, promise) of every mode (mode files too) and strategy: the
+    `catalog_judged` table."""
+    return (
+        [(m.name, PRODUCER, m.isolation, m.promise.text) for m in all_modes().values()]
+        + [(s.name, CONSUMER, s.isolation, s.promise.text) for s in STRATEGIES.values()]
+        + [(p.name, PIPELINE_SIDE, p.isolation, p.promise.text) for p in PIPELINES.values()]
+    )
+
+
+def verdict(name: str, scenario: str, isolation: str, counts: Mapping) -> tuple[str, list[str]]:
+    """('kept' | 'broken' | 'n/a', the kinds that broke it), judged on the mode's or strategy's
+    own isolation level with the guarantees the scenario leaves in force."""
+    subject = judged(name)
+    if subject is None or subject.isolation != isolation:
+        return "n/a", []
+    broken = [BROKEN_BY[g][0] for g in subject.promise.in_force(scenario) if observed(counts, BROKEN_BY[g][1]) > 0]
+    return ("broken" if broken else "kept"), broken
