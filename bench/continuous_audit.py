@@ -33,7 +33,8 @@ from confluent_kafka import Producer
 
 import devstack
 from delivery_semantics.audit import audits
-from delivery_semantics.plumbing import reconcile, topics
+from delivery_semantics.entry import spark_submit
+from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import database, kafka_config
 from delivery_semantics.reporting import report
 
@@ -199,7 +200,7 @@ def main() -> int:
 
     if args.one_application:
         # Every window in one spark-submit, in order, as a backfill runs them: no JVM start per window.
-        r = reconcile.run(
+        r = spark_submit.run(
             audit=audit,
             window_ends=[e.isoformat() for e in ends],
             timeout=6 * 3600,
@@ -209,7 +210,7 @@ def main() -> int:
     else:
         for end in ends:
             t = time.monotonic()
-            r = reconcile.run(audit=audit, window_ends=[end.isoformat()])
+            r = spark_submit.run(audit=audit, window_ends=[end.isoformat()])
             assert r.returncode == 0, r.error
             record(r.summaries[0], time.monotonic() - t)
 

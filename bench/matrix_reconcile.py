@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reconcile import timed_submit
 
 from delivery_semantics import catalog
-from delivery_semantics.plumbing import reconcile as checker
+from delivery_semantics.entry import spark_submit as checker
 from delivery_semantics.reporting import report
 
 

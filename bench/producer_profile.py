@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         "--",
         sys.executable,
         "-m",
-        "delivery_semantics.plumbing.cli",
+        "delivery_semantics.entry.cli",
         "load",
         "run",
         "--mode",

@@ -42,10 +42,10 @@ from datetime import date
 
 import devstack
 from delivery_semantics import catalog
+from delivery_semantics.entry import spark_submit
+from delivery_semantics.entry.spark_submit import spark_application_env
 from delivery_semantics.history.ledger import Ledger
-from delivery_semantics.plumbing import reconcile
 from delivery_semantics.plumbing.endpoints import kafka_config
-from delivery_semantics.plumbing.reconcile import spark_application_env
 from delivery_semantics.workload import load
 
 
@@ -95,12 +95,12 @@ def timed_reconcile(run_id: str, event_log: str | None = None, dedup_copy: str =
     if event_log:
         os.makedirs(event_log, exist_ok=True)
         conf = event_log_conf(event_log)
-    return timed_submit(reconcile.command(catalog.reconcile_args([run_id], dedup_copy), conf=conf))
+    return timed_submit(spark_submit.command(catalog.reconcile_args([run_id], dedup_copy), conf=conf))
 
 
 def spark_count(topic: str) -> float:
     """Spark's floor: the same spark-submit counting the topic's records and nothing else."""
-    return timed_submit(reconcile.command(["--topic", topic], app="smoke_count.py"))["seconds"]
+    return timed_submit(spark_submit.command(["--topic", topic], app="smoke_count.py"))["seconds"]
 
 
 def timed_submit(cmd: list[str]) -> dict:

@@ -31,7 +31,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from delivery_semantics.plumbing.endpoints import SPARK_CONF_LOCAL, kafka_config, spark_jars, spark_kafka_options
+from delivery_semantics.plumbing.endpoints import kafka_config, spark_kafka_options
+from delivery_semantics.plumbing.spark import SPARK_CONF_LOCAL, spark_jars
 from delivery_semantics.reporting import report
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark_apps"))

@@ -26,19 +26,19 @@ def mapped_load(conf):
 
     @task
     def start_run(conf: dict, ti=None) -> list[dict]:
-        from delivery_semantics.plumbing import orchestration
+        from delivery_semantics.entry import orchestration
 
         return orchestration.start_run(conf, orchestration.task_key(ti))
 
     @task(pool=CLUSTER_POOL)  # map index = producer number
     def produce(ledger_run: str, producer: int) -> dict:
-        from delivery_semantics.plumbing import orchestration
+        from delivery_semantics.entry import orchestration
 
         return orchestration.produce(ledger_run, producer)
 
     @task(outlets=[RUNS_ASSET])
     def finish_run(slices: list[dict], outlet_events=None) -> str:
-        from delivery_semantics.plumbing import orchestration
+        from delivery_semantics.entry import orchestration
 
         ledger_run = slices[0]["ledger_run"]
         print(orchestration.finish_run(ledger_run))
@@ -123,9 +123,9 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
         self.audit_conf = audit_conf  # an audit's `spark:` section, under the connection's settings
 
     def execute(self, context):
-        from delivery_semantics.plumbing import reconcile
+        from delivery_semantics.entry import spark_submit
 
-        reconcile.prepare_spark_submit(self)
+        spark_submit.prepare_spark_submit(self)
         try:
             return super().execute(context)
         except AirflowException as e:

@@ -39,7 +39,7 @@ def semantics_matrix():
     def run_pair(conf: dict, ti=None) -> str:
         from airflow.sdk import get_current_context
 
-        from delivery_semantics.plumbing import orchestration
+        from delivery_semantics.entry import orchestration
 
         subject = f"{conf['mode']} ({conf['client']})" if "mode" in conf else conf["strategy"]
         get_current_context()["pair_label"] = f"{subject} x {conf['scenario']}"
@@ -64,7 +64,7 @@ def semantics_matrix():
     def run_pipeline(conf: dict, ti=None) -> str:
         from airflow.sdk import get_current_context
 
-        from delivery_semantics.plumbing import orchestration
+        from delivery_semantics.entry import orchestration
 
         get_current_context()["pair_label"] = f"{conf['pipeline']} x {conf['scenario']}"
         return orchestration.run_pipeline(conf, orchestration.task_key(ti))["run_id"]

@@ -45,7 +45,7 @@ def mode_dag(f: mode_files.ModeFile):
         @task(retries=0)
         def runs(params=None) -> list[dict]:
             """Every scenario's run, checked as a whole (the settings by the client) before any runs."""
-            from delivery_semantics.plumbing import orchestration
+            from delivery_semantics.entry import orchestration
 
             confs = [{**dict(params), "mode": f.name, "scenario": s} for s in f.scenarios]
             return [orchestration.validate_conf(c) for c in confs]
@@ -59,7 +59,7 @@ def mode_dag(f: mode_files.ModeFile):
         def run_scenario(conf: dict, ti=None) -> str:
             from airflow.sdk import get_current_context
 
-            from delivery_semantics.plumbing import orchestration
+            from delivery_semantics.entry import orchestration
 
             get_current_context()["scenario_label"] = conf["scenario"]
             return orchestration.run_pair(conf, orchestration.task_key(ti))["run_id"]

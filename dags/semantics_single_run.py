@@ -41,7 +41,7 @@ def one_run_dag(dag_id: str, form: dict, tags: list[str], producer_run: bool):
     def one_run():
         @task(retries=0)
         def validate(params=None) -> dict:
-            from delivery_semantics.plumbing import orchestration
+            from delivery_semantics.entry import orchestration
 
             return orchestration.validate_conf(dict(params))
 
@@ -51,7 +51,7 @@ def one_run_dag(dag_id: str, form: dict, tags: list[str], producer_run: bool):
 
             @task(outlets=[RUNS_ASSET], pool=CLUSTER_POOL, pool_slots=CLUSTER_POOL_SLOTS)
             def run_load(conf: dict, ti=None, outlet_events=None) -> str:
-                from delivery_semantics.plumbing import orchestration
+                from delivery_semantics.entry import orchestration
 
                 result = orchestration.run_pair(conf, orchestration.task_key(ti))
                 outlet_events[RUNS_ASSET].extra = {"run_ids": [result["run_id"]]}

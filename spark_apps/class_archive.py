@@ -1,5 +1,5 @@
 """A small reconciliation's kind of work on generated rows, run once by local/setup so that its
-driver's JVM archives the classes it loaded (plumbing/reconcile.py: write_class_archive). Needs no
+driver's JVM archives the classes it loaded (entry/spark_submit.py: write_class_archive). Needs no
 service: a window per id, aggregations and an anti-join collected, a Delta partition replaced and
 its history read, and the Kafka source and the JDBC driver resolved.
 

@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from pyspark.sql import SparkSession
 
-# The driver runs beside the sources (client mode). The --py-files zip (endpoints.spark_py_files)
+# The driver runs beside the sources (client mode). The --py-files zip (plumbing/spark.py: spark_py_files)
 # is for the executors; here its packages would shadow the folders, whose data files (the audit
 # schema, the report's templates) cannot be read from inside a zip.
 sys.path[:] = [p for p in sys.path if not os.path.basename(p).startswith("semantics-py-")]
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     # What the stores need of the session before it starts (Delta's extension).
     for key, value in {**copy.session_conf, **(stores.session_conf(audit) if audit else {})}.items():
         builder = builder.config(key, value)
-    # A cluster's spark.authenticate secret comes by environment (endpoints.spark_auth_env): a driver
+    # A cluster's spark.authenticate secret comes by environment (plumbing/spark.py: spark_auth_env): a driver
     # at a standalone master takes it only as a setting, given here rather than on the command line.
     if os.environ.get("_SPARK_AUTH_SECRET"):
         builder = builder.config("spark.authenticate.secret", os.environ["_SPARK_AUTH_SECRET"])

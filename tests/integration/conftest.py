@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO / "spark_apps"), str(REPO / "local")]
 
 import devstack  # noqa: E402
-from delivery_semantics.plumbing import endpoints, topics  # noqa: E402
+from delivery_semantics.plumbing import endpoints, spark, topics  # noqa: E402
 from delivery_semantics.plumbing.endpoints import kafka_config  # noqa: E402
 
 ARTIFACTS = REPO / "artifacts"
@@ -33,7 +33,7 @@ def stack_env():
         )
     if "SEMANTICS_SPARK_CONF" not in os.environ:
         # The driver's class archive local/setup wrote, which the platform's own options name too.
-        archive = endpoints.spark_class_archive()
+        archive = spark.spark_class_archive()
         jvm = f"{SMALL_RUN_JVM} -XX:SharedArchiveFile={archive}" if archive.is_file() else SMALL_RUN_JVM
         # No test looks at an application's web UI, and its server takes a second or two to start.
         # The standalone cluster's executors start a JVM per application too (the rerun there: 188 s
@@ -131,7 +131,7 @@ def _in_parallel() -> bool:
 
 
 def _retire_run_topics() -> None:
-    from delivery_semantics.plumbing import retention
+    from delivery_semantics.reporting import retention
 
     try:
         conf, db = kafka_config(), endpoints.ledger_database()

@@ -27,8 +27,8 @@ from conftest import REPO, recreate_topic, run
 
 import devstack
 from delivery_semantics.audit import audits
+from delivery_semantics.entry import spark_submit
 from delivery_semantics.faults.nemesis import Nemesis
-from delivery_semantics.plumbing import reconcile
 from delivery_semantics.plumbing.endpoints import database, kafka_config
 from delivery_semantics.reporting import report
 
@@ -168,7 +168,7 @@ def test_both_windows_run_again_through_a_rolling_restart_leave_every_row_as_the
     window state and results is the quiet run's."""
     audit = audits.load(planted["path"])
     ends = [t.isoformat() for t in planted["T"]]
-    quiet = reconcile.run(audit=audit, window_ends=ends)
+    quiet = spark_submit.run(audit=audit, window_ends=ends)
     assert quiet.returncode == 0, quiet.error
     before = _snapshot()
     assert before["audit_windows"] and before["audit_discrepancies"]
@@ -178,7 +178,7 @@ def test_both_windows_run_again_through_a_rolling_restart_leave_every_row_as_the
     runs = 0
     try:
         while thread.is_alive() or runs == 0:
-            again = reconcile.run(audit=audit, window_ends=ends)
+            again = spark_submit.run(audit=audit, window_ends=ends)
             assert again.returncode == 0, again.error
             assert _snapshot() == before, f"run {runs} under the rolling restart"
             runs += 1

@@ -27,7 +27,8 @@ from conftest import REPO, recreate_topic, run, spark_cluster_apps
 import devstack
 from delivery_semantics.audit import audits
 from delivery_semantics.audit import preflight as audit_preflight
-from delivery_semantics.plumbing import reconcile, topics
+from delivery_semantics.entry import spark_submit
+from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import (
     database,
     kafka_config,
@@ -425,7 +426,7 @@ def test_an_audit_run_through_a_broker_fault_has_the_quiet_runs_rows(orders, hea
     audit, _ = orders
     tag = uuid.uuid4().hex[:6]
     quiet_id = f"audit:orders:quiet-{tag}"
-    assert reconcile.run(audit=audit, reconciliation_id=quiet_id).returncode == 0
+    assert spark_submit.run(audit=audit, reconciliation_id=quiet_id).returncode == 0
     conf = kafka_config(audit.kafka_conn_id)
     md = topics.admin_client(conf).list_topics(audit.topic, timeout=10).topics[audit.topic]
     leader = next(p.leader for p in md.partitions.values() if p.leader != devstack.quorum_leader())
@@ -436,7 +437,7 @@ def test_an_audit_run_through_a_broker_fault_has_the_quiet_runs_rows(orders, hea
     try:
         while thread.is_alive() or runs == 0:
             faulted_id = f"audit:orders:faulted-{tag}-{runs}"
-            res = reconcile.run(audit=audit, reconciliation_id=faulted_id)
+            res = spark_submit.run(audit=audit, reconciliation_id=faulted_id)
             assert res.returncode == 0, res.error
             assert _found(faulted_id) == _found(quiet_id), f"run {runs} under the fault"
             runs += 1
@@ -453,9 +454,9 @@ def test_two_reconciliations_of_the_same_events_each_write_their_deduplicated_co
     audit, _ = orders
     tag = uuid.uuid4().hex[:6]
     first_id, second_id = f"audit:orders:first-{tag}", f"audit:orders:second-{tag}"
-    res = reconcile.run(audit=audit, reconciliation_id=first_id)
+    res = spark_submit.run(audit=audit, reconciliation_id=first_id)
     assert res.returncode == 0, res.error
-    res = reconcile.run(audit=audit, reconciliation_id=second_id, spark_conn_id="spark_standalone")
+    res = spark_submit.run(audit=audit, reconciliation_id=second_id, spark_conn_id="spark_standalone")
     assert res.returncode == 0, res.error
     assert f"audit-{second_id}" in spark_cluster_apps() and f"audit-{first_id}" not in spark_cluster_apps()
 
@@ -481,7 +482,9 @@ def test_platform_runs_over_sasl_ssl_reconcile_as_on_plaintext():
         for mode in modes
     }
     with watching_ps() as commands:
-        r = reconcile.run(run_id=list(ids.values()), env=reconcile.spark_application_env(kafka_conn_id="kafka_secure"))
+        r = spark_submit.run(
+            run_id=list(ids.values()), env=spark_submit.spark_application_env(kafka_conn_id="kafka_secure")
+        )
     assert r.returncode == 0, r.error
     _assert_no_secret({"ps -ef": "\n".join(commands), "spark output": r.stdout + r.stderr})
     results: dict = {"sasl_ssl": {}, "plaintext": {}}

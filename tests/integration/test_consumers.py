@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
+from delivery_semantics.entry import spark_submit
 from delivery_semantics.history.ledger import Ledger
-from delivery_semantics.plumbing import reconcile
 from delivery_semantics.plumbing.endpoints import kafka_config, ledger_database
 from delivery_semantics.reporting.report import query
 from delivery_semantics.workload import consumer_workload, load, readback
@@ -48,7 +48,7 @@ def consumed(input_run) -> dict:
         s = consumer_workload.start(ConsumerSpec(strategy, input_run, scenario=scenario, crashes=crashes))
         assert s.status == "completed", name
         runs[name] = query("SELECT * FROM consumer_runs WHERE consumer_run_id = %s", (s.consumer_run_id,))[0]
-    r = reconcile.run(run_id=[run["consumer_run_id"] for run in runs.values()])
+    r = spark_submit.run(run_id=[run["consumer_run_id"] for run in runs.values()])
     assert r.returncode == 0, r.error
     out = {}
     for name, run in runs.items():

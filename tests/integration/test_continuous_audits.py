@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, Producer
 from conftest import REPO, recreate_topic, run
 
 from delivery_semantics.audit import audits
-from delivery_semantics.plumbing import reconcile
+from delivery_semantics.entry import spark_submit
 from delivery_semantics.plumbing.endpoints import database, kafka_config
 from delivery_semantics.reporting import report
 from devstack import mail as stack_mail
@@ -372,7 +372,7 @@ def test_five_windows_find_exactly_what_was_planted(pipeline):
     # end), the third (a late record, a consumer crash) and the fifth (a carried record resolved,
     # a loss), in one application, after the windows that followed them.
     before = _snapshot()
-    again = reconcile.run(audit=AUDIT, window_ends=[T[1].isoformat(), T[3].isoformat(), T[5].isoformat()])
+    again = spark_submit.run(audit=AUDIT, window_ends=[T[1].isoformat(), T[3].isoformat(), T[5].isoformat()])
     assert again.returncode == 0, again.error
     assert _snapshot() == before
 

@@ -228,7 +228,7 @@ def test_java_producer_crash_without_idempotence_loses_no_acked_event(ledger, ka
 # decoder's known-answer test is test_record_formats.py's, and lost_ack's is the text runs' above.
 @pytest.mark.slow
 def test_avro_lost_ack_duplicates_found_by_id_by_the_checker(ledger, kafka_conf):
-    from delivery_semantics.plumbing import reconcile
+    from delivery_semantics.entry import spark_submit
     from delivery_semantics.reporting import report
 
     s, seen, tl = run_pair("at_least_once_all", "lost_ack", ledger, kafka_conf, record_format="avro")
@@ -237,7 +237,7 @@ def test_avro_lost_ack_duplicates_found_by_id_by_the_checker(ledger, kafka_conf)
     assert seen.duplicates > 0 and seen.lost_acked == 0 and seen.acked == MESSAGES
     isolation = catalog.MODES["at_least_once_all"].isolation
     copies = readback.copies_by_event(readback.read_topic(kafka_conf, run["topic"], isolation))
-    res = reconcile.run(run_id=s.run_id)
+    res = spark_submit.run(run_id=s.run_id)
     assert res.returncode == 0, res.error
     (summary,) = [r for r in res.summaries if r["isolation"] == isolation]
     assert (summary["records_read"], summary["malformed"], summary["lost_acked"]) == (seen.records_in_topic, 0, 0)

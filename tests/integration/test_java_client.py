@@ -149,7 +149,7 @@ def test_a_run_started_by_its_dag_task_checks_its_producer_settings_once(client,
     import subprocess
     import uuid
 
-    from delivery_semantics.plumbing import orchestration
+    from delivery_semantics.entry import orchestration
     from delivery_semantics.workload import java_client
     from delivery_semantics.workload.client import runtime
 

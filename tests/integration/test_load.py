@@ -231,7 +231,7 @@ def test_kill9_mid_run_loses_no_ledger_row_and_resume_completes(mode, kafka_conf
         [
             sys.executable,
             "-m",
-            "delivery_semantics.plumbing.cli",
+            "delivery_semantics.entry.cli",
             "load",
             "run",
             "--mode",
@@ -272,7 +272,7 @@ def test_kill9_mid_run_loses_no_ledger_row_and_resume_completes(mode, kafka_conf
         [
             sys.executable,
             "-m",
-            "delivery_semantics.plumbing.cli",
+            "delivery_semantics.entry.cli",
             "load",
             "resume",
             "--run-id",
@@ -395,7 +395,7 @@ def test_unreachable_postgres_is_refused_and_writes_nothing(kafka_conf):
 
 def test_cli_refuses_bad_input_with_exit_2_and_a_clear_message():
     res = subprocess.run(
-        [sys.executable, "-m", "delivery_semantics.plumbing.cli", "load", "run", "--mode", "nope", "--messages", "10"],
+        [sys.executable, "-m", "delivery_semantics.entry.cli", "load", "run", "--mode", "nope", "--messages", "10"],
         cwd=REPO,
         capture_output=True,
         text=True,

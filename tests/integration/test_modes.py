@@ -87,9 +87,7 @@ def test_bad_settings_and_clients_are_refused_with_one_line_and_nothing_written(
         ),
     ]
     for args, message in cases:
-        res = run(
-            ["python", "-m", "delivery_semantics.plumbing.cli", "load", "run", "--messages", "10", *args], env=env
-        )
+        res = run(["python", "-m", "delivery_semantics.entry.cli", "load", "run", "--messages", "10", *args], env=env)
         assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     [after] = query("SELECT count(*) AS n FROM runs")

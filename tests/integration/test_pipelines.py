@@ -22,7 +22,7 @@ from delivery_semantics.plumbing.connect import ConnectCluster
 from delivery_semantics.plumbing.endpoints import database, kafka_config
 from delivery_semantics.reporting import report
 
-REPO_CLI = ["python", "-m", "delivery_semantics.plumbing.cli"]
+REPO_CLI = ["python", "-m", "delivery_semantics.entry.cli"]
 
 
 def _rows(conn_id: str, sql: str) -> list:

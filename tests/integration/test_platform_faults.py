@@ -17,9 +17,9 @@ from direct_check import observe
 
 import devstack
 from delivery_semantics import catalog
+from delivery_semantics.entry import orchestration, spark_submit
+from delivery_semantics.entry.spark_submit import spark_application_env
 from delivery_semantics.history.ledger import Ledger, LedgerUnavailable
-from delivery_semantics.plumbing import orchestration, reconcile
-from delivery_semantics.plumbing.reconcile import spark_application_env
 from delivery_semantics.reporting import dedup
 from delivery_semantics.reporting.report import query
 from delivery_semantics.workload import load, readback
@@ -61,7 +61,7 @@ def test_postgres_restarted_mid_load_stops_the_producer_and_the_resume_completes
         [
             sys.executable,
             "-m",
-            "delivery_semantics.plumbing.cli",
+            "delivery_semantics.entry.cli",
             "load",
             "run",
             "--mode",
@@ -120,7 +120,7 @@ def test_postgres_restarted_mid_load_stops_the_producer_and_the_resume_completes
 
 _PRODUCE_TASK = """
 import sys
-from delivery_semantics.plumbing import orchestration
+from delivery_semantics.entry import orchestration
 orchestration.produce(sys.argv[1], 0)
 """
 
@@ -188,7 +188,7 @@ def test_a_checker_killed_once_it_staged_its_results_leaves_no_result_and_the_re
     s = load.start(load.LoadSpec(mode="at_least_once", messages=3000, seed=8))
     rid = s.run_id
     proc = subprocess.Popen(
-        reconcile.command(catalog.reconcile_args([rid])),
+        spark_submit.command(catalog.reconcile_args([rid])),
         cwd=REPO,
         env={**os.environ, **spark_application_env()},
         stdout=subprocess.DEVNULL,
@@ -208,7 +208,7 @@ def test_a_checker_killed_once_it_staged_its_results_leaves_no_result_and_the_re
     assert _results(rid) == empty, "a killed checker leaves no result"
     assert _staged(rid), "only its staging tables"
 
-    first = reconcile.run(run_id=rid)
+    first = spark_submit.run(run_id=rid)
     assert first.returncode == 0, first.error
     assert _staged(rid) == [], "the rerun dropped what the killed attempt staged"
     after_first = _results(rid)

@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from checker import sources
-from delivery_semantics.plumbing.endpoints import kafka_config, spark_jars, spark_kafka_options
+from delivery_semantics.plumbing.endpoints import kafka_config, spark_kafka_options
+from delivery_semantics.plumbing.spark import spark_jars
 from delivery_semantics.workload import generator
 
 pytestmark = pytest.mark.timeout(900)

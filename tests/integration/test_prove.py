@@ -27,8 +27,7 @@ def runs_the_suite_judged():
     """The runs the demo's test (test_dags.py, earlier in CI's serial phase) leaves judged: an
     at_least_once run under lost acks, a process_then_commit consumer run under a crash, and a
     Debezium outbox pipeline under a worker kill. Made here only when this file runs alone."""
-    from delivery_semantics.entry import pipeline
-    from delivery_semantics.plumbing import reconcile
+    from delivery_semantics.entry import pipeline, spark_submit
     from delivery_semantics.workload import consumer_workload, load, scenarios
 
     fresh = []
@@ -48,7 +47,7 @@ def runs_the_suite_judged():
         spec = consumer_workload.ConsumerSpec("process_then_commit", source, scenario="consumer_crash")
         fresh += [source, consumer_workload.start(spec).consumer_run_id]
     if fresh:
-        assert reconcile.run(run_id=fresh).returncode == 0
+        assert spark_submit.run(run_id=fresh).returncode == 0
     if not _judged(
         "SELECT 1 FROM pipeline_runs WHERE pipeline = 'debezium_outbox' AND scenario = 'connect_worker_kill' "
         "AND status = 'reconciled'",

@@ -13,8 +13,9 @@ import pytest
 from confluent_kafka import Producer
 from conftest import spark_cluster_apps
 
+from delivery_semantics.entry import spark_submit
 from delivery_semantics.history.ledger import Ledger, Outcome
-from delivery_semantics.plumbing import reconcile, topics
+from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import ledger_database
 from delivery_semantics.records.event import Event
 from delivery_semantics.reporting import dedup
@@ -183,7 +184,7 @@ def _snapshot(rid: str) -> dict[str, list]:
 
 
 def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
-    r = reconcile.run(run_id=planted["run_id"])
+    r = spark_submit.run(run_id=planted["run_id"])
     assert r.returncode == 0, r.error
     e, rid = planted["e"], planted["run_id"]
     d = _discrepancies(rid)
@@ -236,7 +237,7 @@ def test_a_rerun_on_a_standalone_cluster_with_the_copy_in_postgres_leaves_every_
     to PostgreSQL with COPY. Every row is the same."""
     rid = planted["run_id"]
     if not _summary(rid):
-        assert reconcile.run(run_id=rid).returncode == 0
+        assert spark_submit.run(run_id=rid).returncode == 0
     before = _snapshot(rid)
     # New records after the first reconciliation must not be read: the offset range is fixed.
     p = Producer(kafka_conf_module)
@@ -244,7 +245,7 @@ def test_a_rerun_on_a_standalone_cluster_with_the_copy_in_postgres_leaves_every_
     p.flush(30)
     assert dedup.where(rid)["store"] == "lakehouse", "the default copy"
     assert f"reconcile-{rid}" not in spark_cluster_apps()
-    r = reconcile.run(run_id=rid, dedup_copy="postgres", spark_conn_id="spark_standalone")
+    r = spark_submit.run(run_id=rid, dedup_copy="postgres", spark_conn_id="spark_standalone")
     assert r.returncode == 0, r.error
     after = _snapshot(rid)
     assert after == before
@@ -278,7 +279,7 @@ def test_a_clean_run_is_all_zeros_and_kept_with_or_without_the_dedup_copy():
         except dedup.NoCopy:
             return 0
 
-    r = reconcile.run(run_id=s.run_id, dedup_copy="off")
+    r = spark_submit.run(run_id=s.run_id, dedup_copy="off")
     assert r.returncode == 0, r.error
     assert copies() == 0
     without = _summary(s.run_id)
@@ -298,7 +299,7 @@ def test_a_clean_run_is_all_zeros_and_kept_with_or_without_the_dedup_copy():
         assert row["verdict"] == ("kept" if iso == "read_uncommitted" else "n/a")
         assert row["meets_expectation"] is True
     assert _discrepancies(s.run_id) == {}
-    r = reconcile.run(run_id=s.run_id)
+    r = spark_submit.run(run_id=s.run_id)
     assert r.returncode == 0, r.error
     counted = ("records_read", "delivered_once", "duplicate_events", "lost_acked", "verdict", "meets_expectation")
     assert {i: [row[k] for k in counted] for i, row in _summary(s.run_id).items()} == {
@@ -313,13 +314,13 @@ def test_unreachable_kafka_fails_with_a_clear_message(planted):
         "SEMANTICS_KAFKA_CONFIG": json.dumps({"bootstrap.servers": "127.0.0.1:1"}),
         "SEMANTICS_KAFKA_SPARK_OPTIONS": json.dumps({"kafka.bootstrap.servers": "127.0.0.1:1"}),
     }
-    r = reconcile.run(run_id=s.run_id, env=unreachable, timeout=300)
+    r = spark_submit.run(run_id=s.run_id, env=unreachable, timeout=300)
     assert r.returncode == 2
     assert "reconcile: Kafka at 127.0.0.1:1 cannot be read" in r.error
 
 
 def test_unreachable_database_fails_with_a_clear_message():
-    r = reconcile.run(
+    r = spark_submit.run(
         run_id="whatever", env={"SEMANTICS_JDBC_URL": "jdbc:postgresql://127.0.0.1:1/semantics"}, timeout=300
     )
     assert r.returncode == 2
@@ -327,5 +328,5 @@ def test_unreachable_database_fails_with_a_clear_message():
 
 
 def test_unknown_run_is_refused():
-    r = reconcile.run(run_id="no_such_run")
+    r = spark_submit.run(run_id="no_such_run")
     assert r.returncode == 2 and "no run 'no_such_run' in the ledger" in r.error

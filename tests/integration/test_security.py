@@ -182,7 +182,7 @@ def test_a_hostile_setting_from_the_command_line_changes_nothing(stack_env):
     hostile = "x\rconf\tbootstrap.servers\t127.0.0.1:1"
     res = subprocess.run(
         [
-            *(sys.executable, "-m", "delivery_semantics.plumbing.cli", "load", "run", "--mode", "idempotent"),
+            *(sys.executable, "-m", "delivery_semantics.entry.cli", "load", "run", "--mode", "idempotent"),
             *("--client", "java", "--messages", "5", "--set", f"client.id={hostile}"),
         ],
         capture_output=True,

@@ -22,7 +22,8 @@ from conftest import REPO, run
 import devstack
 from delivery_semantics.faults.nemesis import wait_healthy
 from delivery_semantics.plumbing import topics
-from delivery_semantics.plumbing.endpoints import ledger_database, spark_class_archive, spark_conf
+from delivery_semantics.plumbing.endpoints import ledger_database
+from delivery_semantics.plumbing.spark import spark_class_archive, spark_conf
 from delivery_semantics.workload import readback
 
 STACK = str(REPO / "local" / "stack")

@@ -21,7 +21,8 @@ from conftest import REPO, recreate_topic, run
 
 from delivery_semantics.audit import audits
 from delivery_semantics.audit.stores.mysql import MysqlStore
-from delivery_semantics.plumbing.endpoints import kafka_config, spark_jars
+from delivery_semantics.plumbing.endpoints import kafka_config
+from delivery_semantics.plumbing.spark import spark_jars
 from delivery_semantics.reporting import report
 
 pytestmark = pytest.mark.timeout(1500)

@@ -17,7 +17,7 @@ import pytest
 from conftest import ARTIFACTS, REPO
 
 import devstack
-from delivery_semantics.plumbing import reconcile
+from delivery_semantics.entry import spark_submit
 from delivery_semantics.reporting import report
 from delivery_semantics.workload import load
 
@@ -30,7 +30,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 def api_server(stack_env):
     if not report.matrix_rows():
         s = load.start(load.LoadSpec(mode="idempotent", messages=500))
-        assert reconcile.run(run_id=s.run_id).returncode == 0
+        assert spark_submit.run(run_id=s.run_id).returncode == 0
     SHOTS.mkdir(parents=True, exist_ok=True)
     with open(ARTIFACTS / "airflow-api-server.log", "w") as log:
         yield from _serve(log)

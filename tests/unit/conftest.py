@@ -26,7 +26,7 @@ def cli(*args: str, **extra_env: str):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
     env.update(extra_env, PYTHONPATH=str(REPO / "plugins"))
     return subprocess.run(
-        [sys.executable, "-m", "delivery_semantics.plumbing.cli", *args],
+        [sys.executable, "-m", "delivery_semantics.entry.cli", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -38,7 +38,7 @@ def cli(*args: str, **extra_env: str):
 def spark():
     from pyspark.sql import SparkSession
 
-    from delivery_semantics.plumbing.endpoints import spark_jars
+    from delivery_semantics.plumbing.spark import spark_jars
 
     session = (
         SparkSession.builder.master("local[1]")

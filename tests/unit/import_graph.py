@@ -25,8 +25,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("history", ("history",)),
     ("workload", ("workload", "faults")),
     ("audit", ("audit",)),
-    ("reporting", ("reporting", "plumbing.retention")),
-    ("entry", ("plumbing.cli", "plumbing.orchestration", "plumbing.reconcile", "entry")),
+    ("reporting", ("reporting",)),
+    ("entry", ("entry",)),
 )
 
 

@@ -278,7 +278,7 @@ def test_a_form_left_without_a_transaction_size_gets_the_default():
     assert Param(**spec).resolve(500) == 500
     with pytest.raises(Exception, match=r"minimum|less than"):
         Param(**spec).resolve(0)
-    from delivery_semantics.plumbing import orchestration
+    from delivery_semantics.entry import orchestration
 
     assert "txn_size" not in orchestration.validate_conf(
         {"mode": "transactional", "messages": 90_000, "txn_size": None}

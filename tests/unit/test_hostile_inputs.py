@@ -597,16 +597,16 @@ def test_a_keystore_or_code_folder_others_can_enter_is_refused(tmp_path, monkeyp
 
 
 def test_the_spark_code_zip_is_made_again_when_it_is_not_the_sources(monkeypatch, tmp_path):
-    from delivery_semantics.plumbing import endpoints
+    from delivery_semantics.plumbing import endpoints, spark
 
     monkeypatch.setattr(endpoints.tempfile, "gettempdir", lambda: str(tmp_path))
-    first = Path(endpoints.spark_py_files())
+    first = Path(spark.spark_py_files())
     assert first.parent.stat().st_mode & 0o077 == 0
     import zipfile
 
     with zipfile.ZipFile(first, "a") as z:  # a planted module beside the sources
         z.writestr("checker/evil.py", "import os\n")
-    again = Path(endpoints.spark_py_files())
+    again = Path(spark.spark_py_files())
     assert again == first and "checker/evil.py" not in zipfile.ZipFile(again).namelist()
 
 

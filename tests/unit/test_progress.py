@@ -39,7 +39,7 @@ def test_the_matrix_size_follows_the_form():
 
 
 def test_a_reconciliation_steps_once_a_run_or_window_on_stderr(capsys):
-    from delivery_semantics.plumbing.cli import _progress
+    from delivery_semantics.entry.cli import _progress
 
     with _progress(2, "reconciled run") as on_result:
         on_result({"reconciliation_id": "r1", "isolation": "read_committed", "verdict": "kept", "broken_by": None})

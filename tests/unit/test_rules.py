@@ -170,7 +170,7 @@ def test_the_rules_and_design_md_agree_on_every_preset_pair_or_the_package_does_
 def test_predict_reads_a_mode_a_pipeline_or_settings_and_refuses_bad_input_in_one_line(capsys):
     import json
 
-    from delivery_semantics.plumbing.cli import main
+    from delivery_semantics.entry.cli import main
 
     assert main(["predict", "--mode", "at_least_once", "--json"]) == 0
     found = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

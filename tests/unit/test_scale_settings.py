@@ -15,8 +15,9 @@ from conftest import REPO
 
 from checker.dedup_copy import DedupCopy, libpq_params, sql_string
 from delivery_semantics.audit import audits
-from delivery_semantics.plumbing import endpoints
-from delivery_semantics.plumbing.endpoints import EndpointError, spark_conf, spark_master
+from delivery_semantics.plumbing import endpoints, spark
+from delivery_semantics.plumbing.endpoints import EndpointError
+from delivery_semantics.plumbing.spark import spark_conf, spark_master
 
 ORDERS = REPO / "audits" / "orders.yaml"
 STREAM = REPO / "audits" / "orders_stream.yaml"
@@ -74,10 +75,10 @@ def test_a_local_driver_starts_from_the_class_archive_once_there_is_one(monkeypa
     monkeypatch.setenv("SEMANTICS_SPARK_CONF", json.dumps({"spark.driver.extraJavaOptions": "-Xss4m"}))
     assert spark_conf("local[2]")["spark.driver.extraJavaOptions"] == "-Xss4m", "the environment's options win whole"
     monkeypatch.delenv("SEMANTICS_SPARK_CLASS_ARCHIVE")
-    default = endpoints.spark_class_archive()
+    default = spark.spark_class_archive()
     assert default.parent == REPO / ".cache" / "spark" and default.name.startswith("driver-classes-")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "another-jdk"))
-    assert endpoints.spark_class_archive() != default, "one archive per JVM"
+    assert spark.spark_class_archive() != default, "one archive per JVM"
 
 
 def _no_connection(conn_id):
@@ -135,7 +136,7 @@ def test_the_copy_goes_to_the_lakehouse_unless_told_and_needs_one(monkeypatch):
     with pytest.raises(ValueError, match="the lakehouse copy needs SEMANTICS_LAKEHOUSE"):
         DedupCopy.choose("lakehouse")
     monkeypatch.delenv("SEMANTICS_LAKEHOUSE", raising=False)
-    assert endpoints.lakehouse().endswith("var/lakehouse"), "the platform's default"
+    assert spark.lakehouse().endswith("var/lakehouse"), "the platform's default"
 
 
 def test_a_partition_is_named_as_a_spark_literal_and_the_copy_connects_as_libpq():
@@ -157,7 +158,7 @@ _CONCURRENT_COPIES = r"""
 import datetime, json, sys, threading
 from pyspark.sql import SparkSession
 from checker.dedup_copy import DedupCopy, prepare, write_lakehouse
-from delivery_semantics.plumbing.endpoints import SPARK_CONF_LOCAL
+from delivery_semantics.plumbing.spark import SPARK_CONF_LOCAL
 
 copy = DedupCopy("lakehouse", sys.argv[1])
 builder = SparkSession.builder.master("local[2]").config("spark.jars", sys.argv[2])
@@ -236,7 +237,7 @@ def test_two_copies_written_at_once_each_land_whole_and_a_rerun_replaces_its_own
     import subprocess
     import sys
 
-    from delivery_semantics.plumbing.endpoints import spark_jars
+    from delivery_semantics.plumbing.spark import spark_jars
 
     script = tmp_path / "copies.py"
     script.write_text(_CONCURRENT_COPIES)
@@ -316,20 +317,20 @@ def test_the_spark_jars_are_a_folder_or_a_list_and_carry_the_platform_reader(mon
     fetched = REPO / ".cache" / "spark" / "jars"
     monkeypatch.setenv("SEMANTICS_SPARK_JARS", str(fetched))
     monkeypatch.delenv("SEMANTICS_SPARK_READER_JAR", raising=False)
-    *jars, reader = endpoints.spark_jars().split(",")
+    *jars, reader = spark.spark_jars().split(",")
     assert jars == sorted(str(p) for p in fetched.glob("*.jar"))
     assert "deliverysemantics/PlatformTopicSource.class" in zipfile.ZipFile(reader).namelist()
     # The same source and jars: the same build, never compiled again.
-    assert endpoints.spark_jars().split(",")[-1] == reader
+    assert spark.spark_jars().split(",")[-1] == reader
     monkeypatch.setenv("SEMANTICS_SPARK_JARS", ",".join(jars[:2]))
     monkeypatch.setenv("SEMANTICS_SPARK_READER_JAR", "/opt/reader.jar")
-    assert endpoints.spark_jars().split(",") == [*jars[:2], "/opt/reader.jar"]
+    assert spark.spark_jars().split(",") == [*jars[:2], "/opt/reader.jar"]
     monkeypatch.delenv("SEMANTICS_SPARK_READER_JAR")
     with pytest.raises(EndpointError, match="no kafka-clients jar"):
-        endpoints.spark_jars()
+        spark.spark_jars()
     monkeypatch.setenv("SEMANTICS_SPARK_JARS", str(tmp_path))
     with pytest.raises(EndpointError, match="no Spark jars"):
-        endpoints.spark_jars()
+        spark.spark_jars()
 
 
 def test_a_java_source_that_does_not_compile_is_one_line_and_leaves_nothing(monkeypatch, tmp_path):

@@ -181,7 +181,7 @@ def data_roots(audit: Audit) -> list[str]:
     configured = [r.strip() for r in os.environ.get("SEMANTICS_DATA_ROOTS", "").split(",") if r.strip()]
     if configured:
         return configured
-    from delivery_semantics.plumbing.endpoints import lakehouse
+    from delivery_semantics.plumbing.spark import lakehouse
 
     return [lakehouse(), str(audit.path.resolve().parent)]
 

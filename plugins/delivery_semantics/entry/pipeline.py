@@ -528,7 +528,7 @@ def _now() -> datetime:
 
 def _run(spec, pipeline, scenario, names, cluster, kafka_conf, outbox_db, sink_db, nemesis, ledger, master) -> dict:
     from delivery_semantics.audit import audits
-    from delivery_semantics.plumbing import reconcile
+    from delivery_semantics.entry import spark_submit
 
     wait_healthy(kafka_conf)
     create(names, kafka_conf, outbox_db, sink_db)
@@ -590,7 +590,7 @@ def _run(spec, pipeline, scenario, names, cluster, kafka_conf, outbox_db, sink_d
     ends = window_ends(load_started, load_ended)
     time.sleep(max(0.0, (ends[-1] - _now()).total_seconds() + 1))
     audit = audits.load(write_audit(pipeline, scenario.name, names))
-    result = reconcile.run(audit=audit, window_ends=[e.isoformat() for e in ends], master=master)
+    result = spark_submit.run(audit=audit, window_ends=[e.isoformat() for e in ends], master=master)
     if result.returncode != 0:
         raise PipelineError(f"the audit of run {names.run_id} failed: {result.error}")
     fields = {

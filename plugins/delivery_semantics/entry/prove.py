@@ -292,11 +292,11 @@ def prove(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool | st
     """Each planned run made (or, with `reuse`, found), all the new producer and consumer runs
     reconciled by the checker in one Spark application, each finding's observed count read from
     its run's summary, and the whole proof kept in `proofs`."""
-    from delivery_semantics.plumbing import reconcile
+    from delivery_semantics.entry import spark_submit
 
     made = make_runs(req, messages, seed, reuse)
     if fresh := made.fresh(req):
-        done = reconcile.run(run_id=fresh)
+        done = spark_submit.run(run_id=fresh)
         if done.returncode != 0:
             raise RuntimeError(f"the checker failed: {done.error}")
     return judge(req, made)

@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 from delivery_semantics import catalog
 from delivery_semantics.plumbing.db import query
-from delivery_semantics.plumbing.endpoints import lakehouse
+from delivery_semantics.plumbing.spark import lakehouse
 
 COLUMNS = catalog.DEDUP_COPY_COLUMNS
 

@@ -185,7 +185,7 @@ def _drive(
             cmd = [
                 sys.executable,
                 "-m",
-                "delivery_semantics.plumbing.cli",
+                "delivery_semantics.entry.cli",
                 "consumer_session",
                 "--consumer-run-id",
                 cid,

@@ -1,6 +1,6 @@
 """The consumer-side clients (DESIGN.md §3, consumer side): one consumer process of a consumer run.
 
-    python -m delivery_semantics.plumbing.cli consumer_session --consumer-run-id C --session N [--crash-after K]
+    python -m delivery_semantics.entry.cli consumer_session --consumer-run-id C --session N [--crash-after K]
 
 It reads the run's input topic in the run's consumer group (read_committed, manual commits,
 static membership so that a restarted process takes over at once) to the end of every

@@ -358,7 +358,7 @@ def spawn_producers(
             [
                 sys.executable,
                 "-m",
-                "delivery_semantics.plumbing.cli",
+                "delivery_semantics.entry.cli",
                 "load",
                 "resume",
                 "--run-id",

@@ -20,15 +20,17 @@ from delivery_semantics.plumbing.endpoints import (
     LEDGER_CONN_ID,
     SPARK_CONN_ID,
     kafka_config,
-    lakehouse,
     ledger_database,
     pythonpath_with_package,
+    spark_kafka_options,
+)
+from delivery_semantics.plumbing.spark import (
+    lakehouse,
     spark_apps_dir,
     spark_auth_env,
     spark_class_archive,
     spark_conf,
     spark_jars,
-    spark_kafka_options,
     spark_master,
     spark_py_files,
 )
@@ -186,7 +188,7 @@ def run(
 
 
 def write_class_archive(timeout: float = 900) -> Path | None:
-    """Local mode's driver class archive (endpoints.spark_class_archive), unless it is there: a
+    """Local mode's driver class archive (plumbing/spark.py: spark_class_archive), unless it is there: a
     driver runs spark_apps/class_archive.py, a small reconciliation's kind of work on generated
     rows, and its JVM archives the classes it loaded as it exits. None when that failed (each
     application then starts without it)."""

@@ -1,4 +1,4 @@
-"""The command line: `local/semantics COMMAND ...` runs `python -m delivery_semantics.plumbing.cli COMMAND ...`.
+"""The command line: `local/semantics COMMAND ...` runs `python -m delivery_semantics.entry.cli COMMAND ...`.
 
     load run --mode idempotent --messages 100000 [--scenario lost_ack] ...
     load resume --run-id RUN [--producer P]
@@ -207,7 +207,7 @@ def _reconcile_parser(sub) -> None:
 
 
 def _reconcile(args) -> int:
-    from delivery_semantics.plumbing import reconcile
+    from delivery_semantics.entry import spark_submit
 
     if args.mapping:
         if args.dedup_copy:
@@ -215,7 +215,7 @@ def _reconcile(args) -> int:
             return 2
         return _audit_run(args.mapping, args.reconciliation_id, args.master)
     with _progress(len(args.run_id), "reconciled run") as on_result:
-        result = reconcile.run(
+        result = spark_submit.run(
             run_id=args.run_id,
             master=args.master,
             dedup_copy=args.dedup_copy or catalog.DEFAULT_DEDUP_COPY,
@@ -343,7 +343,7 @@ def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str, wi
     """Refused with one line and exit 2 before Spark starts when the file or an endpoint is bad."""
     from delivery_semantics.audit import audits
     from delivery_semantics.audit import preflight as audit_preflight
-    from delivery_semantics.plumbing import reconcile
+    from delivery_semantics.entry import spark_submit
     from delivery_semantics.plumbing.endpoints import EndpointError
 
     try:
@@ -358,7 +358,7 @@ def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str, wi
         audit_preflight.preflight(audit, ends)
         rid = reconciliation_id or audits.reconciliation_id(audit)
         with _progress(len(ends) or 1, "audit window" if ends else "audit run") as on_result:
-            result = reconcile.run(
+            result = spark_submit.run(
                 audit=audit,
                 reconciliation_id=rid,
                 master=master,
@@ -482,7 +482,8 @@ def _gc_parser(sub) -> None:
 
 
 def _gc(args) -> int:
-    from delivery_semantics.plumbing import endpoints, retention
+    from delivery_semantics.plumbing import endpoints
+    from delivery_semantics.reporting import retention
 
     try:
         days = retention.retention_days(args.keep_days)
