@@ -1,11 +1,44 @@
 -- Every view's one definition (issue 57), applied by `schema.migrate` after the versioned
--- migrations whenever this file changes (`schema_repeatables` keeps its checksum). Change a view
--- here, never in a new V file. CREATE OR REPLACE keeps a view's columns in order and may only
--- append: a view that must lose, rename or retype a column is dropped first by a versioned
--- migration, which runs before this file. Each view names its columns (`SELECT *` is expanded
--- once, when a view is made, and a table's later columns never reach it). The V files up to V036
--- keep the definitions as they were applied: they are history, and their checksums are checked.
+-- migrations whenever this file changes, and again after any versioned migration, which runs with
+-- the views dropped (`schema_repeatables` keeps this file's checksum). Change a view here, never in
+-- a V file. CREATE OR REPLACE keeps a view's columns and the views a user built on it; a change
+-- that loses, renames or retypes a column makes migrate drop the views and make them all again.
+-- Each view names its columns (`SELECT *` is expanded once, when a view is made, and a table's
+-- later columns never reach it). "Last changed by" names the V file that changed a view last
+-- before the definitions moved here; the V files now hold tables only.
 
+
+-- v_run_results (last changed by V026__producer_clients_and_settings.sql)
+CREATE OR REPLACE VIEW v_run_results AS
+SELECT r.run_id, r.created_at, r.ended_at, r.mode, r.scenario, r.topic, r.messages, r.status AS load_status,
+       r.sessions, r.acked, r.failed, r.unknown, r.records_per_sec, r.ack_p50_ms, r.ack_p99_ms,
+       s.isolation, s.records_read, s.delivered_once,
+       s.lost_acked, s.lost_unacked, s.lost_acked + s.lost_unacked AS lost,
+       s.duplicate_events, s.duplicate_copies, s.unknown_landed, s.unexpected, s.out_of_order,
+       s.aborted_visible, s.malformed, s.loss_rate, s.duplicate_rate,
+       s.promise, s.verdict, s.broken_by, s.expectation, s.meets_expectation,
+       'producer'::text AS side, NULL::text AS source_run_id, s.stale_overwrites, s.torn_events,
+       s.inconsistent_offsets, s.poll_skips, s.nonmonotonic_polls,
+       r.client, r.settings, r.producer_config, r.findings, s.broken_settings
+FROM runs r
+JOIN catalog_judged j ON j.name = r.mode
+JOIN reconcile_summary s ON s.reconciliation_id = r.run_id AND s.isolation = j.isolation
+UNION ALL
+SELECT c.consumer_run_id, c.created_at, c.ended_at, c.strategy, c.scenario, s.topic, src.messages, c.status,
+       c.sessions, src.acked, src.failed, src.unknown, c.records_per_sec, NULL::double precision,
+       NULL::double precision,
+       s.isolation, s.records_read, s.delivered_once,
+       s.lost_acked, s.lost_unacked, s.lost_acked + s.lost_unacked,
+       s.duplicate_events, s.duplicate_copies, s.unknown_landed, s.unexpected, s.out_of_order,
+       s.aborted_visible, s.malformed, s.loss_rate, s.duplicate_rate,
+       s.promise, s.verdict, s.broken_by, s.expectation, s.meets_expectation,
+       'consumer'::text, c.source_run_id, s.stale_overwrites, s.torn_events, s.inconsistent_offsets,
+       s.poll_skips, s.nonmonotonic_polls,
+       'librdkafka'::text, '{}'::jsonb, NULL::jsonb, '[]'::jsonb, s.broken_settings
+FROM consumer_runs c
+JOIN runs src ON src.run_id = c.source_run_id
+JOIN catalog_judged j ON j.name = c.strategy
+JOIN reconcile_summary s ON s.reconciliation_id = c.consumer_run_id AND s.isolation = j.isolation;
 
 -- v_trends (last changed by V005__reporting_views.sql)
 -- Daily trends per mode and scenario: loss and duplicate rates and throughput.
@@ -45,6 +78,13 @@ FROM (
     LEFT JOIN v_run_results v ON v.run_id = c.consumer_run_id
 ) h
 ORDER BY created_at DESC;
+
+-- ledger_events (last changed by V020__keys_per_producer.sql)
+CREATE OR REPLACE VIEW ledger_events AS
+SELECT run_id, n, event_id, key, seq, publish_at FROM ledger_event_rows
+UNION ALL
+SELECT r.run_id, x.n, r.run_id || '-' || x.n, 'k' || (r.key_base + x.n % r.keys), x.n / r.keys, r.publish_at
+FROM ledger_event_ranges r, generate_series(r.n_lo, r.n_hi - 1) AS x(n);
 
 -- v_audit_results (last changed by V011__audits.sql; its column mode is reconcile_summary.judged_as since V025)
 CREATE OR REPLACE VIEW v_audit_results AS
@@ -132,45 +172,6 @@ SELECT audit, 'window', window_end, reconciliation_id,
        duplicate_copies::double precision / greatest(outbox_due, 1),
        verdict
 FROM audit_windows;
-
--- ledger_events (last changed by V020__keys_per_producer.sql)
-CREATE OR REPLACE VIEW ledger_events AS
-SELECT run_id, n, event_id, key, seq, publish_at FROM ledger_event_rows
-UNION ALL
-SELECT r.run_id, x.n, r.run_id || '-' || x.n, 'k' || (r.key_base + x.n % r.keys), x.n / r.keys, r.publish_at
-FROM ledger_event_ranges r, generate_series(r.n_lo, r.n_hi - 1) AS x(n);
-
--- v_run_results (last changed by V026__producer_clients_and_settings.sql)
-CREATE OR REPLACE VIEW v_run_results AS
-SELECT r.run_id, r.created_at, r.ended_at, r.mode, r.scenario, r.topic, r.messages, r.status AS load_status,
-       r.sessions, r.acked, r.failed, r.unknown, r.records_per_sec, r.ack_p50_ms, r.ack_p99_ms,
-       s.isolation, s.records_read, s.delivered_once,
-       s.lost_acked, s.lost_unacked, s.lost_acked + s.lost_unacked AS lost,
-       s.duplicate_events, s.duplicate_copies, s.unknown_landed, s.unexpected, s.out_of_order,
-       s.aborted_visible, s.malformed, s.loss_rate, s.duplicate_rate,
-       s.promise, s.verdict, s.broken_by, s.expectation, s.meets_expectation,
-       'producer'::text AS side, NULL::text AS source_run_id, s.stale_overwrites, s.torn_events,
-       s.inconsistent_offsets, s.poll_skips, s.nonmonotonic_polls,
-       r.client, r.settings, r.producer_config, r.findings, s.broken_settings
-FROM runs r
-JOIN catalog_judged j ON j.name = r.mode
-JOIN reconcile_summary s ON s.reconciliation_id = r.run_id AND s.isolation = j.isolation
-UNION ALL
-SELECT c.consumer_run_id, c.created_at, c.ended_at, c.strategy, c.scenario, s.topic, src.messages, c.status,
-       c.sessions, src.acked, src.failed, src.unknown, c.records_per_sec, NULL::double precision,
-       NULL::double precision,
-       s.isolation, s.records_read, s.delivered_once,
-       s.lost_acked, s.lost_unacked, s.lost_acked + s.lost_unacked,
-       s.duplicate_events, s.duplicate_copies, s.unknown_landed, s.unexpected, s.out_of_order,
-       s.aborted_visible, s.malformed, s.loss_rate, s.duplicate_rate,
-       s.promise, s.verdict, s.broken_by, s.expectation, s.meets_expectation,
-       'consumer'::text, c.source_run_id, s.stale_overwrites, s.torn_events, s.inconsistent_offsets,
-       s.poll_skips, s.nonmonotonic_polls,
-       'librdkafka'::text, '{}'::jsonb, NULL::jsonb, '[]'::jsonb, s.broken_settings
-FROM consumer_runs c
-JOIN runs src ON src.run_id = c.source_run_id
-JOIN catalog_judged j ON j.name = c.strategy
-JOIN reconcile_summary s ON s.reconciliation_id = c.consumer_run_id AND s.isolation = j.isolation;
 
 -- v_latest_matrix (last changed by V026__producer_clients_and_settings.sql)
 CREATE OR REPLACE VIEW v_latest_matrix AS

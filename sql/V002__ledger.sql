@@ -68,19 +68,3 @@ CREATE TABLE ledger_outcomes (
     recorded_at  timestamptz NOT NULL DEFAULT now()
 ) PARTITION BY LIST (run_id);
 CREATE INDEX ledger_outcomes_event ON ledger_outcomes (run_id, event_id);
-
--- One row per event: where the ledger says it stands now.
-CREATE VIEW ledger_event_status AS
-SELECT e.run_id, e.n, e.event_id, e.key, e.seq, e.publish_at,
-       COALESCE(o.status, 'pending') AS status, o."partition", o."offset", o.latency_us, o.error,
-       COALESCE(o.attempts, 0) AS attempts
-FROM ledger_events e
-LEFT JOIN LATERAL (
-    SELECT x.status, x."partition", x."offset", x.latency_us, x.error,
-           count(*) OVER () AS attempts
-    FROM ledger_outcomes x
-    WHERE x.run_id = e.run_id AND x.event_id = e.event_id
-    -- an ack wins over anything else; otherwise the latest outcome
-    ORDER BY (x.status = 'acked') DESC, (x.status = 'sent') DESC, x.outcome_no DESC
-    LIMIT 1
-) o ON true;

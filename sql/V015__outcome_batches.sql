@@ -46,29 +46,3 @@ CREATE FUNCTION batch_ns(n_lo bigint[], n_hi bigint[]) RETURNS bigint[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT coalesce(array_agg(n ORDER BY n), '{}') FROM unnest(n_lo, n_hi) AS r(lo, hi), generate_series(lo, hi - 1) AS n
 $$;
-
--- Platform event ids are derived from the run and n (generator.event_id).
-CREATE VIEW ledger_outcomes AS
-SELECT o.outcome_no, o.run_id, o.event_id, o.session, o.status, o."partition", o."offset", o.latency_us,
-       o.txn_no, o.error, o.recorded_at, o.producer
-FROM ledger_event_outcomes o
-UNION ALL
-SELECT b.outcome_no, b.run_id, b.run_id || '-' || x.n, b.session, b.status, x."partition", x."offset",
-       x.latency_us, b.txn_no, NULL, b.recorded_at, b.producer
-FROM ledger_batches b,
-     LATERAL unnest(batch_ns(b.n_lo, b.n_hi), b.partitions, b.offsets, b.latencies_us)
-         AS x(n, "partition", "offset", latency_us);
-
-CREATE OR REPLACE VIEW ledger_event_status AS
-SELECT e.run_id, e.n, e.event_id, e.key, e.seq, e.publish_at,
-       COALESCE(o.status, 'pending') AS status, o."partition", o."offset", o.latency_us, o.error,
-       COALESCE(o.attempts, 0) AS attempts
-FROM ledger_events e
-LEFT JOIN (
-    SELECT DISTINCT ON (x.run_id, x.event_id)
-           x.run_id, x.event_id, x.status, x."partition", x."offset", x.latency_us, x.error,
-           count(*) OVER (PARTITION BY x.run_id, x.event_id) AS attempts
-    FROM ledger_outcomes x
-    -- an ack wins over anything else; otherwise the latest outcome
-    ORDER BY x.run_id, x.event_id, (x.status = 'acked') DESC, (x.status = 'sent') DESC, x.outcome_no DESC
-) o ON o.run_id = e.run_id AND o.event_id = e.event_id;

@@ -32,24 +32,3 @@ BEGIN
                        replace(part.relname, 'ledger_events_', 'ledger_ranges_'), part.bound);
     END LOOP;
 END $$;
-
-CREATE VIEW ledger_events AS
-SELECT run_id, n, event_id, key, seq, publish_at FROM ledger_event_rows
-UNION ALL
-SELECT r.run_id, x.n, r.run_id || '-' || x.n, 'k' || (x.n % r.keys), x.n / r.keys, r.publish_at
-FROM ledger_event_ranges r, generate_series(r.n_lo, r.n_hi - 1) AS x(n);
-
--- The view kept reading the renamed table: it reads the new view now (V015's definition).
-CREATE OR REPLACE VIEW ledger_event_status AS
-SELECT e.run_id, e.n, e.event_id, e.key, e.seq, e.publish_at,
-       COALESCE(o.status, 'pending') AS status, o."partition", o."offset", o.latency_us, o.error,
-       COALESCE(o.attempts, 0) AS attempts
-FROM ledger_events e
-LEFT JOIN (
-    SELECT DISTINCT ON (x.run_id, x.event_id)
-           x.run_id, x.event_id, x.status, x."partition", x."offset", x.latency_us, x.error,
-           count(*) OVER (PARTITION BY x.run_id, x.event_id) AS attempts
-    FROM ledger_outcomes x
-    -- an ack wins over anything else; otherwise the latest outcome
-    ORDER BY x.run_id, x.event_id, (x.status = 'acked') DESC, (x.status = 'sent') DESC, x.outcome_no DESC
-) o ON o.run_id = e.run_id AND o.event_id = e.event_id;

@@ -47,10 +47,3 @@ CREATE TABLE pipeline_runs (
     error             text
 );
 CREATE INDEX pipeline_runs_airflow_run ON pipeline_runs (airflow_run_id);
-
--- The latest reconciled run of every pipeline x scenario pair: the matrix's pipeline block.
-CREATE VIEW v_pipeline_matrix AS
-SELECT DISTINCT ON (pipeline, scenario) *
-FROM pipeline_runs
-WHERE status = 'reconciled'
-ORDER BY pipeline, scenario, created_at DESC;

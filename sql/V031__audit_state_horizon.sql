@@ -2,7 +2,6 @@
 -- audit_sightings is partitioned by audit and window, each window's merge creating its own
 -- partition and dropping those of the windows beyond the horizon. Rows from before this
 -- migration stay in the default partition until they fall beyond the horizon and are deleted.
-DROP VIEW v_audit_delays;
 ALTER TABLE audit_sightings RENAME TO audit_sightings_unpartitioned;
 ALTER TABLE audit_sightings_unpartitioned RENAME CONSTRAINT audit_sightings_pkey TO audit_sightings_unpartitioned_pkey;
 CREATE TABLE audit_sightings (
@@ -30,30 +29,3 @@ CREATE INDEX audit_sightings_key ON audit_sightings (audit, key, side, version);
 -- than it (a copy whose first copy may have been seen and forgotten: counted, not reported).
 ALTER TABLE audit_windows ADD COLUMN dedup_horizon_seconds bigint;
 ALTER TABLE audit_windows ADD COLUMN beyond_horizon bigint NOT NULL DEFAULT 0;
-
--- End-to-end delay percentiles per audit and window, in milliseconds (within the horizon: the
--- sightings of older windows are dropped).
-CREATE VIEW v_audit_delays AS
-WITH d AS (
-    SELECT t.audit, t.window_end,
-           extract(epoch FROM t.first_at - t.created_at) * 1000 AS outbox_topic_ms,
-           extract(epoch FROM s.first_at - t.first_at) * 1000 AS topic_sink_ms,
-           extract(epoch FROM s.first_at - t.created_at) * 1000 AS outbox_sink_ms
-    FROM audit_sightings t
-    LEFT JOIN LATERAL (
-        SELECT first_at FROM audit_sightings s
-        WHERE s.audit = t.audit AND s.side = 'sink' AND s.event_id = t.event_id
-        ORDER BY s.window_end LIMIT 1
-    ) s ON true
-    WHERE t.side = 'topic'
-)
-SELECT audit, window_end, count(*) AS events,
-       percentile_cont(0.5)  WITHIN GROUP (ORDER BY outbox_topic_ms) AS outbox_topic_p50_ms,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY outbox_topic_ms) AS outbox_topic_p99_ms,
-       percentile_cont(0.5)  WITHIN GROUP (ORDER BY topic_sink_ms)   AS topic_sink_p50_ms,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY topic_sink_ms)   AS topic_sink_p99_ms,
-       percentile_cont(0.5)  WITHIN GROUP (ORDER BY outbox_sink_ms)  AS outbox_sink_p50_ms,
-       percentile_cont(0.99) WITHIN GROUP (ORDER BY outbox_sink_ms)  AS outbox_sink_p99_ms,
-       max(outbox_sink_ms) AS outbox_sink_max_ms
-FROM d
-GROUP BY audit, window_end;

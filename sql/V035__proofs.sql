@@ -25,13 +25,3 @@ CREATE TABLE proofs (
     why         text        NOT NULL DEFAULT '',
     PRIMARY KEY (proof_id, rule)
 );
-
--- The newest proof of each subject and its given settings, one row a finding.
-CREATE VIEW v_latest_proofs AS
-SELECT p.*
-FROM proofs p
-WHERE p.proof_id = (
-    SELECT q.proof_id FROM proofs q
-    WHERE q.subject = p.subject AND q.given = p.given AND q.client IS NOT DISTINCT FROM p.client
-    ORDER BY q.made_at DESC, q.proof_id DESC LIMIT 1
-);

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import psycopg2
+import psycopg2.errors
 import psycopg2.extras
 
 from delivery_semantics import catalog, clients, modes
@@ -21,9 +22,35 @@ _VERSIONED = re.compile(r"^V(\d{3})__([a-z0-9_]+)\.sql$")
 _REPEATABLE = re.compile(r"^R__([a-z0-9_]+)\.sql$")
 # Any constant: serialises concurrent migrators (parallel Airflow tasks) on one database.
 _LOCK_KEY = 0x5E3A771C
+# The checksums these files were applied with before their view statements moved to R__views.sql
+# (issue 57): their tables are unchanged, so a database that applied the earlier text is current.
+_BEFORE_VIEWS_MOVED = {
+    2: "eb8c035f495131f5",
+    5: "08cc9a8da8393b2e",
+    6: "1cc998c507a6bd8a",
+    7: "ffe65c2f21448e5e",
+    9: "4f97e53ab045a094",
+    10: "47ec76c65ee75660",
+    11: "2a616350a2c08ed0",
+    12: "314c5245cac2678f",
+    15: "632859d9808b8ed8",
+    16: "d970701866fc247f",
+    17: "7630b8ea782865c1",
+    18: "f0417c6e4bfab5bd",
+    20: "38a77851af143ab2",
+    26: "7c00d90bbaf5d2ee",
+    28: "7177d3ad3669c19b",
+    31: "4694cd262de1225c",
+    33: "3a9cc84a84bef4b5",
+    34: "a747f374a223e44b",
+    35: "c82ed2ad9f2568eb",
+}
+_VIEW = re.compile(r"^CREATE OR REPLACE VIEW (\w+)", re.M)
+_STATEMENT = re.compile(r"^\s*[^-\s]", re.M)
 
 
-def migrations(sql_dir: Path = SQL_DIR) -> list[tuple[int, str, Path]]:
+def migrations(sql_dir: Path | None = None) -> list[tuple[int, str, Path]]:
+    sql_dir = sql_dir or SQL_DIR
     found = []
     for p in sorted(sql_dir.glob("V*.sql")):
         m = _VERSIONED.match(p.name)
@@ -36,7 +63,7 @@ def migrations(sql_dir: Path = SQL_DIR) -> list[tuple[int, str, Path]]:
     return found
 
 
-def migrate(db: Database | None = None) -> list[str]:
+def migrate(db: Database | None = None, sql_dir: Path | None = None) -> list[str]:
     """Returns the names of the migrations applied now (empty when already current)."""
     db = db or ledger_database()
     applied_now = []
@@ -47,44 +74,77 @@ def migrate(db: Database | None = None) -> list[str]:
                          applied_at timestamptz NOT NULL DEFAULT now())""")
         cur.execute("SELECT version, checksum FROM schema_migrations")
         done = dict(cur.fetchall())
-        for version, name, path in migrations():
+        pending = []
+        for version, name, path in migrations(sql_dir):
             text = path.read_text()
             checksum = hashlib.sha256(text.encode()).hexdigest()[:16]
-            if version in done:
-                if done[version] != checksum:
-                    raise RuntimeError(f"{path.name} changed after it was applied; add a new version instead")
-                continue
-            cur.execute(text)
+            if version not in done:
+                pending.append((version, name, path, text, checksum))
+            elif done[version] not in (checksum, _BEFORE_VIEWS_MOVED.get(version)):
+                raise RuntimeError(f"{path.name} changed after it was applied; add a new version instead")
+        if pending:
+            # The versioned files change tables only, and a view may stand on a table they change:
+            # the views go first and come back from R__views.sql, as defined now.
+            _drop_views(cur, sql_dir)
+        for version, name, path, text, checksum in pending:
+            if _STATEMENT.search(text):
+                cur.execute(text)
             cur.execute(
                 "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)", (version, name, checksum)
             )
             applied_now.append(path.name)
-        applied_now += _apply_repeatables(cur)
+        applied_now += _apply_repeatables(cur, sql_dir, again=bool(pending))
         _write_catalog(cur)
     return applied_now
 
 
-def repeatables(sql_dir: Path = SQL_DIR) -> list[Path]:
-    found = sorted(sql_dir.glob("R__*.sql"))
+def repeatables(sql_dir: Path | None = None) -> list[Path]:
+    found = sorted((sql_dir or SQL_DIR).glob("R__*.sql"))
     for p in found:
         if not _REPEATABLE.match(p.name):
             raise ValueError(f"{p.name}: repeatable SQL files are named R__<name>.sql")
     return found
 
 
-def _apply_repeatables(cur) -> list[str]:
+def view_names(sql_dir: Path | None = None) -> list[str]:
+    """The views the repeatable files define, in the order they are made."""
+    return [name for path in repeatables(sql_dir) for name in _VIEW.findall(path.read_text())]
+
+
+def _drop_views(cur, sql_dir: Path | None) -> None:
+    cur.execute("SELECT viewname FROM pg_views WHERE schemaname = current_schema()")
+    present = {name for (name,) in cur.fetchall()}
+    for name in reversed(view_names(sql_dir)):
+        if name in present:
+            try:
+                cur.execute(f'DROP VIEW "{name}"')
+            except psycopg2.errors.DependentObjectsStillExist:
+                raise RuntimeError(
+                    f"view {name} has views of yours on it: drop them, migrate, and make them again "
+                    "(the platform's views are remade from sql/R__views.sql when the schema changes)"
+                ) from None
+
+
+def _apply_repeatables(cur, sql_dir: Path | None, again: bool = False) -> list[str]:
     cur.execute("""CREATE TABLE IF NOT EXISTS schema_repeatables (
                      name text PRIMARY KEY, checksum text NOT NULL,
                      applied_at timestamptz NOT NULL DEFAULT now())""")
     cur.execute("SELECT name, checksum FROM schema_repeatables")
     done = dict(cur.fetchall())
     applied = []
-    for path in repeatables():
+    for path in repeatables(sql_dir):
         text = path.read_text()
         checksum = hashlib.sha256(text.encode()).hexdigest()[:16]
-        if done.get(path.name) == checksum:
+        if done.get(path.name) == checksum and not again:
             continue
-        cur.execute(text)
+        cur.execute("SAVEPOINT repeatable")
+        try:
+            cur.execute(text)
+        except (psycopg2.errors.InvalidTableDefinition, psycopg2.errors.DatatypeMismatch):
+            # CREATE OR REPLACE may only append a view's columns: remake them all.
+            cur.execute("ROLLBACK TO SAVEPOINT repeatable")
+            _drop_views(cur, sql_dir)
+            cur.execute(text)
         cur.execute(
             "INSERT INTO schema_repeatables (name, checksum) VALUES (%s, %s) "
             "ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()",

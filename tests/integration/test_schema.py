@@ -1,0 +1,110 @@
+"""The schema's migration on the real PostgreSQL, each case in a schema of its own: the versioned
+files change tables only, every view comes from sql/R__views.sql; a change a view cannot take by
+CREATE OR REPLACE remakes the views; a versioned file runs with the views dropped; and a team's view
+on a platform view is never dropped behind its back: the migration stops in one line, and nothing
+changed."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import uuid
+
+import psycopg2
+import pytest
+
+from delivery_semantics.history import schema
+from delivery_semantics.plumbing.endpoints import Database, ledger_database
+
+
+@dataclasses.dataclass(frozen=True)
+class _InSchema(Database):
+    schema_name: str = "public"
+
+    def psycopg2_kwargs(self) -> dict:
+        return {**super().psycopg2_kwargs(), "options": f"-c search_path={self.schema_name}"}
+
+
+@pytest.fixture
+def db():
+    base = ledger_database()
+    name = f"migration_{uuid.uuid4().hex[:10]}"
+    with psycopg2.connect(**base.psycopg2_kwargs()) as c, c.cursor() as cur:
+        cur.execute(f'CREATE SCHEMA "{name}"')
+    yield _InSchema(**dataclasses.asdict(base), schema_name=name)
+    with psycopg2.connect(**base.psycopg2_kwargs()) as c, c.cursor() as cur:
+        cur.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+@pytest.fixture
+def sql_dir(tmp_path):
+    d = tmp_path / "sql"
+    shutil.copytree(schema.SQL_DIR, d)
+    return d
+
+
+def _query(db: Database, sql: str) -> list[tuple]:
+    with psycopg2.connect(**db.psycopg2_kwargs()) as c, c.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetchall() if cur.description else []
+
+
+def _views(db: Database) -> set[str]:
+    return {n for (n,) in _query(db, "SELECT viewname FROM pg_views WHERE schemaname = current_schema()")}
+
+
+def _columns(db: Database, view: str) -> list[str]:
+    return [
+        n
+        for (n,) in _query(
+            db,
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+            f"AND table_name = '{view}' ORDER BY ordinal_position",
+        )
+    ]
+
+
+def test_a_fresh_schema_gets_every_table_and_each_view_from_the_repeatable_file(db, sql_dir):
+    applied = schema.migrate(db, sql_dir)
+    assert applied[-1] == "R__views.sql" and len(applied) == len(schema.migrations(sql_dir)) + 1
+    assert _views(db) == set(schema.view_names(sql_dir))
+    assert "transaction_markers" in _columns(db, "v_pipeline_matrix")
+    assert schema.migrate(db, sql_dir) == []  # current: nothing to do
+
+
+def test_a_view_that_loses_a_column_is_made_again_and_a_teams_view_on_it_stops_the_migration(db, sql_dir):
+    schema.migrate(db, sql_dir)
+    views = sql_dir / "R__views.sql"
+    views.write_text(
+        views.read_text().replace("       count(*) FILTER (WHERE verdict = 'broken') AS broken_runs\n", "")
+    )
+    views.write_text(
+        views.read_text().replace(
+            "avg(records_per_sec) AS records_per_sec,\n", "avg(records_per_sec) AS records_per_sec\n", 1
+        )
+    )
+    assert "broken_runs" in _columns(db, "v_trends")
+    _query(db, "CREATE VIEW team_trends AS SELECT day, runs FROM v_trends")
+    with pytest.raises(RuntimeError, match=r"view v_trends has views of yours on it"):
+        schema.migrate(db, sql_dir)
+    assert "broken_runs" in _columns(db, "v_trends") and "team_trends" in _views(db)  # nothing changed
+    _query(db, "DROP VIEW team_trends")
+    assert schema.migrate(db, sql_dir) == ["R__views.sql"]
+    assert _columns(db, "v_trends")[-1] == "records_per_sec" and "broken_runs" not in _columns(db, "v_trends")
+    assert _views(db) == set(schema.view_names(sql_dir))
+
+
+def test_a_versioned_file_changes_a_column_a_view_reads_with_the_views_dropped_and_made_again(db, sql_dir):
+    schema.migrate(db, sql_dir)
+    last = max(v for v, _, _ in schema.migrations(sql_dir))
+    (sql_dir / f"V{last + 1:03d}__wider_messages.sql").write_text(
+        "ALTER TABLE runs ALTER COLUMN messages TYPE numeric;\n"
+    )
+    applied = schema.migrate(db, sql_dir)
+    assert applied == [f"V{last + 1:03d}__wider_messages.sql", "R__views.sql"]
+    assert _views(db) == set(schema.view_names(sql_dir))
+    assert _query(
+        db,
+        "SELECT data_type FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = 'v_run_results' AND column_name = 'messages'",
+    ) == [("numeric",)]
