@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from reconcile import timed_submit
 
-from delivery_semantics import catalog
 from delivery_semantics.entry import spark_submit as checker
 from delivery_semantics.reporting import report
 
@@ -58,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| runs side by side | seconds | Spark JVM peak MB | summaries |\n|---|---|---|---|")
     verdicts = {}
     for n in (int(x) for x in args.parallel_runs.split(",")):
-        run_args = catalog.reconcile_args(ids)
+        run_args = checker.reconcile_args(ids)
         if n > 1:
             run_args += ["--parallel-runs", str(n)]
         r = timed_submit(checker.command(run_args))

@@ -95,7 +95,7 @@ def timed_reconcile(run_id: str, event_log: str | None = None, dedup_copy: str =
     if event_log:
         os.makedirs(event_log, exist_ok=True)
         conf = event_log_conf(event_log)
-    return timed_submit(spark_submit.command(catalog.reconcile_args([run_id], dedup_copy), conf=conf))
+    return timed_submit(spark_submit.command(spark_submit.reconcile_args([run_id], dedup_copy), conf=conf))
 
 
 def spark_count(topic: str) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import TriggerRule, dag, task
 
-from delivery_semantics import catalog, forms
+from delivery_semantics import forms
 from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubmitOperator, params
 
 
@@ -47,7 +47,9 @@ def semantics_matrix():
 
     @task(retries=0)
     def every_run(run_ids: list[str], params=None) -> list[str]:
-        return catalog.reconcile_args(list(run_ids), params.get("dedup_copy"), params["messages"])
+        from delivery_semantics.entry.spark_submit import reconcile_args
+
+        return reconcile_args(list(run_ids), params.get("dedup_copy"), params["messages"])
 
     @task(retries=0)
     def pipeline_pairs(params=None) -> list[dict]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-from delivery_semantics import catalog, forms, mode_files
+from delivery_semantics import forms, mode_files
 from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubmitOperator, file_dags, params
 
 DEFAULTS = {"retries": 1, "retry_delay": pendulum.duration(seconds=30)}
@@ -66,7 +66,9 @@ def mode_dag(f: mode_files.ModeFile):
 
         @task(retries=0)
         def checker_args(run_ids: list[str]) -> list[str]:
-            return catalog.reconcile_args(list(run_ids))
+            from delivery_semantics.entry.spark_submit import reconcile_args
+
+            return reconcile_args(list(run_ids))
 
         run_ids = run_scenario.expand(conf=runs())
         reconciled = PlatformSparkSubmitOperator(

@@ -57,7 +57,9 @@ def semantics_prove():
 
     @task
     def checker_args(made: dict) -> list[str]:
-        return catalog.reconcile_args(made["fresh"])
+        from delivery_semantics.entry.spark_submit import reconcile_args
+
+        return reconcile_args(made["fresh"])
 
     @task(trigger_rule="none_failed")
     def judge(made: dict, params=None) -> list[dict]:

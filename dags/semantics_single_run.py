@@ -16,7 +16,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-from delivery_semantics import catalog, forms
+from delivery_semantics import forms
 from semantics_common import (
     CLUSTER_POOL,
     CLUSTER_POOL_SLOTS,
@@ -62,7 +62,9 @@ def one_run_dag(dag_id: str, form: dict, tags: list[str], producer_run: bool):
         @task(retries=0)
         def checker_args(ledger_run: str, params=None) -> list[str]:
             # A consumer run's form has no switch: it writes no copy.
-            return catalog.reconcile_args([ledger_run], params.get("dedup_copy"))
+            from delivery_semantics.entry.spark_submit import reconcile_args
+
+            return reconcile_args([ledger_run], params.get("dedup_copy"))
 
         reconciled = PlatformSparkSubmitOperator(
             task_id="reconcile", app="reconcile.py", application_args=checker_args(ledger_run)

@@ -1038,26 +1038,6 @@ def dedup_copy_store(value: str | bool | None) -> str:
     return value
 
 
-# One checker application reconciles a matrix's runs two at a time: a run's many small stages
-# leave a core idle (34 runs of 100k events: 320 s one at a time, 291 s two at a time; three were
-# no faster). Runs above SIDE_BY_SIDE_MAX_EVENTS go one at a time, each with all of the driver's
-# memory for its cached reads.
-RECONCILE_SIDE_BY_SIDE = 2
-SIDE_BY_SIDE_MAX_EVENTS = 1_000_000
-
-
-def reconcile_args(
-    run_ids: list[str], dedup_copy: str | bool = DEFAULT_DEDUP_COPY, events_per_run: int | None = None
-) -> list[str]:
-    """The checker's arguments for platform runs; with `events_per_run`, small runs are reconciled
-    side by side."""
-    args = [a for rid in run_ids for a in ("--run-id", rid)]
-    args += ["--dedup-copy", dedup_copy_store(dedup_copy)]
-    if len(run_ids) > 1 and events_per_run is not None and events_per_run <= SIDE_BY_SIDE_MAX_EVENTS:
-        args += ["--parallel-runs", str(RECONCILE_SIDE_BY_SIDE)]
-    return args
-
-
 # `make demo`'s tour: each behaviour DESIGN.md §3 and the seeds describe, once, in about ten
 # minutes; `make matrix` runs every pair. A pair is "MODE x SCENARIO", on librdkafka unless it
 # ends "on CLIENT"; a pipeline pair is "PIPELINE x SCENARIO".

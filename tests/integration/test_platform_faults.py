@@ -16,7 +16,6 @@ from conftest import REPO
 from direct_check import observe
 
 import devstack
-from delivery_semantics import catalog
 from delivery_semantics.entry import orchestration, spark_submit
 from delivery_semantics.entry.spark_submit import spark_application_env
 from delivery_semantics.history.ledger import Ledger, LedgerUnavailable
@@ -188,7 +187,7 @@ def test_a_checker_killed_once_it_staged_its_results_leaves_no_result_and_the_re
     s = load.start(load.LoadSpec(mode="at_least_once", messages=3000, seed=8))
     rid = s.run_id
     proc = subprocess.Popen(
-        spark_submit.command(catalog.reconcile_args([rid])),
+        spark_submit.command(spark_submit.reconcile_args([rid])),
         cwd=REPO,
         env={**os.environ, **spark_application_env()},
         stdout=subprocess.DEVNULL,

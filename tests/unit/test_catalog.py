@@ -235,16 +235,18 @@ def test_the_forms_dedup_copy_field_names_the_checkers_store():
     field = forms.single_run_form()["dedup_copy"]
     assert (field["default"], field["enum"]) == ("lakehouse", ["lakehouse", "postgres", "off"])
     assert forms.matrix_form()["dedup_copy"] == field
+    from delivery_semantics.entry import spark_submit
+
     copy = ["--dedup-copy", "lakehouse"]
-    assert catalog.reconcile_args(["r1", "r2"]) == ["--run-id", "r1", "--run-id", "r2", *copy]
-    assert catalog.reconcile_args(["r1"], "postgres") == ["--run-id", "r1", "--dedup-copy", "postgres"]
+    assert spark_submit.reconcile_args(["r1", "r2"]) == ["--run-id", "r1", "--run-id", "r2", *copy]
+    assert spark_submit.reconcile_args(["r1"], "postgres") == ["--run-id", "r1", "--dedup-copy", "postgres"]
     # What the field held before it named a store: a DAG run triggered with the old conf.
-    assert catalog.reconcile_args(["r1"], True) == ["--run-id", "r1", *copy]
-    assert catalog.reconcile_args(["r1"], False) == ["--run-id", "r1", "--dedup-copy", "off"]
+    assert spark_submit.reconcile_args(["r1"], True) == ["--run-id", "r1", *copy]
+    assert spark_submit.reconcile_args(["r1"], False) == ["--run-id", "r1", "--dedup-copy", "off"]
     with pytest.raises(ValueError, match="'s3' is not one of lakehouse, postgres, off"):
-        catalog.reconcile_args(["r1"], "s3")
-    side_by_side = ["--parallel-runs", str(catalog.RECONCILE_SIDE_BY_SIDE)]
-    assert catalog.reconcile_args(["r1", "r2"], True, 100_000) == [
+        spark_submit.reconcile_args(["r1"], "s3")
+    side_by_side = ["--parallel-runs", str(spark_submit.RECONCILE_SIDE_BY_SIDE)]
+    assert spark_submit.reconcile_args(["r1", "r2"], True, 100_000) == [
         "--run-id",
         "r1",
         "--run-id",
@@ -252,7 +254,7 @@ def test_the_forms_dedup_copy_field_names_the_checkers_store():
         *copy,
         *side_by_side,
     ]
-    assert catalog.reconcile_args(["r1", "r2"], "off", 10_000_000) == [
+    assert spark_submit.reconcile_args(["r1", "r2"], "off", 10_000_000) == [
         "--run-id",
         "r1",
         "--run-id",
