@@ -548,12 +548,8 @@ def _acked_elsewhere_than_read() -> Column:
 def _cases(obs: Observation, condition: Column, kind: str) -> DataFrame | None:
     if obs.read_as_acked:
         return None
-    return obs.with_positions(obs.joined.where(condition)).select(
-        obs.event_id(),
-        F.lit(kind).alias("kind"),
-        F.coalesce("copies", F.lit(0)).alias("copies"),
-        F.coalesce("partitions", F.array().cast("array<int>")).alias("partitions"),
-        F.coalesce("offsets", F.array().cast("array<bigint>")).alias("offsets"),
+    return rules.rows(
+        obs.with_positions(obs.joined.where(condition)).select(obs.event_id(), "copies", "partitions", "offsets"), kind
     )
 
 
@@ -599,10 +595,11 @@ def out_of_order(obs: Observation) -> DataFrame:
     if obs.seq_earlier is not None:
         first = first.join(obs.seq_earlier, "key", "left")
         newest = F.greatest(newest, F.col("max_version"))  # NULLs skipped
-    return (
+    return rules.rows(
         first.withColumn("max_before", newest)
         .where(F.col("seq") < F.col("max_before"))
-        .select(obs.event_id(), F.lit("out_of_order").alias("kind"), F.lit(1).alias("copies"), *_position())
+        .select(obs.event_id(), F.lit(1).alias("copies"), *_position()),
+        "out_of_order",
     )
 
 
@@ -611,16 +608,13 @@ def aborted_visible(obs: Observation) -> DataFrame:
     beyond those read_committed sees. Under read_committed: a record at a position the ledger
     recorded as aborted, which must never be visible."""
     if obs.isolation == READ_UNCOMMITTED and obs.committed_copies is not None:
-        return obs.with_positions(
-            obs.joined.where(rules.in_topic())
-            .withColumn("extra", F.col("copies") - F.coalesce("committed", F.lit(0)))
-            .where(F.col("extra") > 0)
-        ).select(
-            obs.event_id(),
-            F.lit("aborted_visible").alias("kind"),
-            F.col("extra").cast("int").alias("copies"),
-            "partitions",
-            "offsets",
+        return rules.rows(
+            obs.with_positions(
+                obs.joined.where(rules.in_topic())
+                .withColumn("extra", F.col("copies") - F.coalesce("committed", F.lit(0)))
+                .where(F.col("extra") > 0)
+            ).select(obs.event_id(), F.col("extra").alias("copies"), "partitions", "offsets"),
+            "aborted_visible",
         )
     positions = obs.aborted_positions()
     if positions is None:
@@ -628,8 +622,11 @@ def aborted_visible(obs: Observation) -> DataFrame:
     aborted = positions.select(*ID_KEY, F.explode("aborted_positions").alias("pos")).select(
         *ID_KEY, F.col("pos.partition").alias("partition"), F.col("pos.offset").alias("offset")
     )
-    return obs.identified.join(aborted, [*ID_KEY, "partition", "offset"], "inner").select(
-        obs.event_id(), F.lit("aborted_visible").alias("kind"), F.lit(1).alias("copies"), *_position()
+    return rules.rows(
+        obs.identified.join(aborted, [*ID_KEY, "partition", "offset"], "inner").select(
+            obs.event_id(), F.lit(1).alias("copies"), *_position()
+        ),
+        "aborted_visible",
     )
 
 
@@ -643,7 +640,7 @@ def torn_transaction(obs: Observation) -> DataFrame | None:
     members = obs.transactions.select(*ID_KEY, "txn").join(
         obs.with_positions(obs.copies).select(*ID_KEY, "copies", "partitions", "offsets"), list(ID_KEY), "left"
     )
-    return (
+    return rules.rows(
         members.withColumn("read", F.count("copies").over(txn))
         .withColumn(
             "seen_partitions", F.array_sort(F.array_distinct(F.flatten(F.collect_list("partitions").over(txn))))
@@ -654,11 +651,11 @@ def torn_transaction(obs: Observation) -> DataFrame | None:
         .where(F.col("copies").isNull() & (F.col("read") > 0))
         .select(
             obs.event_id(),
-            F.lit("torn_transaction").alias("kind"),
             F.lit(0).alias("copies"),
             F.col("seen_partitions").alias("partitions"),
             F.col("seen_offsets").alias("offsets"),
-        )
+        ),
+        "torn_transaction",
     )
 
 
@@ -690,10 +687,11 @@ def _acked_elsewhere(obs: Observation) -> DataFrame | None:
     there = obs.identified.select(
         F.col("n").alias("n_there"), F.col("id_rest").alias("rest_there"), "partition", "offset"
     )
-    return (
+    return rules.rows(
         moved.join(there, ["partition", "offset"])
         .where((F.col("n_there") != F.col("n")) | (F.col("rest_there") != F.col("id_rest")))
-        .select(obs.event_id(), F.lit("inconsistent_offset").alias("kind"), "copies", *_position())
+        .select(obs.event_id(), "copies", *_position()),
+        "inconsistent_offset",
     )
 
 
@@ -704,10 +702,11 @@ def _reads_differ(obs: Observation) -> DataFrame | None:
         F.col("n").alias("n_other"), F.col("id_rest").alias("rest_other"), "partition", "offset"
     )
     same = F.col("n").eqNullSafe(F.col("n_other")) & F.col("id_rest").eqNullSafe(F.col("rest_other"))
-    return (
+    return rules.rows(
         obs.records.join(other, ["partition", "offset"])
         .where(~same)
-        .select(obs.event_id(), F.lit("inconsistent_offset").alias("kind"), F.lit(1).alias("copies"), *_position())
+        .select(obs.event_id(), F.lit(1).alias("copies"), *_position()),
+        "inconsistent_offset",
     )
 
 
@@ -730,11 +729,8 @@ def _polled(obs: Observation, positions: DataFrame, kind: str) -> DataFrame:
     where = F.concat(
         F.lit("partition "), F.col("partition").cast("string"), F.lit(" offset "), F.col("offset").cast("string")
     )
-    return named.select(
-        F.coalesce(obs.event_id(), where).alias("event_id"),
-        F.lit(kind).alias("kind"),
-        F.lit(1).alias("copies"),
-        *_position(),
+    return rules.rows(
+        named.select(F.coalesce(obs.event_id(), where).alias("event_id"), F.lit(1).alias("copies"), *_position()), kind
     )
 
 
@@ -770,13 +766,12 @@ def malformed(obs: Observation) -> DataFrame | None:
     """A record without a usable event id, named by its position."""
     if obs.read_as_acked:
         return None
-    return obs.records.where(F.col("n").isNull()).select(
-        F.concat(
-            F.lit("partition "), F.col("partition").cast("string"), F.lit(" offset "), F.col("offset").cast("string")
-        ).alias("event_id"),
-        F.lit("malformed").alias("kind"),
-        F.lit(1).cast("int").alias("copies"),
-        *_position(),
+    where = F.concat(
+        F.lit("partition "), F.col("partition").cast("string"), F.lit(" offset "), F.col("offset").cast("string")
+    )
+    return rules.rows(
+        obs.records.where(F.col("n").isNull()).select(where.alias("event_id"), F.lit(1).alias("copies"), *_position()),
+        "malformed",
     )
 
 
@@ -785,19 +780,16 @@ def stale_overwrite(obs: Observation) -> DataFrame | None:
     seq) had been."""
     if not obs.sink:
         return None
-    version = F.struct("publish_at", "seq")
-    before = Window.partitionBy("key").orderBy("apply_no").rowsBetween(Window.unboundedPreceding, -1)
-    return (
-        obs.records.where(F.col("state_applied") & F.col("key").isNotNull())
-        .withColumn("newest_before", F.max(version).over(before))
-        .where(version < F.col("newest_before"))
+    applied = obs.records.where(F.col("state_applied") & F.col("key").isNotNull())
+    return rules.rows(
+        rules.stale(applied, F.struct("publish_at", "seq"), ("apply_no",))
         .groupBy("event_id")
         .agg(
-            F.count(F.lit(1)).cast("int").alias("copies"),
+            F.count(F.lit(1)).alias("copies"),
             F.array_sort(F.collect_set("partition")).alias("partitions"),
             F.slice(F.array_sort(F.collect_list("offset")), 1, MAX_OFFSETS).alias("offsets"),
-        )
-        .select("event_id", F.lit("stale_overwrite").alias("kind"), "copies", "partitions", "offsets")
+        ),
+        "stale_overwrite",
     )
 
 

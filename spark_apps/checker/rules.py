@@ -9,13 +9,16 @@ A rule is a condition on one event's row:
 
 A batch is the window with nothing before it and everything due: `BATCH`, every field None. Then
 each rule reduces to the batch's (for example a duplicate is `copies > 1`).
+
+Two things besides are written once here: the stale overwrite, a rule over a key's applies in
+order rather than over one event's row; and `rows`, the one shape of a kind's rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 # A status that is not acked, where the event may still have been written: failed, unknown,
@@ -94,3 +97,46 @@ def pending(e: Earlier) -> Column:
 def late(e: Earlier) -> Column:
     """Read after an earlier window declared it lost (the loss stays, resolved by this copy)."""
     return in_topic() & e("lost")
+
+
+def stale(
+    applied: DataFrame, version: Column, order: tuple[str, ...], newest_earlier: Column | None = None
+) -> DataFrame:
+    """The applies of a key that came after a newer version of it had been applied: before them in
+    `order`, or in an earlier window (`newest_earlier`, the newest version it applied; NULL where
+    none) [stale overwrite]. `applied`: the applies with a key and a version, in any order."""
+    before = Window.partitionBy("key").orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
+    newest = F.max(version).over(before)
+    if newest_earlier is not None:
+        newest = F.greatest(newest, newest_earlier)  # NULLs skipped
+    return applied.withColumn("newest_before", newest).where(version < F.col("newest_before"))
+
+
+def rows(df: DataFrame, kind: str | Column, stage: str | None = None) -> DataFrame:
+    """A kind's rows in the shape of a discrepancy: `event_id`, its kind, the copies read and where
+    (the columns `copies`, `partitions` and `offsets` of `df`; none where it has none). A window's
+    rows (`stage` given) also say where in the pipeline, when it happened (`occurred_at`), the delay
+    of a late copy (`delay_ms`) and the window that declared the loss it resolves (`lost_in_window`)."""
+    cols = set(df.columns)
+
+    def have(name: str, default: Column) -> Column:
+        return F.col(name) if name in cols else default
+
+    no_ints, no_longs = F.array().cast("array<int>"), F.array().cast("array<bigint>")
+    found = [
+        F.coalesce(have("copies", F.lit(0)).cast("int"), F.lit(0)).alias("copies"),
+        F.coalesce(have("partitions", no_ints).cast("array<int>"), no_ints).alias("partitions"),
+        F.coalesce(have("offsets", no_longs).cast("array<bigint>"), no_longs).alias("offsets"),
+    ]
+    kind_column = (F.lit(kind) if isinstance(kind, str) else kind).alias("kind")
+    if stage is None:
+        return df.select("event_id", kind_column, *found)
+    return df.select(
+        F.lit(stage).alias("stage"),
+        kind_column,
+        "event_id",
+        *found,
+        have("occurred_at", F.lit(None)).cast("timestamp").alias("occurred_at"),
+        have("delay_ms", F.lit(None)).cast("bigint").alias("delay_ms"),
+        have("lost_in_window", F.lit(None)).cast("timestamp").alias("lost_in_window"),
+    )

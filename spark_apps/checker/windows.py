@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from checker import anomalies, rules
@@ -32,6 +32,8 @@ from delivery_semantics.catalog import OUTBOX_SINK, OUTBOX_TOPIC, TOPIC_SINK
 
 # The columns of `AuditWindow.events` the shared rules read.
 EARLIER = rules.Earlier(read="read_before", lost="lost_before", carried="carried", due="due", past_grace="past_grace")
+# The sink's applies, by what the earlier windows' sightings say.
+SINK_EARLIER = rules.Earlier(read="seen_before")
 
 DISCREPANCY_COLUMNS = (
     "stage",
@@ -206,7 +208,7 @@ class AuditWindow:
     # ------------------------------------------------------------------ outbox_topic
 
     def duplicate(self) -> DataFrame:
-        return _rows(self.events.where(rules.duplicate(EARLIER)), OUTBOX_TOPIC, "duplicate")
+        return rules.rows(self.events.where(rules.duplicate(EARLIER)), "duplicate", OUTBOX_TOPIC)
 
     def late(self) -> DataFrame:
         return _late(self.events.where(rules.late(EARLIER)), OUTBOX_TOPIC, "first_at")
@@ -214,25 +216,25 @@ class AuditWindow:
     def lost(self) -> DataFrame:
         kind = F.when(F.col("status") == "acked", "lost_acked").otherwise("lost_unacked")
         lost = rules.lost_acked(EARLIER) | rules.lost_unacked(EARLIER)
-        return _rows(
+        return rules.rows(
             self.events.where(lost).select("event_id", "status", F.col("created_at").alias("occurred_at")),
-            OUTBOX_TOPIC,
             kind,
+            OUTBOX_TOPIC,
         )
 
     def unknown_landed(self) -> DataFrame:
-        return _rows(self.events.where(rules.unknown_landed(EARLIER)), OUTBOX_TOPIC, "unknown_landed")
+        return rules.rows(self.events.where(rules.unknown_landed(EARLIER)), "unknown_landed", OUTBOX_TOPIC)
 
     def unexpected(self) -> DataFrame:
-        return _rows(
-            self._unmatched(rules.unexpected).withColumn("occurred_at", F.col("first_at")), OUTBOX_TOPIC, "unexpected"
+        return rules.rows(
+            self._unmatched(rules.unexpected).withColumn("occurred_at", F.col("first_at")), "unexpected", OUTBOX_TOPIC
         )
 
     def out_of_order(self) -> DataFrame:
-        return _rows(anomalies.out_of_order(self._observation), OUTBOX_TOPIC, "out_of_order")
+        return rules.rows(anomalies.out_of_order(self._observation), "out_of_order", OUTBOX_TOPIC)
 
     def malformed(self) -> DataFrame:
-        return _rows(anomalies.malformed(self._observation), OUTBOX_TOPIC, "malformed")
+        return rules.rows(anomalies.malformed(self._observation), "malformed", OUTBOX_TOPIC)
 
     @property
     def _observation(self) -> anomalies.Observation:
@@ -256,30 +258,29 @@ class AuditWindow:
         if self.sink is None:
             return None
         seen = self._prior("sink").withColumn("seen_before", F.lit(True))
-        return _rows(
-            self.applies.join(seen, "event_id", "left").where((F.col("copies") > 1) | F.col("seen_before").isNotNull()),
-            TOPIC_SINK,
-            "duplicate",
+        return rules.rows(
+            self.applies.join(seen, "event_id", "left").where(rules.duplicate(SINK_EARLIER)), "duplicate", TOPIC_SINK
         )
 
     def stale_overwrite(self) -> DataFrame | None:
         """Applied after a newer version of its key had been, in this window or an earlier one."""
         if self.sink is None:
             return None
-        before = Window.partitionBy("key").orderBy("applied_at", "version").rowsBetween(Window.unboundedPreceding, -1)
-        newest = F.max("version").over(before)
         applied = self.sink.where(F.col("key").isNotNull() & F.col("version").isNotNull())
         earlier = self._versions("sink")
         if earlier is not None:
             applied = applied.join(earlier, "key", "left")
-            newest = F.greatest(newest, F.col("max_version"))  # NULLs skipped
         stale = (
-            applied.withColumn("newest_before", newest)
-            .where(F.col("version") < F.col("newest_before"))
+            rules.stale(
+                applied,
+                F.col("version"),
+                ("applied_at", "version"),
+                F.col("max_version") if earlier is not None else None,
+            )
             .groupBy("event_id")
             .agg(F.count(F.lit(1)).cast("int").alias("copies"), F.min("applied_at").alias("occurred_at"))
         )
-        return _rows(stale, TOPIC_SINK, "stale_overwrite")
+        return rules.rows(stale, "stale_overwrite", TOPIC_SINK)
 
     def sink_lost(self) -> DataFrame | None:
         if self.sink is None:
@@ -288,21 +289,21 @@ class AuditWindow:
             "event_id", "first_at"
         )
         due = self.topic_due_for_sink.select("event_id", "first_at").unionByName(new)
-        return _rows(
+        return rules.rows(
             due.join(self.seen_in_sink, "event_id", "left_anti").withColumn("occurred_at", F.col("first_at")),
-            TOPIC_SINK,
             "lost",
+            TOPIC_SINK,
         )
 
     def sink_unexpected(self) -> DataFrame | None:
         if self.sink is None:
             return None
-        return _rows(
+        return rules.rows(
             self.applies.join(self.seen_in_topic, "event_id", "left_anti").withColumn(
                 "occurred_at", F.col("first.applied_at")
             ),
-            TOPIC_SINK,
             "unexpected",
+            TOPIC_SINK,
         )
 
     def sink_late(self) -> DataFrame | None:
@@ -326,10 +327,10 @@ class AuditWindow:
         if self.sink is None:
             return None
         due = self.outbox.where((F.col("status") == "acked") & self._within("created_at", 2))
-        return _rows(
+        return rules.rows(
             due.join(self.seen_in_sink, "event_id", "left_anti").withColumn("occurred_at", F.col("created_at")),
-            OUTBOX_SINK,
             "lost",
+            OUTBOX_SINK,
         )
 
     # ------------------------------------------------------------------ what the window leaves
@@ -426,27 +427,7 @@ def discrepancies(w: AuditWindow) -> DataFrame:
     return rows
 
 
-def _rows(df: DataFrame, stage: str, kind: str | Column) -> DataFrame:
-    """A kind's rows in the shape of audit_discrepancies."""
-    cols = set(df.columns)
-
-    def have(name: str, default: Column) -> Column:
-        return F.col(name) if name in cols else default
-
-    return df.select(
-        F.lit(stage).alias("stage"),
-        (F.lit(kind) if isinstance(kind, str) else kind).alias("kind"),
-        "event_id",
-        F.coalesce(have("copies", F.lit(0)).cast("int"), F.lit(0)).alias("copies"),
-        F.coalesce(have("partitions", F.array()).cast("array<int>"), F.array().cast("array<int>")).alias("partitions"),
-        F.coalesce(have("offsets", F.array()).cast("array<bigint>"), F.array().cast("array<bigint>")).alias("offsets"),
-        have("occurred_at", F.lit(None)).cast("timestamp").alias("occurred_at"),
-        have("delay_ms", F.lit(None)).cast("bigint").alias("delay_ms"),
-        have("lost_in_window", F.lit(None)).cast("timestamp").alias("lost_in_window"),
-    )
-
-
 def _late(df: DataFrame, stage: str, at: str) -> DataFrame:
     """Copies of events an earlier window declared lost, with the delay since the loss's origin."""
     delay = (F.unix_millis(F.col(at)) - F.unix_millis(F.col("occurred_at"))).alias("delay_ms")
-    return _rows(df.select("*", delay), stage, "late")
+    return rules.rows(df.select("*", delay), "late", stage)
