@@ -87,12 +87,14 @@ SELECT r.run_id, x.n, r.run_id || '-' || x.n, 'k' || (r.key_base + x.n % r.keys)
 FROM ledger_event_ranges r, generate_series(r.n_lo, r.n_hi - 1) AS x(n);
 
 -- v_audit_results (last changed by V011__audits.sql; its column mode is reconcile_summary.judged_as since V025)
+-- judged_as: the delivery mode or the connector pipeline the audit is judged as. It is appended;
+-- mode holds the same, kept for the queries written before.
 CREATE OR REPLACE VIEW v_audit_results AS
 SELECT s.audit, s.reconciliation_id, s.first_reconciled_at AS reconciled_at, s.topic, s.judged_as AS mode, s.isolation,
        s.records_read, s.ledger_events AS outbox_events, s.ledger_acked AS outbox_acked, s.delivered_once,
        s.lost_acked, s.lost_unacked, s.duplicate_events, s.duplicate_copies, s.unknown_landed, s.unexpected,
        s.out_of_order, s.aborted_visible, s.malformed, s.loss_rate, s.duplicate_rate,
-       s.promise, s.verdict, s.broken_by
+       s.promise, s.verdict, s.broken_by, s.judged_as
 FROM reconcile_summary s
 JOIN catalog_judged j ON j.name = s.judged_as AND j.isolation = s.isolation
 WHERE s.audit IS NOT NULL;

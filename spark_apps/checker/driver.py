@@ -43,7 +43,7 @@ def reconcile(
     if isinstance(ledger, DataFrame):
         ledger = cache.keep(ledger)
     if src.sink:
-        start, end, recorded_before = {}, src.sink["end_offsets"], True
+        start, end, recorded_before = {}, src.sink.end_offsets, True
         reads = {READ_COMMITTED: cache.keep(read_sink(jdbc, src))}
     else:
         start, end, recorded_before = fixed_offsets(spark, jdbc, src)
@@ -73,7 +73,7 @@ def reconcile(
         .agg(F.count(F.lit(1)).cast("int").alias("copies"))
     )
     # Committed transactions are checked whole where the ledger knows their events.
-    transactions = cache.keep(committed_transactions(jdbc, src.ledger["run_id"])) if src.knows_transactions else None
+    transactions = cache.keep(committed_transactions(jdbc, src.ledger.run_id)) if src.knows_transactions else None
     # A consumer run's polls are checked against the topic it polled, as it read it.
     polls, polled_topic = read_polls(spark, jdbc, src) if src.polled else (None, None)
     if polled_topic is not None:

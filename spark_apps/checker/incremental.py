@@ -119,7 +119,7 @@ def reconcile_window(
 
     b = Bounds(jdbc, src, audit, end)
     grace = audit.grace
-    isolation = modes.judged(audit.mode).isolation
+    isolation = modes.judged(audit.judged_as).isolation
     token = jdbc.staging_token(src.reconciliation_id)
     staged: list[str] = []
 
@@ -235,7 +235,7 @@ def _earlier_state(jdbc: Jdbc, name: str, t: str, start: str, horizon: str, ids_
 def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, totals: dict, counted: dict) -> dict:
     counts = {col: counted.get(sk, 0) for col, sk in COUNTED.items()}
     verdict, broken = modes.verdict(
-        audit.mode, audits.AUDIT_SCENARIO, isolation, {**counts, "aborted_visible": 0, "stale_overwrites": 0}
+        audit.judged_as, audits.AUDIT_SCENARIO, isolation, {**counts, "aborted_visible": 0, "stale_overwrites": 0}
     )
     row = {
         "audit": audit.name,
@@ -245,11 +245,11 @@ def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, tot
         "dedup_horizon_seconds": int(audit.dedup_horizon.total_seconds()),
         "reconciliation_id": src.reconciliation_id,
         "topic": src.topic,
-        "mode": audit.mode,
+        "mode": audit.judged_as,
         "isolation": isolation,
         **totals,
         **counts,
-        "promise": modes.judged(audit.mode).promise.text,
+        "promise": modes.judged(audit.judged_as).promise.text,
         "verdict": verdict,
         "broken_by": ",".join(broken) or None,
         "sink_table": None,

@@ -64,6 +64,49 @@ class Kafka:
 # --------------------------------------------------------------------------- inputs
 
 
+@dataclass(frozen=True)
+class PlatformLedger:
+    """A platform run's ledger, in the platform's database: what its producers sent and were told."""
+
+    run_id: str
+    messages: int
+    # Per partition, the end of the offsets its acks name (what a covering read must reach).
+    acked_ends: dict = field(default_factory=dict)
+
+    @property
+    def id_prefix(self) -> str:
+        """A platform run's ids are `<run>-<n>` (records.event.event_id)."""
+        return f"{self.run_id}-"
+
+
+@dataclass(frozen=True)
+class OutboxLedger:
+    """An audit's outbox, read from its store: the columns the audit maps, and the values of its
+    status column that mean the row was committed (acked)."""
+
+    columns: dict
+    acked_values: tuple = ("acked",)
+    id_prefix = None  # an outbox's ids are its own
+
+
+@dataclass(frozen=True)
+class ConsumerSink:
+    """A consumer run's sink table, read instead of a topic: what its consumers applied of the
+    input topic up to its end offsets."""
+
+    consumer_run_id: str
+    end_offsets: dict
+
+
+@dataclass(frozen=True)
+class PolledTopic:
+    """The topic a consumer run polled, to its end offsets, beside the run's poll log."""
+
+    consumer_run_id: str
+    topic: str
+    end_offsets: dict
+
+
 @dataclass
 class Source:
     """Where the events are and how to read the event id, key, sequence and publish time."""
@@ -78,14 +121,14 @@ class Source:
     key: dict = field(default_factory=lambda: {"record_key": True})
     seq: dict | None = None
     publish_at: dict | None = None  # header/json holding epoch millis, or {"timestamp": true}
-    ledger: dict = field(default_factory=dict)
-    sink: dict | None = None  # a consumer run's sink table instead of the topic
+    ledger: PlatformLedger | OutboxLedger | None = None
+    sink: ConsumerSink | None = None  # a consumer run's sink table instead of the topic
     # False: no transactional producer wrote the topic, so both isolation levels see the same
     # records and one read serves both. None: unknown, read both.
     transactional: bool | None = None
     judged_by_reader: bool = True  # False: the records are a derived copy (no dedup_events rows)
-    # A consumer run's poll log and the topic it polled: {consumer_run_id, topic, end_offsets}.
-    polled: dict | None = None
+    # A consumer run's poll log and the topic it polled.
+    polled: PolledTopic | None = None
     audit: str | None = None
     # A platform run's settings that contradict its mode's promise (runs.findings).
     findings: list = field(default_factory=list)
@@ -96,14 +139,13 @@ class Source:
 
     @property
     def id_prefix(self) -> str | None:
-        """A platform run's ids are `<run>-<n>` (records.event.event_id); an outbox's are its own."""
-        return f"{self.ledger['run_id']}-" if self.ledger.get("kind") == "platform" else None
+        return self.ledger.id_prefix if self.ledger is not None else None
 
     @property
     def ledger_wrote_topic(self) -> bool:
         """The records are the ones a platform run's producers wrote, at the positions its ledger
         recorded (a consumer's copy, or its sink, holds other positions)."""
-        return self.ledger.get("kind") == "platform" and self.ledger["run_id"] == self.reconciliation_id
+        return isinstance(self.ledger, PlatformLedger) and self.ledger.run_id == self.reconciliation_id
 
     @property
     def reads_headers(self) -> bool:
@@ -156,12 +198,7 @@ def platform_source(run: dict, kafka: Kafka) -> Source:
         scenario=run["scenario"],
         **_platform_fields(run.get("record_layout", generator.HEADERS_LAYOUT)),
         transactional=modes.get_mode(run["mode"]).transactional,
-        ledger={
-            "kind": "platform",
-            "run_id": run["run_id"],
-            "messages": int(run["messages"]),
-            "acked_ends": json.loads(run.get("acked_ends") or "{}"),
-        },
+        ledger=PlatformLedger(run["run_id"], int(run["messages"]), json.loads(run.get("acked_ends") or "{}")),
         findings=json.loads(run.get("findings") or "[]"),
         record_format=_platform_format(run.get("record_layout", generator.HEADERS_LAYOUT)),
         layout=run.get("record_layout", generator.HEADERS_LAYOUT),
@@ -176,16 +213,10 @@ def consumer_source(crun: dict, input_run: dict, kafka: Kafka) -> Source:
     src.reconciliation_id, src.judged_as, src.scenario = crun["consumer_run_id"], crun["strategy"], crun["scenario"]
     src.topic = crun["output_topic"] if copier else crun["input_topic"]
     src.judged_by_reader, src.transactional, src.findings = False, copier, []
-    src.polled = {
-        "consumer_run_id": crun["consumer_run_id"],
-        "topic": crun["input_topic"],
-        "end_offsets": {int(p): int(o) for p, o in json.loads(crun["input_end_offsets"]).items()},
-    }
+    end = {int(p): int(o) for p, o in json.loads(crun["input_end_offsets"]).items()}
+    src.polled = PolledTopic(crun["consumer_run_id"], crun["input_topic"], end)
     if not copier:
-        src.sink = {
-            "consumer_run_id": crun["consumer_run_id"],
-            "end_offsets": {int(p): int(o) for p, o in json.loads(crun["input_end_offsets"]).items()},
-        }
+        src.sink = ConsumerSink(crun["consumer_run_id"], end)
     return src
 
 
@@ -199,13 +230,13 @@ def audit_source(
         reconciliation_id,
         kafka,
         audit.topic,
-        audit.mode,
+        audit.judged_as,
         audits.AUDIT_SCENARIO,
         rec["event_id"],
         rec.get("key", {"record_key": True}),
         rec.get("seq"),
         rec.get("publish_at"),
-        {"kind": "outbox", **audit.outbox},
+        OutboxLedger(audit.outbox["columns"], tuple(audit.outbox.get("acked_values", ("acked",)))),
         transactional=audit.transactional,
         audit=audit.name,
         record_format=record_format or formats.RecordFormat.of(rec, schemas.load(audit)),
@@ -226,7 +257,7 @@ def fixed_offsets(spark: SparkSession, jdbc: Jdbc, src: Source) -> tuple[dict, d
         return ({int(r[0]): int(r[1]) for r in rows}, {int(r[0]): int(r[2]) for r in rows}, True)
     # The ends of what the run's producers saw acked: the log end is taken once the followers
     # have them (readback.high_watermarks).
-    covering = src.ledger.get("acked_ends") if src.ledger_wrote_topic else None
+    covering = src.ledger.acked_ends if src.ledger_wrote_topic else None
     marks = topic_offsets(src, covering=covering)
     return {p: m[0] for p, m in marks.items()}, {p: m[1] for p, m in marks.items()}, False
 
@@ -389,16 +420,14 @@ def read_polls(spark: SparkSession, jdbc: Jdbc, src: Source) -> tuple[DataFrame,
     session and partition (`session, partition, offset, prev_offset`), and the topic it polled,
     read as the consumers read it (read_committed)."""
     polled = src.polled
-    literal = _run_id_literal(polled["consumer_run_id"])
+    literal = _run_id_literal(polled.consumer_run_id)
     polls = anomalies.poll_steps(
         jdbc.read(
             f'SELECT session, poll_no, "partition", offsets FROM consumer_polls WHERE consumer_run_id = {literal}'
         )
     )
-    end = polled["end_offsets"]
-    topic = read_topic(
-        spark, replace(src, topic=polled["topic"], sink=None), READ_COMMITTED, dict.fromkeys(end, 0), end
-    )
+    end = polled.end_offsets
+    topic = read_topic(spark, replace(src, topic=polled.topic, sink=None), READ_COMMITTED, dict.fromkeys(end, 0), end)
     return polls, topic
 
 
@@ -412,7 +441,7 @@ def _run_id_literal(run_id: str) -> str:
 
 def read_sink(jdbc: Jdbc, src: Source) -> DataFrame:
     """A consumer run's sink rows in the shape of topic records, in the order they were applied."""
-    cid = src.sink["consumer_run_id"]
+    cid = src.sink.consumer_run_id
     df, _ = jdbc.read_spread(
         f'SELECT apply_no, event_id, key, seq, publish_at, source_partition AS "partition", '
         f'source_offset AS "offset", state_applied FROM sink_events WHERE consumer_run_id = {_run_id_literal(cid)}',
@@ -429,8 +458,8 @@ def read_ledger(jdbc: Jdbc, src: Source, outbox: Store | None = None) -> DataFra
     """A platform run's ledger, its outcomes (anomalies.OutcomeLedger), from the platform's
     database; or an audit's outbox, from its store (`outbox_ledger`)."""
     led = src.ledger
-    if led["kind"] == "platform":
-        return _platform_ledger(jdbc, led["run_id"], led["messages"])
+    if isinstance(led, PlatformLedger):
+        return _platform_ledger(jdbc, led.run_id, led.messages)
     return outbox_ledger(outbox.read(jdbc.spark), src)
 
 
@@ -439,10 +468,10 @@ def outbox_ledger(rows: DataFrame, src: Source) -> DataFrame:
     status (acked or unknown), aborted_positions (none), key, seq and publish_at."""
     led = src.ledger
     # As Spark casts them to string: a boolean status reads "true", not Python's "True".
-    acked_values = [str(v).lower() if isinstance(v, bool) else str(v) for v in led.get("acked_values", ["acked"])]
+    acked_values = [str(v).lower() if isinstance(v, bool) else str(v) for v in led.acked_values]
     status = (
         F.when(F.col("status").cast("string").isin(acked_values), "acked").otherwise("unknown")
-        if "status" in led["columns"]
+        if "status" in led.columns
         else F.lit("acked")
     )
     types = {"event_id": "string", "key": "string", "seq": "bigint", "publish_at": "timestamp", "status": "string"}

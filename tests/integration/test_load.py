@@ -90,8 +90,8 @@ def test_an_acks_1_record_is_read_once_the_high_watermark_reaches_it_not_taken_f
             {**run, "findings": None, "acked_ends": json.dumps(run["acked_ends"])},
             sources.Kafka(kafka_conf, {}),
         )
-        assert src.ledger["acked_ends"] == {"0": 300}
-        assert sources.topic_offsets(src, covering=src.ledger["acked_ends"])[0][1] == 300
+        assert src.ledger.acked_ends == {"0": 300}
+        assert sources.topic_offsets(src, covering=src.ledger.acked_ends)[0][1] == 300
         records = readback.read_topic(kafka_conf, topic, covering=run["acked_ends"])
         assert sorted(r.offset for r in records) == list(range(300))
     finally:

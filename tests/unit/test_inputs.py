@@ -184,8 +184,13 @@ def _audit(tmp_path, edit, base=ORDERS) -> str:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda s: s.pop("mode"), r"\(top level\): 'mode' is a required property"),
+        (lambda s: s.pop("mode"), r"give mode \(a delivery mode\) or pipeline \(a connector pipeline\), one of them"),
+        (lambda s: s.update(pipeline="debezium_outbox"), r"give mode \(a delivery mode\) or pipeline"),
         (lambda s: s.update(mode="exactly_once"), "mode: 'exactly_once' is not a delivery mode"),
+        (
+            lambda s: [s.pop("mode"), s.update(pipeline="at_least_once")],
+            "pipeline: 'at_least_once' is not a connector pipeline; use one of debezium_outbox",
+        ),
         (
             lambda s: s["outbox"].update(table="outbox) AS x) AS y; DROP TABLE t; SELECT * FROM (SELECT 1"),
             r"outbox.table: 'outbox\) AS x.*is not a table name: a SQL identifier",
@@ -216,6 +221,18 @@ def test_an_audit_file_is_refused_naming_the_file_and_the_field(tmp_path, edit, 
     path = _audit(tmp_path, edit)
     with pytest.raises(audits.AuditError, match=f"^{path}: {message}"):
         audits.load(path)
+
+
+def test_an_audit_names_a_mode_or_a_pipeline_and_an_older_file_may_name_a_pipeline_as_its_mode(tmp_path):
+    from delivery_semantics.audit import audits
+
+    assert audits.load(_audit(tmp_path, lambda s: None)).judged_as == "at_least_once"
+    as_pipeline = audits.load(_audit(tmp_path, lambda s: [s.pop("mode"), s.update(pipeline="debezium_outbox_eos")]))
+    assert as_pipeline.judged_as == "debezium_outbox_eos"
+    assert audits.load(_audit(tmp_path, lambda s: s.update(mode="debezium_outbox"))).judged_as == "debezium_outbox"
+    eos = _audit(tmp_path, lambda s: [s.pop("mode"), s.update(pipeline="debezium_outbox", transactional=True)])
+    with pytest.raises(audits.AuditError, match="transactional: true, but pipeline debezium_outbox does not write"):
+        audits.load(eos)
 
 
 @pytest.mark.parametrize(

@@ -85,7 +85,7 @@ def test_the_audit_made_for_a_run_is_a_valid_audit_of_three_stages(tmp_path, mon
     for p in catalog.PIPELINES.values():
         path = pipeline.write_audit(p, "connect_worker_kill", Names("p2"))
         a = audits.load(path)
-        assert (a.name, a.mode, a.topic, a.windowed) == ("pipeline_p2", p.name, Names("p2").topic, True)
+        assert (a.name, a.judged_as, a.topic, a.windowed) == ("pipeline_p2", p.name, Names("p2").topic, True)
         assert a.transactional is p.transactional
         assert a.record["event_id"] == {"header": "id"}, "the outbox event router's id header"
         assert (a.outbox_conn_id, a.sink_conn_id) == ("cdc_outbox", "outbox_db")

@@ -77,8 +77,9 @@ class Audit:
         return self.spec["topic"]
 
     @property
-    def mode(self) -> str:
-        return self.spec["mode"]
+    def judged_as(self) -> str:
+        """The delivery mode or connector pipeline whose promise the verdict judges."""
+        return self.spec.get("pipeline") or self.spec["mode"]
 
     @property
     def schedule(self) -> str | None:
@@ -228,20 +229,30 @@ def validate(spec, where: str) -> None:
     e = first_error(_schema(), spec)
     if e is not None:
         raise AuditError(one_line(f"{where}: {field_path(e)}: {_message(e)}"))
-    mode = catalog.MODES.get(spec["mode"]) or catalog.PIPELINES.get(spec["mode"])
-    if mode is None:
+    if ("mode" in spec) == ("pipeline" in spec):
+        raise AuditError(f"{where}: give mode (a delivery mode) or pipeline (a connector pipeline), one of them")
+    if "pipeline" in spec and spec["pipeline"] not in catalog.PIPELINES:
         raise AuditError(
-            f"{where}: mode: {spec['mode']!r} is not a delivery mode or a connector pipeline; use one of "
-            f"{', '.join([*catalog.MODES, *catalog.PIPELINES])}"
+            f"{where}: pipeline: {spec['pipeline']!r} is not a connector pipeline; use one of "
+            f"{', '.join(catalog.PIPELINES)}"
         )
+    # `mode: <pipeline>` is how files named a pipeline before `pipeline:`; they keep working.
+    if "mode" in spec and spec["mode"] not in catalog.MODES and spec["mode"] not in catalog.PIPELINES:
+        raise AuditError(
+            f"{where}: mode: {spec['mode']!r} is not a delivery mode; use one of {', '.join(catalog.MODES)} "
+            "(or pipeline: for a connector pipeline)"
+        )
+    judged = spec.get("pipeline") or spec["mode"]
+    subject = catalog.MODES.get(judged) or catalog.PIPELINES[judged]
     window = spec.get("window") or {}
     if "dedup_horizon" in window and parse_duration(window["dedup_horizon"]) <= parse_duration(window["grace"]):
         raise AuditError(
             f"{where}: window.dedup_horizon: {window['dedup_horizon']} must be longer than the grace "
             f"({window['grace']}): a window's sightings are needed until its late records are due"
         )
-    if spec.get("transactional") and not mode.transactional:
-        raise AuditError(f"{where}: transactional: true, but mode {mode.name} does not write transactions")
+    if spec.get("transactional") and not subject.transactional:
+        what = "pipeline" if "pipeline" in spec else "mode"
+        raise AuditError(f"{where}: transactional: true, but {what} {judged} does not write transactions")
     if "max_open_discrepancies" in spec.get("alerts", {}) and "window" not in spec:
         raise AuditError(
             f"{where}: alerts.max_open_discrepancies: counts a continuous audit's windows: it needs window"

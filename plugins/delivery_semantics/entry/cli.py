@@ -273,7 +273,9 @@ def _audit_parser(sub) -> None:
     val = cmds.add_parser("validate", help="validate audit files against the schema (default: every one)")
     val.add_argument("audits", nargs="*")
     val.add_argument("--endpoints", action="store_true", help="also check the connections, Kafka and the outbox")
-    cmds.add_parser("list", help="the audit files, their topic, mode and schedule")
+    cmds.add_parser(
+        "list", help="the audit files, their topic, what they are judged as (a mode or a pipeline) and schedule"
+    )
     forget = cmds.add_parser(
         "forget",
         help="drop a continuous audit's state (sightings, pending records) and keep its results: "
@@ -295,7 +297,7 @@ def _audit(args) -> int:
             print(
                 f"{name:24} invalid: {a}"
                 if isinstance(a, Exception)
-                else f"{name:24} {a.topic:24} {a.mode:18} {a.schedule or 'triggered only'}"
+                else f"{name:24} {a.topic:24} {a.judged_as:18} {a.schedule or 'triggered only'}"
             )
         return 0
     failed = 0

@@ -383,7 +383,7 @@ def audit_spec(pipeline: Pipeline, scenario: str, names: Names) -> dict:
     return {
         "description": f"{pipeline.name} under {scenario}: run {names.run_id}",
         "topic": names.topic,
-        "mode": pipeline.name,
+        "pipeline": pipeline.name,
         "transactional": pipeline.transactional,
         "connections": {
             "kafka": catalog.PIPELINE_CONNECTIONS["kafka"],
