@@ -1,7 +1,7 @@
 """One DAG per audit file, `audit_<name>` for `audits/<name>.yaml` (Airflow's dynamic-DAG
 pattern: the folder is read when this file is parsed). Each checks its endpoints, reconciles its
 topic against its outbox with Spark on its own schedule, and fails its `check` task when the
-promise of the audit's mode is broken. See docs/RECONCILE.md.
+promise of what the audit is judged as (a mode or a pipeline) is broken. See docs/RECONCILE.md.
 
 A continuous audit (one with `window:`) reconciles one window per run: from the previous window's
 end to this run's data interval end. Windows depend on the ones before them, so the reconcile
@@ -36,7 +36,7 @@ def audit_dag(audit: audits.Audit):
         max_active_runs=1,
         tags=["semantics", "audit"],
         description=audit.spec.get("description") or f"{audit.topic} against its outbox",
-        doc_md=f"{__doc__}\n\nAudit file: `{audit.path.name}`, topic `{audit.topic}`, mode `{audit.mode}`.",
+        doc_md=f"{__doc__}\n\nAudit file: `{audit.path.name}`, topic `{audit.topic}`, judged as `{audit.judged_as}`.",
         default_args=default_args,
     )
     def audit_run():

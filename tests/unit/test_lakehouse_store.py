@@ -36,7 +36,7 @@ def test_a_parquet_sink_is_read_by_logical_name_within_its_bounds(spark, tmp_pat
         str(tmp_path / "tables" / "applies")
     )
     sink = {
-        "format": "parquet",
+        "store": "parquet",
         "path": "tables/applies",
         "columns": {"event_id": "evt", "key": "order_key", "version": "ver", "applied_at": "done_at"},
     }
@@ -54,7 +54,7 @@ def test_a_parquet_sink_is_read_by_logical_name_within_its_bounds(spark, tmp_pat
     "sink, message",
     [
         ({"format": "parquet", "path": "nowhere"}, "sink.path: nowhere: no such folder (the parquet table)"),
-        ({"format": "delta", "path": "."}, "sink.path: .: not a delta table (no _delta_log/ in it)"),
+        ({"store": "delta", "path": "."}, "sink.path: .: not a delta table (no _delta_log/ in it)"),
     ],
 )
 def test_a_path_that_is_not_the_table_is_refused_before_anything_runs(tmp_path, sink, message):
@@ -67,14 +67,14 @@ def test_a_path_that_is_not_the_table_is_refused_before_anything_runs(tmp_path, 
 @pytest.mark.parametrize(
     "sink, connections, message",
     [
-        ({"format": "delta", "table": "x"}, {}, "sink.path: a delta sink is the table at a path"),
+        ({"store": "delta", "table": "x"}, {}, "sink.path: a delta sink is the table at a path"),
         (
             {"format": "delta", "path": "p"},
             {"sink": "outbox_db"},
             "connections.sink: a delta sink is read from its path",
         ),
         ({"table": "public.applies"}, {}, "connections.sink: a jdbc sink needs its database's connection"),
-        ({"format": "jdbc", "path": "p"}, {"sink": "outbox_db"}, "sink.table: a jdbc sink needs its table"),
+        ({"store": "jdbc", "path": "p"}, {"sink": "outbox_db"}, "sink.table: a jdbc sink needs its table"),
     ],
 )
 def test_a_sink_names_a_table_with_a_connection_or_a_path_without(tmp_path, sink, connections, message):

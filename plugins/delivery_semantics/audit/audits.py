@@ -158,7 +158,7 @@ class Audit:
         """The sink as the results name it: its table, or a lakehouse table's format and path."""
         if self.sink is None:
             return None
-        return self.sink["table"] if "table" in self.sink else f"{self.sink['format']}:{self.sink['path']}"
+        return self.sink["table"] if "table" in self.sink else f"{self.sink['store']}:{self.sink['path']}"
 
     @property
     def sink_conn_id(self) -> str | None:
@@ -229,6 +229,12 @@ def validate(spec, where: str) -> None:
     e = first_error(_schema(), spec)
     if e is not None:
         raise AuditError(one_line(f"{where}: {field_path(e)}: {_message(e)}"))
+    sink = spec.get("sink")
+    if sink is not None and "format" in sink:
+        # The sink's store was once its `format`, a word the record's format also takes: such files keep working.
+        if "store" in sink:
+            raise AuditError(f"{where}: sink: store and format (its older name) are one field: give store")
+        sink["store"] = sink.pop("format")
     if ("mode" in spec) == ("pipeline" in spec):
         raise AuditError(f"{where}: give mode (a delivery mode) or pipeline (a connector pipeline), one of them")
     if "pipeline" in spec and spec["pipeline"] not in catalog.PIPELINES:
@@ -311,8 +317,8 @@ def check_sink(spec: dict, where: str) -> None:
         if "sink" in spec["connections"]:
             raise AuditError(f"{where}: connections.sink: names the sink's database, and the audit has no sink")
         return
-    fmt = sink.get("format", "jdbc")
-    if fmt == "jdbc":
+    store = sink.get("store", "jdbc")
+    if store == "jdbc":
         if "table" not in sink:
             raise AuditError(f"{where}: sink.table: a jdbc sink needs its table")
         if "sink" not in spec["connections"]:
@@ -321,10 +327,10 @@ def check_sink(spec: dict, where: str) -> None:
             raise AuditError(f"{where}: sink.path: a jdbc sink is a table; path is for delta or parquet")
         return
     if "path" not in sink:
-        raise AuditError(f"{where}: sink.path: a {fmt} sink is the table at a path: give it")
+        raise AuditError(f"{where}: sink.path: a {store} sink is the table at a path: give it")
     if "table" in sink or "sink" in spec["connections"]:
         field = "sink.table" if "table" in sink else "connections.sink"
-        raise AuditError(f"{where}: {field}: a {fmt} sink is read from its path, with no database")
+        raise AuditError(f"{where}: {field}: a {store} sink is read from its path, with no database")
 
 
 DEFAULT_MIN_ID_SHARE = 0.01

@@ -26,11 +26,11 @@ def store_class(conn_type: str) -> type[Store]:
 
 
 def for_section(audit, section: str, conn_type: str | None = None) -> Store:
-    """The store of an audit's `section` (outbox or sink). A lakehouse table (`format: delta`,
+    """The store of an audit's `section` (outbox or sink). A lakehouse table (`store: delta`,
     or `parquet`) is its path; a JDBC one is its connection's, whose type is the
     caller's when it knows it, else looked up, or, in a Spark application, read from the
     environment the submitter set (Store.spark_env)."""
-    if audit.spec[section].get("format", "jdbc") != "jdbc":
+    if audit.spec[section].get("store", "jdbc") != "jdbc":
         from delivery_semantics.audit.stores.lakehouse import LakehouseStore
 
         return LakehouseStore(audit, section)
@@ -47,7 +47,7 @@ def session_conf(audit) -> dict[str, str]:
     """The Spark settings an audit's stores need before its session starts."""
     conf: dict[str, str] = {}
     for section in SECTIONS:
-        if audit.spec.get(section) and audit.spec[section].get("format", "jdbc") != "jdbc":
+        if audit.spec.get(section) and audit.spec[section].get("store", "jdbc") != "jdbc":
             conf.update(for_section(audit, section).session_conf)
     return conf
 

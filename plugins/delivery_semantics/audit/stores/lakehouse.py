@@ -29,7 +29,7 @@ class LakehouseStore(Store):
     def __init__(self, audit, section: str):
         self.audit, self.section = audit, section
         self.spec = audit.spec[section]
-        self.format = self.spec["format"]
+        self.format = self.spec["store"]
         self.conn_id = None
         self.session_conf = SESSION_CONF[self.format]
 
