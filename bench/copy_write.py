@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 
 from delivery_semantics.catalog import READ_UNCOMMITTED
 from delivery_semantics.plumbing.endpoints import kafka_config, spark_kafka_options
-from delivery_semantics.workload import generator
+from delivery_semantics.records import layouts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark_apps"))
 import topic_read
@@ -60,7 +60,7 @@ def copy_read(spark: SparkSession, topic: str, ranges: dict, rid: str) -> DataFr
     """The copy's rows as the checker makes them from a run without duplicates: its own read of a
     platform run's topic (the fields it needs of a run: layout, topic, Kafka options)."""
     run = SimpleNamespace(
-        layout=generator.VALUE_LAYOUT,
+        layout=layouts.VALUE_LAYOUT,
         topic=topic,
         kafka=SimpleNamespace(spark_options=spark_kafka_options(kafka_config())),
     )

@@ -43,9 +43,10 @@ from delivery_semantics import catalog, modes
 from delivery_semantics.history.ledger import Reports
 from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import kafka_config
+from delivery_semantics.records.layouts import RECORD_FORMATS
 from delivery_semantics.workload import load
 from delivery_semantics.workload.client import few_collections, runtime
-from delivery_semantics.workload.generator import RECORD_FORMATS, Generator, new_run_id
+from delivery_semantics.workload.generator import Generator, new_run_id
 from delivery_semantics.workload.settings import resolve
 
 # ProducerPerformance is the Java client: a Java load is measured against it with its own settings.

@@ -61,7 +61,7 @@ def load_form(messages: int = 20_000) -> dict[str, dict]:
     }
 
 
-# How the producers write each record (generator.RECORD_FORMATS).
+# How the producers write each record (layouts.RECORD_FORMATS).
 RECORD_FORMAT_PARAM = {
     "default": "text",
     "type": "string",

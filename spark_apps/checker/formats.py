@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from delivery_semantics.audit.formats import FORMATS, FieldError, decoded_column
-from delivery_semantics.workload import generator
+from delivery_semantics.records import layouts
 
 
 def header(spec: dict) -> Column:
@@ -41,11 +41,11 @@ def json_path(spec: dict) -> Column:
 
 
 def value_field(spec: dict) -> Column:
-    """A platform run's value layout (generator.VALUE_FIELDS). A value with fewer fields than the
+    """A platform run's value layout (layouts.VALUE_FIELDS). A value with fewer fields than the
     layout's is malformed: every field of it is none. Spark splits once for all the fields of a
     record (common subexpressions)."""
-    fields = len(generator.VALUE_FIELDS)
-    parts = F.split(F.col("value").cast("string"), generator.SEPARATOR.decode(), fields)
+    fields = len(layouts.VALUE_FIELDS)
+    parts = F.split(F.col("value").cast("string"), layouts.SEPARATOR.decode(), fields)
     return F.when(F.size(parts) == fields, parts[int(spec["value_field"])])
 
 

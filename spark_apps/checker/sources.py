@@ -27,7 +27,7 @@ from delivery_semantics.audit.stores import Store
 from delivery_semantics.audit.stores.spark_jdbc import InputError, Jdbc
 from delivery_semantics.catalog import ISOLATIONS, READ_COMMITTED
 from delivery_semantics.plumbing import kafka_retry
-from delivery_semantics.workload import generator
+from delivery_semantics.records import layouts
 
 MIN_SPLIT_RECORDS = 50_000  # the fewest records per task of a split topic read
 # A partition's fetch, unless the connection sets its own: at 10M records, 8 MB fetches read the
@@ -116,7 +116,7 @@ class Source:
     topic: str
     judged_as: str | None  # the catalog's delivery mode or consumer strategy whose promise is judged
     scenario: str
-    # {"header": name}, {"json": "$.path"}, {"value": True} or {"value_field": i} (generator.VALUE_FIELDS)
+    # {"header": name}, {"json": "$.path"}, {"value": True} or {"value_field": i} (layouts.VALUE_FIELDS)
     event_id: dict
     key: dict = field(default_factory=lambda: {"record_key": True})
     seq: dict | None = None
@@ -165,27 +165,27 @@ class Source:
 
 def _platform_fields(layout: str) -> dict:
     """Where a platform run's records carry the event id, seq and publish time (generator.py)."""
-    if layout == generator.VALUE_LAYOUT:
-        return {name: {"value_field": generator.VALUE_FIELDS.index(name)} for name in ("event_id", "seq", "publish_at")}
-    if layout == generator.HEADERS_LAYOUT:
+    if layout == layouts.VALUE_LAYOUT:
+        return {name: {"value_field": layouts.VALUE_FIELDS.index(name)} for name in ("event_id", "seq", "publish_at")}
+    if layout == layouts.HEADERS_LAYOUT:
         # Where the producer put them: `formats.header` looks elsewhere only when they are not there.
         return {
-            name: {"header": header, "at": generator.HEADERS.index(header)}
+            name: {"header": header, "at": layouts.HEADERS.index(header)}
             for name, header in (
-                ("event_id", generator.H_EVENT_ID),
-                ("seq", generator.H_SEQ),
-                ("publish_at", generator.H_PUBLISH_AT),
+                ("event_id", layouts.H_EVENT_ID),
+                ("seq", layouts.H_SEQ),
+                ("publish_at", layouts.H_PUBLISH_AT),
             )
         }
-    if layout == generator.AVRO_LAYOUT:
+    if layout == layouts.AVRO_LAYOUT:
         return {name: {"field": name} for name in ("event_id", "seq", "publish_at")}
     raise InputError(f"unknown record layout {layout!r}")
 
 
 def _platform_format(layout: str) -> formats.RecordFormat:
-    if layout != generator.AVRO_LAYOUT:
+    if layout != layouts.AVRO_LAYOUT:
         return formats.RecordFormat()
-    event = schemas.WriterSchema(generator.AVRO_SCHEMA_ID, "avro", generator.AVRO_SCHEMA, "generator.AVRO_SCHEMA")
+    event = schemas.WriterSchema(layouts.AVRO_SCHEMA_ID, "avro", layouts.AVRO_SCHEMA, "layouts.AVRO_SCHEMA")
     return formats.RecordFormat("avro", schemas={"value": {event.id: event}, "key": {}})
 
 
@@ -196,12 +196,12 @@ def platform_source(run: dict, kafka: Kafka) -> Source:
         topic=run["topic"],
         judged_as=run["mode"],
         scenario=run["scenario"],
-        **_platform_fields(run.get("record_layout", generator.HEADERS_LAYOUT)),
+        **_platform_fields(run.get("record_layout", layouts.HEADERS_LAYOUT)),
         transactional=modes.get_mode(run["mode"]).transactional,
         ledger=PlatformLedger(run["run_id"], int(run["messages"]), json.loads(run.get("acked_ends") or "{}")),
         findings=json.loads(run.get("findings") or "[]"),
-        record_format=_platform_format(run.get("record_layout", generator.HEADERS_LAYOUT)),
-        layout=run.get("record_layout", generator.HEADERS_LAYOUT),
+        record_format=_platform_format(run.get("record_layout", layouts.HEADERS_LAYOUT)),
+        layout=run.get("record_layout", layouts.HEADERS_LAYOUT),
     )
 
 
@@ -317,7 +317,7 @@ def topic_offsets(
 
 
 # Source.layout values that the platform reader (spark_apps/java/PlatformTopicSource.java) reads.
-PLATFORM_READER_LAYOUTS = (generator.VALUE_LAYOUT, generator.HEADERS_LAYOUT)
+PLATFORM_READER_LAYOUTS = (layouts.VALUE_LAYOUT, layouts.HEADERS_LAYOUT)
 
 
 def read_by_platform_reader(src: Source) -> bool:

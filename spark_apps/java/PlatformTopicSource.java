@@ -59,7 +59,7 @@ public final class PlatformTopicSource implements TableProvider {
   });
   static final int EVENT_ID = 0, KEY = 1, SEQ = 2, PUBLISH_AT = 3, PARTITION = 4, OFFSET = 5, VALUE = 6,
       TIMESTAMP = 7;
-  // generator.HEADERS: the headers layout's names of the three fields.
+  // layouts.HEADERS: the headers layout's names of the three fields.
   static final String[] HEADER_NAMES = {"event_id", "seq", "publish_at"};
 
   @Override

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from checker import sources
 from delivery_semantics.plumbing.endpoints import kafka_config, spark_kafka_options
 from delivery_semantics.plumbing.spark import spark_jars
-from delivery_semantics.workload import generator
+from delivery_semantics.records import layouts
 
 pytestmark = pytest.mark.timeout(900)
 RUN = "r20261127t120000_0a1b2c"
@@ -79,7 +79,7 @@ def spark():
 def _plant(conf: dict, topic: str, layout: str) -> None:
     rows = (
         [(v, None) for v in VALUES]
-        if layout == generator.VALUE_LAYOUT
+        if layout == layouts.VALUE_LAYOUT
         else [(b"payload" if i % 3 else None, h) for i, h in enumerate(HEADERS)]
     )
     failed = []
@@ -140,7 +140,7 @@ def _rows(spark, src, isolation, end, via):
     )
 
 
-@pytest.mark.parametrize("layout", [generator.VALUE_LAYOUT, generator.HEADERS_LAYOUT])
+@pytest.mark.parametrize("layout", [layouts.VALUE_LAYOUT, layouts.HEADERS_LAYOUT])
 def test_the_platform_reader_gives_the_rows_spark_kafka_source_gives(spark, fresh_topic, monkeypatch, layout):
     conf = kafka_config()
     topic = fresh_topic("platform-reader")
@@ -156,7 +156,7 @@ def test_the_platform_reader_gives_the_rows_spark_kafka_source_gives(spark, fres
     src = sources.platform_source(run, sources.Kafka(conf, spark_kafka_options(conf)))
     assert src.layout == layout
     end = {p: hi for p, (_, hi, _) in sources.topic_offsets(src).items()}
-    planted = len(VALUES if layout == generator.VALUE_LAYOUT else HEADERS)
+    planted = len(VALUES if layout == layouts.VALUE_LAYOUT else HEADERS)
     for isolation, expected in (("read_committed", planted + 12), ("read_uncommitted", planted + 18)):
         spark_rows = _rows(spark, src, isolation, end, "kafka")
         assert len(spark_rows) == expected
@@ -168,7 +168,7 @@ def test_the_platform_reader_gives_the_rows_spark_kafka_source_gives(spark, fres
     # they were put: 1, 2 and 3 in the plain writes and in both committed transactions.
     got = sources.read_topic(spark, src, "read_committed", dict.fromkeys(end, 0), end).collect()
     numbered = Counter(r["n"] for r in got if r["n"] is not None and r["n"] >= 0)
-    if layout == generator.VALUE_LAYOUT:
+    if layout == layouts.VALUE_LAYOUT:
         assert numbered == {1: 3, 2: 3, 3: 3, 12: 1, 13: 1, 14: 1, 15: 1}
         # three fields, empty, a tombstone (each also in both transactions), a leading space, blanks
         assert sum(r["event_id"] is None for r in got) == 11

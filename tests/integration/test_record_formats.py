@@ -16,8 +16,8 @@ from conftest import REPO, recreate_topic, run
 
 from delivery_semantics.audit import audits, schemas
 from delivery_semantics.plumbing.endpoints import database, kafka_config
+from delivery_semantics.records.wire import AvroWriter, frame
 from delivery_semantics.reporting import report
-from delivery_semantics.workload.wire import AvroWriter, frame
 
 pytestmark = pytest.mark.timeout(1200)
 NOW_MS = int(datetime.now(UTC).timestamp() * 1000)

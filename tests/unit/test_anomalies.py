@@ -353,7 +353,8 @@ def test_the_checker_reads_a_platform_record_as_the_python_readers_do(spark):
     """The value layout's fields, split once; a value with fewer fields is malformed in both."""
     from checker.formats import field
     from checker.sources import _platform_fields
-    from delivery_semantics.workload.generator import Generator, record_fields
+    from delivery_semantics.records.layouts import record_fields
+    from delivery_semantics.workload.generator import Generator
 
     gen = Generator("r20261125t000000_abcdef", 3, 12, 1)
     values = [gen.wire(n, 1795578691086 + n)["value"] for n in range(4)]

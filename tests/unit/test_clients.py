@@ -6,8 +6,8 @@ checks a preset's settings on its own."""
 import pytest
 
 from delivery_semantics import catalog, client_settings, clients
+from delivery_semantics.records.layouts import RECORD_FORMATS
 from delivery_semantics.workload.client import ProducerClient, runtime
-from delivery_semantics.workload.generator import RECORD_FORMATS
 
 SPECS = list(clients.REGISTRY.values())
 

@@ -490,7 +490,7 @@ def protobuf(tmp_path, monkeypatch):
 def test_a_protobuf_ghost_with_an_index_the_schema_lacks_is_malformed(protobuf, indexes):
     """Index -1 would be the schema's last message (OrderEvent) under Python's indexing: a record
     that carries an acked event's id would count as its delivery and hide its loss."""
-    from delivery_semantics.workload.wire import frame
+    from delivery_semantics.records.wire import frame
 
     ws, fields = protobuf
     _, event = schemas.message_classes(ws)
@@ -503,7 +503,7 @@ def test_a_protobuf_ghost_with_an_index_the_schema_lacks_is_malformed(protobuf, 
 def test_the_protobuf_decoder_never_crashes_and_never_invents_an_id(protobuf):
     """Random bytes, every truncation of a good record and index paths in and out of range: each
     decodes to the planted id or to nothing, and never raises."""
-    from delivery_semantics.workload.wire import frame
+    from delivery_semantics.records.wire import frame
 
     ws, fields = protobuf
     _, event = schemas.message_classes(ws)

@@ -7,8 +7,10 @@ import pytest
 
 from delivery_semantics.history.ledger import Outcome, Reports, _array
 from delivery_semantics.history.ledger import outcome_batches as batches_of
+from delivery_semantics.records import layouts
+from delivery_semantics.records.layouts import record_fields, with_payload
 from delivery_semantics.workload.client import few_collections
-from delivery_semantics.workload.generator import Generator, record_fields, with_payload
+from delivery_semantics.workload.generator import Generator
 
 
 def outcome_batches(outcomes: list[Outcome]):
@@ -142,14 +144,12 @@ def test_the_avro_layout_is_what_fastavro_reads_with_the_platform_schema():
 
     import fastavro
 
-    from delivery_semantics.workload import generator
-
-    gen = Generator("r20261126t000000_abcdef", 4, 30, 7, key_base=8, layout=generator.AVRO_LAYOUT)
-    schema = fastavro.parse_schema(json.loads(generator.AVRO_SCHEMA))
+    gen = Generator("r20261126t000000_abcdef", 4, 30, 7, key_base=8, layout=layouts.AVRO_LAYOUT)
+    schema = fastavro.parse_schema(json.loads(layouts.AVRO_SCHEMA))
     for n, at in ((0, 1), (5, 1_795_684_594_000), (123_456, 2**40)):
         value = gen.wire(n, at)["value"]
         e = gen.event(n, at)
-        assert value[:5] == b"\x00" + generator.AVRO_SCHEMA_ID.to_bytes(4, "big")
+        assert value[:5] == b"\x00" + layouts.AVRO_SCHEMA_ID.to_bytes(4, "big")
         got = fastavro.schemaless_reader(io.BytesIO(value[5:]), schema)
         assert (got["event_id"], got["seq"], got["payload"]) == (e.event_id, e.seq, e.payload)
         assert int(got["publish_at"].timestamp() * 1000) == at

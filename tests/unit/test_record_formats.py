@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from delivery_semantics.audit import audits, schemas
-from delivery_semantics.workload.wire import AvroWriter, frame
+from delivery_semantics.records.wire import AvroWriter, frame
 
 # The schema files the example audits use (audits/schemas/), copied beside each test's audit file.
 HERE = Path(__file__).resolve().parents[2] / "audits" / "schemas"
@@ -233,3 +233,20 @@ def test_avro_decoding_never_crashes_and_never_invents_an_id(spark, tmp_path):
             assert all(piece.encode() in raw for piece in r["event_id"].split("\ufffd")), (raw, r["event_id"])
             assert r["event_id"] != "planted-id"
     assert all(r["event_id"] is None for r in got[: len(good) - 1][:6]), "a record cut in its header is malformed"
+
+
+def test_the_java_writer_and_reader_name_the_layouts_one_definition():
+    """records/layouts.py defines the layouts; the Java producer writes and the platform reader
+    reads them (their behaviour is held to it by test_java_client and test_platform_reader on the
+    real brokers): here, that their text names the same fields, order and separator."""
+    from delivery_semantics.records import layouts
+
+    repo = Path(__file__).resolve().parents[2]
+    reader = (repo / "spark_apps" / "java" / "PlatformTopicSource.java").read_text()
+    names = ", ".join(f'"{h}"' for h in layouts.HEADERS[:3])
+    assert f"HEADER_NAMES = {{{names}}}" in reader
+    sep = layouts.SEPARATOR.decode()
+    assert f'split("{sep}", {len(layouts.VALUE_FIELDS)})' in reader
+    producer = (repo / "clients" / "java" / "SemanticsProducer.java").read_text()
+    assert f'(runIdDash + n + "{sep}" + (n / keys) + "{sep}" + publishAt + "{sep}")' in producer
+    assert layouts.VALUE_FIELDS[:3] == ("event_id", "seq", "publish_at")

@@ -33,7 +33,7 @@ from delivery_semantics.catalog import Strategy
 from delivery_semantics.faults.nemesis import crash_here
 from delivery_semantics.history.ledger import Ledger
 from delivery_semantics.plumbing.endpoints import Database, kafka_config, ledger_database
-from delivery_semantics.workload.generator import H_EVENT_ID, record_fields, with_payload
+from delivery_semantics.records.layouts import H_EVENT_ID, record_fields, with_payload
 from delivery_semantics.workload.sink import Sink, SinkRecord
 
 H_COPIED_FROM = "copied_from"

@@ -33,9 +33,10 @@ from delivery_semantics.plumbing.endpoints import (
     ledger_database,
     mask_secrets,
 )
+from delivery_semantics.records.layouts import RECORD_FORMATS
 from delivery_semantics.workload import readback, settings
 from delivery_semantics.workload.client import ProducerClient, few_collections, runtime
-from delivery_semantics.workload.generator import RECORD_FORMATS, Generator, new_run_id, slices
+from delivery_semantics.workload.generator import Generator, new_run_id, slices
 
 BROKER_MESSAGE_MAX_BYTES = 1048588
 # Key, the event's fields in the value and record framing, generously: what a record adds to its
@@ -92,7 +93,7 @@ class LoadSpec:
     airflow_run_id: str | None = None
     producers: int = catalog.DEFAULT_PRODUCERS
     client: str | None = None  # librdkafka or java; None: a mode file's own, or librdkafka
-    record_format: str = "text"  # generator.RECORD_FORMATS: the text value layout, or Avro
+    record_format: str = "text"  # layouts.RECORD_FORMATS: the text value layout, or Avro
 
 
 @dataclass

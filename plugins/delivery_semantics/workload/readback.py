@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from delivery_semantics.workload.generator import record_fields
+from delivery_semantics.records.layouts import record_fields
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ def protobuf_decoder(wire: dict[int, tuple[bytes, str]], paths: list[str]) -> Ca
     """A function of one record's bytes to its fields' text (all none when it does not decode):
     the schema id, the message indexes (zigzag varints; a single 0 for the first message), then the
     message of that index in the schema of that id (`wire`: id -> descriptor set, file name).
-    Everything it uses is defined in it (its varint reader too, as workload/wire.py's `unzigzag`),
+    Everything it uses is defined in it (its varint reader too, as records/wire.py's `unzigzag`),
     so Spark ships it by value to executors that do not have this package."""
     classes: dict = {}
 
