@@ -108,3 +108,26 @@ def test_a_versioned_file_changes_a_column_a_view_reads_with_the_views_dropped_a
         "SELECT data_type FROM information_schema.columns WHERE table_schema = current_schema() "
         "AND table_name = 'v_run_results' AND column_name = 'messages'",
     ) == [("numeric",)]
+
+
+def test_a_runs_partitions_are_made_while_a_reader_holds_the_run_tables(db, sql_dir):
+    """A checker reading a run's ranges and rows holds them while another run is created: the new
+    run's partitions are attached without waiting for it (CREATE TABLE ... PARTITION OF waited,
+    and deadlocked with a reader that took the tables in the other order)."""
+    from delivery_semantics.history.ledger import Ledger
+
+    schema.migrate(db, sql_dir)
+    row = {"mode": "idempotent", "scenario": "none", "messages": 10, "partitions": 3, "keys": 2}
+    row |= {"payload_bytes": 10, "seed": 0, "producer_config": {}}
+    first, second = Ledger(db), Ledger(db)
+    first.create_run({**row, "run_id": "r_held", "topic": "t_held"})
+    with psycopg2.connect(**db.psycopg2_kwargs()) as reader, reader.cursor() as cur:
+        cur.execute("SELECT count(*) FROM ledger_event_ranges WHERE run_id = 'r_held'")
+        cur.execute("SELECT count(*) FROM ledger_event_rows WHERE run_id = 'r_held'")
+        with second.conn.cursor() as c:
+            c.execute("SET lock_timeout = '3s'")
+        second.create_run({**row, "run_id": "r_new", "topic": "t_new"})
+    first.close()
+    second.close()
+    placed = _query(db, "SELECT count(*) FROM pg_inherits WHERE inhparent = 'ledger_event_ranges'::regclass")
+    assert placed == [(2,)]
