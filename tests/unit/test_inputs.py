@@ -251,6 +251,16 @@ def test_an_audit_names_a_mode_or_a_pipeline_and_an_older_file_may_name_a_pipeli
             "sink.strategy: 'transactional_copy' is not a sink",
         ),
         (lambda s: s["sink"]["columns"].update(applied_at="applied at"), "sink.columns.applied_at: 'applied at'"),
+        (lambda s: s["sink"].update(store="s3; DROP TABLE t"), r"sink.store: 's3; DROP TABLE t' is not one of"),
+        (
+            lambda s: s["sink"].update(store="jdbc", format="delta"),
+            r"sink: store and format \(its older name\) are one field: give store",
+        ),
+        (lambda s: s.update(pipeline="debezium_outbox\r\nmode: x"), r"give mode \(a delivery mode\) or pipeline"),
+        (
+            lambda s: [s.pop("mode"), s.update(pipeline="debezium_outbox\r\nmode: x")],
+            r"pipeline: 'debezium_outbox\\r\\nmode: x' is not a connector pipeline",
+        ),
         (lambda s: s["alerts"].update(notifier={"pager": {}}), r"alerts.notifier: unknown field 'pager'"),
         (lambda s: s["alerts"].update(max_open_discrepancies=-1), "alerts.max_open_discrepancies: -1 is less than"),
     ],
