@@ -131,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
             jobs = [(platform_run_source(jdbc, rid, kafka), None) for rid in args.run_id]
 
         def one(job) -> list[dict]:
-            with cache.scope():  # one run's cached reads are not the next one's
-                return reconcile(spark, jdbc, *job, copy=copy)
+            def attempt() -> list[dict]:
+                with cache.scope():  # one run's cached reads are not the next one's
+                    return reconcile(spark, jdbc, *job, copy=copy)
+
+            return _riding_over_the_database(jdbc, job[0].reconciliation_id, attempt)
 
         with ThreadPoolExecutor(args.parallel_runs) as pool:
             futures = [pool.submit(one, job) for job in jobs]
@@ -151,11 +154,18 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, stores.StoreError, audits.AuditError) as e:
         print(f"reconcile: {e}", file=sys.stderr)
         return kafka_retry.EXIT_BAD_INPUT
-    except kafka_retry.TransientKafkaError as e:
+    except kafka_retry.TransientError as e:
         print(f"reconcile: {e}", file=sys.stderr)
         return kafka_retry.EXIT_TRANSIENT
     finally:
         spark.stop()
+
+
+def _riding_over_the_database(jdbc: Jdbc, what: str, attempt):
+    """A reconciliation or window read and written again when the results database restarts under
+    it (its merge is one transaction: the second attempt leaves what the first would have); past
+    the bound, exit 75 for Airflow's retry."""
+    return kafka_retry.riding_over(attempt, jdbc.gone, f"results database: {what}", "the database restarting")
 
 
 def _mapping_suspect(audit, s: dict) -> str | None:
@@ -185,7 +195,12 @@ def _windows(spark, jdbc, kafka, audit, ends: list[str], outbox) -> int:
         src = audit_source(audit, audits.window_id(audit, end), kafka, record_format)
         started = time.monotonic()
         timings: dict = {}
-        row = reconcile_window(spark, jdbc, src, audit, end, outbox, sink, timings)
+
+        def attempt(src=src, end=end, timings=timings) -> dict:
+            spark.catalog.clearCache()  # an attempt the database cut short left its reads cached
+            return reconcile_window(spark, jdbc, src, audit, end, outbox, sink, timings)
+
+        row = _riding_over_the_database(jdbc, src.reconciliation_id, attempt)
         spark.catalog.clearCache()
         suspect = _mapping_suspect(audit, row)
         print(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -185,3 +186,50 @@ def test_both_windows_run_again_through_a_rolling_restart_leave_every_row_as_the
     finally:
         thread.join()
     assert [e["action"] for e in nemesis.timeline.entries].count("in_sync") == 3
+
+
+def _staged_results() -> list[str]:
+    """The staging tables of a window's discrepancies: written once it has read and classified."""
+    return [
+        r["tablename"]
+        for r in report.query("SELECT tablename FROM pg_tables WHERE tablename LIKE %s", ("stg\\_window\\_disc\\_%",))
+    ]
+
+
+@pytest.mark.serial  # PostgreSQL restarted: every other test's connections would go with it
+def test_a_window_rides_over_a_restart_of_the_results_database_between_its_read_and_its_write(planted):
+    """PostgreSQL (the results database, and here the outbox's and sink's too) stopped and started
+    again once the first window has read the topic, the outbox and the sink and classified them,
+    as it begins to write: the application waits for the database, reads and writes that window
+    again, and exits 0, with every row of the window state and results the quiet run's."""
+    audit = audits.load(planted["path"])
+    ends = [planted["T"][0].isoformat()]
+    quiet = spark_submit.run(audit=audit, window_ends=ends)
+    assert quiet.returncode == 0, quiet.error
+    before = _snapshot()
+    assert before["audit_windows"] and before["audit_sightings"]
+    assert not _staged_results()
+
+    restarted = threading.Event()
+
+    def restart_once_classified() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if _staged_results():
+                devstack.stop_postgres()
+                time.sleep(3)
+                devstack.start_postgres()
+                restarted.set()
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=restart_once_classified, daemon=True)
+    watcher.start()
+    again = spark_submit.run(audit=audit, window_ends=ends)
+    watcher.join(timeout=60)
+    out = again.stdout + again.stderr
+    assert restarted.is_set(), "the database was never restarted: no staged discrepancies seen"
+    assert again.returncode == 0, again.error
+    assert "results database: audit:window_state:" in out and "trying again in" in out, out[-3000:]
+    assert _snapshot() == before
+    assert not _staged_results(), "an attempt's staging tables are dropped by the next"

@@ -88,3 +88,83 @@ def test_the_airflow_task_fails_at_once_on_bad_input_and_is_retried_otherwise():
         e = AirflowException(f"Cannot execute: spark-submit ... Error code is: {code}.")
         out = spark_failure(e)
         assert out is e and not isinstance(out, AirflowFailException), code
+
+
+class _JavaThrowable:
+    """The few methods of a java.lang.Throwable (an SQLException when it has a state) the
+    classification calls through Py4J."""
+
+    def __init__(self, text: str, state: str | None = None, cause=None):
+        self.text, self.state, self.cause = text, state, cause
+
+    def getSQLState(self):
+        if self.state is None:
+            raise RuntimeError("not an SQLException")  # what Py4J raises for a method it lacks
+        return self.state
+
+    def getCause(self):
+        return self.cause
+
+    def toString(self):
+        return self.text
+
+
+class _Py4JError(Exception):
+    def __init__(self, java_exception):
+        super().__init__("An error occurred while calling o123.save.")
+        self.java_exception = java_exception
+
+
+@pytest.mark.parametrize(
+    ("error", "gone"),
+    [
+        (_Py4JError(_JavaThrowable("org.postgresql.util.PSQLException: FATAL: terminating connection", "57P01")), True),
+        (_Py4JError(_JavaThrowable("SparkException", None, _JavaThrowable("PSQLException: I/O", "08006"))), True),
+        (_Py4JError(_JavaThrowable("PSQLException: the database system is starting up", "57P03")), True),
+        # A Spark job's failure names its task's exception only in its text.
+        (RuntimeError("Job aborted: org.postgresql.util.PSQLException: Connection to localhost:5433 refused."), True),
+        (RuntimeError("PSQLException: An I/O error occurred while sending to the backend."), True),
+        # Wrong input stays wrong input, whatever the database.
+        (_Py4JError(_JavaThrowable('PSQLException: relation "x" does not exist', "42P01")), False),
+        (_Py4JError(_JavaThrowable("PSQLException: password authentication failed", "28P01")), False),
+        (_Py4JError(_JavaThrowable("PSQLException: duplicate key value", "23505")), False),
+        (ValueError("a bug"), False),
+    ],
+)
+def test_the_results_database_restarting_is_told_from_bad_input(error, gone):
+    from delivery_semantics.audit.stores.spark_jdbc import database_gone
+
+    assert bool(database_gone(error)) is gone
+
+
+def test_a_database_is_ridden_over_only_once_it_has_answered():
+    """Before its first answer a refused connection is a wrong address (bad input, at once); after
+    it, the same refusal is a restart, tried again with backoff and then transient."""
+    from delivery_semantics.audit.stores.spark_jdbc import Jdbc
+
+    refused = RuntimeError("PSQLException: Connection to localhost:5433 refused.")
+    jdbc = Jdbc.__new__(Jdbc)
+    jdbc.answered = False
+    assert jdbc.gone(refused) is None
+    jdbc.answered = True
+    left, slept = [refused, refused], []
+
+    def attempt():
+        if left:
+            raise left.pop()
+        return "merged"
+
+    assert (
+        kafka_retry.riding_over(attempt, jdbc.gone, "results database: w", "restarting", 60, slept.append) == "merged"
+    )
+    assert slept == [0.5, 1.0]
+    with pytest.raises(kafka_retry.TransientError, match="still failing after 2 s of retries"):
+        kafka_retry.riding_over(
+            lambda: (_ for _ in ()).throw(refused),
+            jdbc.gone,
+            "results database: w",
+            "restarting",
+            2,
+            slept.append,
+            clock=lambda: sum(slept[2:]),
+        )

@@ -5,6 +5,10 @@ EXIT_TRANSIENT, which the Airflow tasks retry). An error that says the input is 
 topic, authorization, authentication, a bad setting), or a cluster that never answered (a wrong
 address), is refused at once: bad input, exit 2, not retried.
 
+`riding_over` is the loop, for any service whose failures its caller can tell apart: the
+checker's results database rides over a restart with it (a window or run read and written again;
+its write is one transaction, so a second attempt leaves the rows the first would have).
+
 The bound is SEMANTICS_KAFKA_RETRY_SECONDS (120 unless set)."""
 
 from __future__ import annotations
@@ -72,8 +76,13 @@ def spark_source_options() -> dict[str, str]:
     }
 
 
-class TransientKafkaError(RuntimeError):
-    """Kafka kept failing with retriable errors past the bound: try again later (EXIT_TRANSIENT)."""
+class TransientError(RuntimeError):
+    """A service the run needs kept failing past the bound after it had answered: try again later
+    (EXIT_TRANSIENT)."""
+
+
+class TransientKafkaError(TransientError):
+    """Kafka kept failing with retriable errors past the bound."""
 
 
 def transient(error: KafkaError) -> bool:
@@ -99,21 +108,50 @@ def retrying(
     """`attempt()`, again after a transient KafkaException once `answered()` says the cluster has
     answered at least once; a KafkaException that is not transient, or comes before any answer, is
     raised as it is (bad input); past `bound` seconds, TransientKafkaError."""
+
+    def why(e: BaseException) -> str | None:
+        error = e.args[0] if isinstance(e, KafkaException) and e.args else None
+        if not isinstance(error, KafkaError) or not answered() or not transient(error):
+            return None
+        return error.str()
+
+    return riding_over(
+        attempt,
+        why,
+        f"kafka: {what}",
+        "a cluster restarting or electing leaders",
+        bound,
+        sleep,
+        clock,
+        TransientKafkaError,
+    )
+
+
+def riding_over(
+    attempt: Callable[[], T],
+    why_transient: Callable[[BaseException], str | None],
+    what: str,
+    cause: str,
+    bound: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    error: type[TransientError] = TransientError,
+) -> T:
+    """`attempt()`, again with backoff after each exception `why_transient` gives a reason for;
+    any other exception is raised as it is; past `bound` seconds (SEMANTICS_KAFKA_RETRY_SECONDS
+    unless given), `error`, which the entry points exit EXIT_TRANSIENT for."""
     bound = bound_seconds() if bound is None else bound
     deadline = clock() + bound
     backoff = 0.5
     while True:
         try:
             return attempt()
-        except KafkaException as e:
-            error = e.args[0]
-            if not isinstance(error, KafkaError) or not answered() or not transient(error):
+        except Exception as e:
+            reason = why_transient(e)
+            if reason is None:
                 raise
             if clock() + backoff > deadline:
-                raise TransientKafkaError(
-                    f"{what}: still failing after {bound:.0f} s of retries (a cluster restarting or electing "
-                    f"leaders): {error.str()}"
-                ) from None
-            print(f"kafka: {what}: {error.str()}; trying again in {backoff:g} s", file=sys.stderr, flush=True)
+                raise error(f"{what}: still failing after {bound:.0f} s of retries ({cause}): {reason}") from None
+            print(f"{what}: {reason}; trying again in {backoff:g} s", file=sys.stderr, flush=True)
             sleep(backoff)
             backoff = min(backoff * 2, 8.0)

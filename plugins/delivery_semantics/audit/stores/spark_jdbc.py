@@ -6,6 +6,7 @@ stores share it; it lives with the stores so that no plugin module imports the S
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import zlib
 
@@ -14,6 +15,38 @@ from pyspark.sql import DataFrame, SparkSession
 
 class InputError(Exception):
     """Bad input or an endpoint that cannot be reached: exit 2 with the message."""
+
+
+class DatabaseGone(Exception):
+    """A database that had answered cannot be reached now: transient, not bad input."""
+
+
+# What PostgreSQL and its driver say of a connection lost or refused while the server restarts:
+# SQLSTATE class 08 (connection exception) and 57P01-57P03 (shut down, crashed, starting up).
+_GONE_STATES = re.compile(r"^(08...|57P0[123])$")
+_GONE_TEXT = re.compile(
+    r"An I/O error occurred while sending to the backend|Connection to \S+ refused|This connection has been closed"
+    r"|terminating connection due to administrator command|the database system is (shutting down|starting up)"
+)
+
+
+def database_gone(e: BaseException) -> str | None:
+    """Why `e` is the database going away (its SQLSTATE or message), or None when it is not: read
+    through a Java exception's causes, or a Spark job's failure text, which names its task's."""
+    if isinstance(e, DatabaseGone):
+        return str(e)
+    cause = getattr(e, "java_exception", None) or getattr(e, "_origin", None)  # Py4J's, or PySpark's converted
+    seen = 0
+    while cause is not None and seen < 16:
+        try:
+            state = cause.getSQLState() if hasattr(cause, "getSQLState") else None
+        except Exception:
+            state = None
+        if state and _GONE_STATES.match(str(state)):
+            return f"SQLSTATE {state}: {_java_message(Exception(str(cause.toString())))}"
+        cause, seen = cause.getCause(), seen + 1
+    found = _GONE_TEXT.search(str(e))
+    return found.group(0) if found else None
 
 
 class Jdbc:
@@ -36,6 +69,7 @@ class Jdbc:
         except KeyError as e:
             raise InputError(f"{e.args[0]} is not set") from None
         self.spark, self.read_only, self.driver = spark, read_only, driver
+        self.answered = False  # once it has, a lost connection is the database restarting, not bad input
         self.props = {"user": self.user, "password": self.password, "driver": driver}
         if driver == "org.postgresql.Driver":
             # The driver sends a batch as multi-row INSERTs, not one per row.
@@ -99,9 +133,16 @@ class Jdbc:
         try:
             conn = jvm.java.sql.DriverManager.getConnection(self.url, props)
         except Exception as e:
+            if self.answered and database_gone(e):
+                raise DatabaseGone(f"the database at {self.url} cannot be reached: {_java_message(e)}") from None
             raise InputError(f"the database at {self.url} cannot be reached: {_java_message(e)}") from None
+        self.answered = True
         conn.setReadOnly(self.read_only)
         return conn
+
+    def gone(self, e: BaseException) -> str | None:
+        """Why `e` is this database restarting after it had answered, or None (retrying.riding_over)."""
+        return database_gone(e) if self.answered else None
 
     def scalar_rows(self, sql: str, params: list) -> list[list]:
         conn = self.connection()
