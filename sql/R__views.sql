@@ -61,10 +61,12 @@ JOIN reconcile_discrepancies d
  AND d.kind = ANY (string_to_array(v.broken_by, ','))
 WHERE v.verdict = 'broken';
 
--- v_run_history (last changed by V006__consumer_side.sql)
+-- v_run_history (last changed by V037__retired_runs.sql)
+-- details_retired_at: when gc retired the run's events (its topic gone); its verdict and counts stay.
 CREATE OR REPLACE VIEW v_run_history AS
 SELECT run_id, created_at, mode, scenario, messages, load_status, acked, records_per_sec, lost, duplicate_events,
-       verdict, meets_expectation, reconciled, side
+       verdict, meets_expectation, reconciled, side,
+       (SELECT rr.retired_at FROM retired_runs rr WHERE rr.run_id = h.run_id) AS details_retired_at
 FROM (
     SELECT r.run_id, r.created_at, r.mode, r.scenario, r.messages, r.status AS load_status, r.acked,
            r.records_per_sec, v.lost, v.duplicate_events, v.verdict, v.meets_expectation,

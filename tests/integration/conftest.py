@@ -114,7 +114,6 @@ SERIAL_FILES = {
     "test_modes.py",  # isolated_leader
     "test_pipelines.py",
     "test_platform_faults.py",  # PostgreSQL restarted
-    "test_retention.py",  # gc --keep-days 0 retires every run topic
     "test_stack.py",  # brokers stopped and proxies disabled
 }
 

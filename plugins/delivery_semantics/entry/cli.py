@@ -12,7 +12,7 @@
     pipeline run --pipeline debezium_outbox [--scenario connect_worker_kill] [--events N] ...
     dedup show RECONCILIATION_ID [--limit N] | dedup sql "SELECT ... FROM dedup_events ..."
     dedup vacuum [--retain-hours N] [--dry-run] [--lakehouse PATH]
-    gc [--keep-days N] [--dry-run]   (the platform's own run topics unused for N days, with their sizes)
+    gc [--keep-days N] [--dry-run]   (the platform's own run topics unused for N days and their runs' records, with sizes)
     predict --mode NAME | --audit NAME | --pipeline NAME | --connector NAME | --set FAMILY.KEY=VALUE ... [--json] [--fail-on G]
     prove --mode NAME [--set producer.KEY=VALUE | topic.KEY=VALUE ...] | --pipeline NAME [--reuse] [--dry-run] [--json]
 
@@ -473,7 +473,9 @@ def _dedup_vacuum(args) -> int:
 
 
 def _gc_parser(sub) -> None:
-    ap = sub.add_parser("gc", help="delete the platform's own run topics unused for the retention, with their sizes")
+    ap = sub.add_parser(
+        "gc", help="delete the platform's own run topics unused for the retention and their runs' records, with sizes"
+    )
     ap.add_argument(
         "--keep-days",
         type=_count,
@@ -484,31 +486,49 @@ def _gc_parser(sub) -> None:
 
 
 def _gc(args) -> int:
+    from delivery_semantics.history import schema
     from delivery_semantics.plumbing import endpoints
     from delivery_semantics.reporting import retention
 
     try:
         days = retention.retention_days(args.keep_days)
         db, kafka_conf = endpoints.ledger_database(), endpoints.kafka_config()
+        schema.migrate(db)  # retired_runs, on a database a release before made
         doomed = retention.expired(db, kafka_conf, days)
+        held = retention.held_runs(db, [e.topic for e in doomed])
     except (retention.RetentionError, endpoints.EndpointError) as e:
         print(f"gc: {e}", file=sys.stderr)
         return 2
+    human = retention.human
     for e in doomed:
-        print(f"{e.topic}\t{e.owner}\tlast used {e.last_used_at:%Y-%m-%d %H:%M}\t{retention.human(e.bytes)}")
-    total = retention.human(sum(e.bytes or 0 for e in doomed))
+        print(f"{e.topic}\t{e.owner}\tlast used {e.last_used_at:%Y-%m-%d %H:%M}\t{human(e.bytes)}")
+    for r in held:
+        print(
+            f"records of {r.side} run {r.run_id}\t{human(r.database_bytes)} in the database\t"
+            f"{human(r.lakehouse_bytes) if r.lakehouse else '0 B'} in the lakehouse"
+        )
+    total = human(sum(e.bytes or 0 for e in doomed))
     unmeasured = sum(e.bytes is None for e in doomed)
     note = f" ({unmeasured} not measured)" if unmeasured else ""
+    in_db = human(sum(r.database_bytes for r in held))
+    in_lake = sum(r.lakehouse_bytes or 0 for r in held)
+    lake_note = " (some not measured)" if any(r.lakehouse and r.lakehouse_bytes is None for r in held) else ""
+    records = f"{len(held)} runs' records, {in_db} in the database and {human(in_lake)}{lake_note} in the lakehouse"
     if args.dry_run:
         print(
-            f"gc: {len(doomed)} topics unused for over {days} days, {total}{note}: to delete (dry run)", file=sys.stderr
+            f"gc: {len(doomed)} topics unused for over {days} days, {total}{note}; {records}: to delete (dry run)",
+            file=sys.stderr,
         )
         return 0
     refused = retention.retire(db, kafka_conf, doomed) if doomed else []
+    held = retention.held_runs(db)  # the runs whose topics are gone now (a refused topic's are kept)
+    refused += retention.retire_runs(db, held) if held else []
     for line in refused:
         print(f"gc: not deleted: {line}", file=sys.stderr)
     print(
-        f"gc: {len(doomed) - len(refused)} topics unused for over {days} days deleted, {total}{note}", file=sys.stderr
+        f"gc: {len(doomed)} topics unused for over {days} days, {total}{note}; {records}: deleted"
+        + (f" but for {len(refused)}" if refused else ""),
+        file=sys.stderr,
     )
     return 1 if refused else 0
 

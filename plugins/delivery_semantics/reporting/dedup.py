@@ -5,10 +5,14 @@ Delta as Arrow, and DuckDB runs SQL on it with no extension to download.
     local/semantics dedup show RECONCILIATION_ID [--limit N]
     local/semantics dedup sql "SELECT reconciliation_id, count(*) FROM dedup_events GROUP BY 1"
     local/semantics dedup vacuum [--retain-hours N] [--dry-run] [--lakehouse PATH]
+
+`forget` deletes retired runs' partitions (`local/semantics gc`).
 """
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -59,6 +63,55 @@ def vacuum(retain_hours: int | None = None, dry_run: bool = False, location: str
     if files and not dry_run:
         table.vacuum(dry_run=False, **kwargs)
     return files
+
+
+# The platform's own reconciliation ids (a run's or a consumer run's): all `forget` is ever given.
+_RECONCILIATION_ID = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+
+
+def forget(location: str, reconciliation_ids: list[str], attempts: int = 5) -> tuple[int, int]:
+    """The lakehouse table's partitions of these reconciliations deleted in one Delta commit, then,
+    in a local table, their files removed at once (elsewhere `vacuum` removes them after the
+    table's retention); returns the rows deleted and the bytes freed. No reconciliation writes
+    those partitions again (gc names runs whose topic is gone), so no reader of the current table
+    loses a file; a commit another writer made first is tried again."""
+    import deltalake
+    import pyarrow
+
+    bad = [i for i in reconciliation_ids if not _RECONCILIATION_ID.match(i)]
+    if bad:
+        raise ValueError(f"{bad[0][:60]!r} is not a platform run's reconciliation id")
+    if not reconciliation_ids:
+        return 0, 0
+    predicate = "reconciliation_id IN (" + ", ".join(f"'{i}'" for i in sorted(set(reconciliation_ids))) + ")"
+    for attempt in range(attempts):
+        table = _delta_table(location)
+        adds = pyarrow.table(table.get_add_actions(flatten=True)).to_pylist()
+        files = [
+            (a["path"], a["size_bytes"]) for a in adds if a.get("partition.reconciliation_id") in reconciliation_ids
+        ]
+        try:
+            deleted = table.delete(predicate)["num_deleted_rows"]
+            break
+        except deltalake.exceptions.CommitFailedError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 * 2**attempt)
+    uri = urlsplit(table.table_uri)
+    freed = 0
+    if uri.scheme in ("", "file"):
+        root = Path(unquote(uri.path))
+        for path, size in files:
+            f = root / unquote(path)
+            if f.is_file():
+                f.unlink()
+                freed += size
+                crc = f.with_name(f".{f.name}.crc")
+                crc.unlink(missing_ok=True)
+        for folder in {(root / unquote(path)).parent for path, _ in files}:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+    return deleted, freed
 
 
 def rows(reconciliation_id: str, limit: int | None = None) -> list[dict]:
