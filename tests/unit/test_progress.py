@@ -114,3 +114,19 @@ def test_the_eta_weighs_each_step_by_its_kind():
     # Pipelines cost about three paced runs: an unweighted ETA after one run would be far short.
     unweighted = steps[0] * (len(steps) - 1)
     assert p.eta(steps[0]) > unweighted * 1.2
+
+
+def test_a_first_run_slower_than_its_model_moves_the_eta_by_its_share_not_its_ratio():
+    """The matrix's first run, an isolated leader, healed in 52 s against its model's 41: alone it
+    would have made the whole ETA a quarter long; starting from the model's pace, 7%."""
+    from delivery_semantics.reporting.progress import reconcile_seconds, step_seconds
+
+    first = step_seconds("isolated_leader", "librdkafka")
+    assert first == 41.0
+    work = 100 * first + reconcile_seconds(100, 15000)  # as if a matrix of such runs followed
+    p = Progress(100, "matrix run", io.StringIO(), work=work)
+    p.work_done = first
+    slow = 52.0
+    predicted = slow + p.eta(slow)
+    assert 1.0 < predicted / work < 1.08, predicted / work
+    assert slow / first > 1.25, "the first run's own pace: a quarter long"

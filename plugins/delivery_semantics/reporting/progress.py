@@ -36,7 +36,8 @@ class Progress:
 
     def __init__(self, total: int, what: str, stream: TextIO = sys.stdout, work: float | None = None):
         """`work`: the steps' expected cost in all (seconds of a model, any unit), when steps differ;
-        each step then says its own, and the ETA is the cost left at the pace so far."""
+        each step then says its own, and the ETA is the cost left at the pace so far, which starts
+        at the model's own and moves to the pace observed as steps are done (PRIOR_WORK)."""
         self.total, self.what, self.stream, self.done = total, what, stream, 0
         self.work, self.work_done = work, 0.0
         self.started = time.monotonic()
@@ -62,7 +63,8 @@ class Progress:
     def eta(self, elapsed: float) -> float:
         if self.work is None:
             return elapsed / self.done * (self.total - self.done)
-        return elapsed / max(self.work_done, 1e-9) * max(self.work - self.work_done, 0.0)
+        pace = (elapsed + PRIOR_WORK) / (self.work_done + PRIOR_WORK)
+        return pace * max(self.work - self.work_done, 0.0)
 
     def advance(self, work: float) -> None:
         """Work done that is not a step of its own (the reconciliation of every run at the end)."""
@@ -109,22 +111,49 @@ def matrix_size(conf: dict) -> int:
     return sum(matrix_sizes(conf))
 
 
-# What each kind of step of the matrix costs, in seconds on this machine (2 cores; `make demo`'s
-# tour on a fresh clone, 2026-11-28, docs/BENCHMARKS.md): a paced run its 30 s load and its heal,
-# a consumer run under its crash 9 s, a pipeline run and its audit 105 s; the one reconciliation
-# of every run at the end, 110 s for 12 runs of 15,000 events. The ETA scales them by the pace
-# so far, so that whichever run comes first predicts the rest.
-STEP_SECONDS = {"paced": catalog.LOAD_SECONDS + 3.0, "unpaced": 8.0, "consumer": 9.0, "pipeline": 105.0}
-RECONCILE_SECONDS = {"start": 40.0, "per_run": 5.0, "per_million_events": 40.0}
+# What each kind of step of the matrix costs, in seconds on this machine (2 cores), measured on
+# `make matrix` (100 runs, 2026-11-29, docs/BENCHMARKS.md): a paced run its load and its heal, by
+# scenario (an isolated leader heals longest); a run with no fault or an unpaced one seconds; a
+# consumer run under its crash 11 s; a pipeline run and its audit 86-121 s by scenario; the one
+# reconciliation of every run at the end, 564 s for 84 runs of 15,000 events. The ETA scales them
+# by the pace so far, so that whichever run comes first predicts the rest.
+STEP_SECONDS = {"paced": catalog.LOAD_SECONDS + 4.0, "unpaced": 8.0, "consumer": 11.0, "pipeline": 105.0}
+SCENARIO_SECONDS = {
+    "none": 6.0,
+    "txn_abort": 15.0,
+    "leader_kill": 32.0,
+    "coordinator_kill": 33.0,
+    "lost_ack": 33.0,
+    "producer_crash": 35.0,
+    "rolling_restart": 35.0,
+    "partitioned_leader": 37.0,
+    "shrunk_isr_leader_kill": 38.0,
+    "isolated_leader": 41.0,
+}
+PIPELINE_SECONDS = {
+    "none": 87.0,
+    "coordinator_kill": 92.0,
+    "outbox_db_restart": 102.0,
+    "sink_worker_kill": 102.0,
+    "connect_rebalance": 108.0,
+    "leader_kill": 109.0,
+    "connect_worker_kill": 118.0,
+    "rolling_restart": 119.0,
+    "poison_records": 121.0,
+}
+RECONCILE_SECONDS = {"start": 40.0, "per_run": 5.6, "per_million_events": 40.0}
+# The model's seconds the ETA's pace starts from: the first run's own pace (an isolated leader
+# healing in 52 s or in 31 s) would otherwise set the whole ETA, 51% long after that 52 s run.
+PRIOR_WORK = 120.0
 
 
 def step_seconds(scenario: str, client: str | None = None, consumer: bool = False, pipeline: bool = False) -> float:
     if pipeline:
-        return STEP_SECONDS["pipeline"]
+        return PIPELINE_SECONDS.get(scenario, STEP_SECONDS["pipeline"])
     if consumer:
         return STEP_SECONDS["consumer"]
     paced = catalog.SCENARIOS[scenario].paced if scenario in catalog.SCENARIOS else False
-    seconds = STEP_SECONDS["paced"] if paced else STEP_SECONDS["unpaced"]
+    seconds = SCENARIO_SECONDS.get(scenario, STEP_SECONDS["paced"] if paced else STEP_SECONDS["unpaced"])
     return seconds + (clients.spec(client).start_seconds if client else 0.0)
 
 
@@ -167,7 +196,8 @@ def follow_matrix(
             for r in sorted(query(_PIPELINE_RUNS, {"since": since}), key=lambda r: r["run_id"]):
                 if r["run_id"] not in audited and r["status"] in ("reconciled", "failed"):
                     audited.add(r["run_id"])
-                    progress.step(f"pipeline {r['label']} x {r['scenario']} {r['status']}", STEP_SECONDS["pipeline"])
+                    work = step_seconds(r["scenario"], pipeline=True)
+                    progress.step(f"pipeline {r['label']} x {r['scenario']} {r['status']}", work)
         if stage == "load" and loaded and len(loaded) >= total - pipelines:
             stage = "reconcile"
             progress.note(f"reconciling {len(loaded)} runs in one Spark application")
