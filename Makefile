@@ -35,16 +35,10 @@ integration: start
 	bash local/pytest tests/integration -m "not slow and serial" --durations=30
 
 # Each stage's time printed as it ends (CI's budget is spent by stage; the suite prints its files').
-# The stack starts beside the unit tier, which needs no service: its minute of JVMs starting
-# overlaps the tier's Spark instead of following it.
 test:
 	@t=$$(date +%s); took() { n=$$(date +%s); echo "make test: $$1 took $$((n - t)) s"; t=$$n; }; \
-	$(MAKE) --no-print-directory setup && mkdir -p var/logs && \
-	{ local/stack start > var/logs/stack-start.log 2>&1 & starting=$$!; } && \
-	{ .venv/bin/python -m pytest tests/unit -n 2 --dist loadfile; unit=$$?; } ; \
-	wait $$starting; started=$$?; cat var/logs/stack-start.log; \
-	[ $$unit -eq 0 ] || exit $$unit; [ $$started -eq 0 ] || { echo "make test: the stack did not start"; exit $$started; }; \
-	took "the unit tier, with the stack starting beside it" && \
+	$(MAKE) --no-print-directory unit && took "the unit tier" && \
+	$(MAKE) --no-print-directory start && took "the stack's start" && \
 	bash local/setup --with-browser && took "the browser's set-up" && \
 	bash local/pytest tests/integration -m "not slow and not serial" -n 2 --dist loadfile --durations=30 && \
 	took "the integration suite's parallel phase" && \
