@@ -505,15 +505,14 @@ def _gc(args) -> int:
     for r in held:
         print(
             f"records of {r.side} run {r.run_id}\t{human(r.database_bytes)} in the database\t"
-            f"{human(r.lakehouse_bytes) if r.lakehouse else '0 B'} in the lakehouse"
+            f"{human(r.lakehouse_bytes)} in the lakehouse"
         )
     total = human(sum(e.bytes or 0 for e in doomed))
     unmeasured = sum(e.bytes is None for e in doomed)
     note = f" ({unmeasured} not measured)" if unmeasured else ""
     in_db = human(sum(r.database_bytes for r in held))
-    in_lake = sum(r.lakehouse_bytes or 0 for r in held)
-    lake_note = " (some not measured)" if any(r.lakehouse and r.lakehouse_bytes is None for r in held) else ""
-    records = f"{len(held)} runs' records, {in_db} in the database and {human(in_lake)}{lake_note} in the lakehouse"
+    in_lake = sum(r.lakehouse_bytes for r in held)
+    records = f"{len(held)} runs' records, {in_db} in the database and {human(in_lake)} in the lakehouse"
     if args.dry_run:
         print(
             f"gc: {len(doomed)} topics unused for over {days} days, {total}{note}; {records}: to delete (dry run)",

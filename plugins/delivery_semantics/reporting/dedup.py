@@ -76,7 +76,6 @@ def forget(location: str, reconciliation_ids: list[str], attempts: int = 5) -> t
     those partitions again (gc names runs whose topic is gone), so no reader of the current table
     loses a file; a commit another writer made first is tried again."""
     import deltalake
-    import pyarrow
 
     bad = [i for i in reconciliation_ids if not _RECONCILIATION_ID.match(i)]
     if bad:
@@ -86,10 +85,7 @@ def forget(location: str, reconciliation_ids: list[str], attempts: int = 5) -> t
     predicate = "reconciliation_id IN (" + ", ".join(f"'{i}'" for i in sorted(set(reconciliation_ids))) + ")"
     for attempt in range(attempts):
         table = _delta_table(location)
-        adds = pyarrow.table(table.get_add_actions(flatten=True)).to_pylist()
-        files = [
-            (a["path"], a["size_bytes"]) for a in adds if a.get("partition.reconciliation_id") in reconciliation_ids
-        ]
+        files = [(path, size) for path, size, _ in _partition_files(table, reconciliation_ids)]
         try:
             deleted = table.delete(predicate)["num_deleted_rows"]
             break
@@ -112,6 +108,28 @@ def forget(location: str, reconciliation_ids: list[str], attempts: int = 5) -> t
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
     return deleted, freed
+
+
+def partition_bytes(location: str, reconciliation_ids: list[str]) -> dict[str, int]:
+    """What each reconciliation's partition of the lakehouse table holds, by Delta's own log (a
+    local folder or a URI alike)."""
+    held: dict[str, int] = {}
+    for _, size, rid in _partition_files(_delta_table(location), reconciliation_ids):
+        held[rid] = held.get(rid, 0) + size
+    return held
+
+
+def _partition_files(table, reconciliation_ids: list[str]) -> list[tuple[str, int, str]]:
+    """The current files of these reconciliations' partitions: path in the table, bytes, id."""
+    import pyarrow
+
+    wanted = set(reconciliation_ids)
+    adds = pyarrow.table(table.get_add_actions(flatten=True)).to_pylist()
+    return [
+        (a["path"], a["size_bytes"], a["partition.reconciliation_id"])
+        for a in adds
+        if a.get("partition.reconciliation_id") in wanted
+    ]
 
 
 def rows(reconciliation_id: str, limit: int | None = None) -> list[dict]:

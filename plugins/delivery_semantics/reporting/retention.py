@@ -18,8 +18,6 @@ import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from urllib.parse import urlsplit
 
 import psycopg2
 import psycopg2.extras
@@ -132,7 +130,7 @@ class HeldRun:
     result_rows: int
     copy_rows: int
     lakehouse: tuple[str, ...]  # the lakehouse tables holding a partition of its copy
-    lakehouse_bytes: int | None  # None: a lakehouse the platform cannot measure (not a local folder)
+    lakehouse_bytes: int  # its partitions' files, by the Delta log
 
 
 def held_runs(db: Database, topics_going: list[str] = ()) -> list[HeldRun]:
@@ -196,6 +194,15 @@ def held_runs(db: Database, topics_going: list[str] = ()) -> list[HeldRun]:
             (ids,),
         )
         copy_bytes = {r["reconciliation_id"]: int(r["bytes"]) for r in cur.fetchall()}
+    in_each: dict[str, list[str]] = {}
+    for rid, mine in copies.items():
+        for c in mine:
+            if c["store"] == "lakehouse":
+                in_each.setdefault(c["location"], []).append(rid)
+    lake_bytes: dict[str, int] = {}
+    for location, rids in in_each.items():  # one read of each table's log
+        for rid, size in dedup.partition_bytes(location, rids).items():
+            lake_bytes[rid] = lake_bytes.get(rid, 0) + size
     held = []
     for r in runs:
         rid = r["run_id"]
@@ -210,32 +217,11 @@ def held_runs(db: Database, topics_going: list[str] = ()) -> list[HeldRun]:
             n_results,
             sum(c["row_count"] for c in copies.get(rid, [])),
             in_lakehouse,
-            _lakehouse_bytes(in_lakehouse, rid),
+            lake_bytes.get(rid, 0),
         )
         if run.partitions or run.result_rows or run.copy_rows or rid in copies:
             held.append(run)
     return held
-
-
-def _partition_folder(location: str, reconciliation_id: str) -> Path | None:
-    """A local lakehouse table's folder of one reconciliation's partition (Hive's escaping of the
-    value), or None for a table elsewhere (a URI)."""
-    scheme = urlsplit(location).scheme
-    if scheme not in ("", "file"):
-        return None
-    root = Path(urlsplit(location).path if scheme else location)
-    value = "".join(ch if ch.isalnum() or ch in "_-." else f"%{ord(ch):02X}" for ch in reconciliation_id)
-    return root / f"reconciliation_id={value}"
-
-
-def _lakehouse_bytes(locations: tuple[str, ...], reconciliation_id: str) -> int | None:
-    total = 0
-    for location in locations:
-        folder = _partition_folder(location, reconciliation_id)
-        if folder is None:
-            return None
-        total += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
-    return total
 
 
 def retire_runs(db: Database, held: list[HeldRun]) -> list[str]:
