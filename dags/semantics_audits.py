@@ -17,8 +17,9 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
+from delivery_semantics import budgets
 from delivery_semantics.audit import audits
-from semantics_common import PlatformSparkSubmitOperator, file_dags
+from semantics_common import CHECK_TASK, SPARK_TASK, PlatformSparkSubmitOperator, budgeted, file_dags
 
 DEFAULTS = {"retries": 1, "retry_delay": pendulum.duration(minutes=1)}
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -26,7 +27,7 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 def audit_dag(audit: audits.Audit):
     windowed = audit.windowed
-    default_args = {**DEFAULTS, "on_failure_callback": audits.failure_callback(audit)}
+    default_args = budgeted({**DEFAULTS, "on_failure_callback": audits.failure_callback(audit)}, SPARK_TASK)
 
     @dag(
         dag_id=audit.dag_id,
@@ -34,6 +35,7 @@ def audit_dag(audit: audits.Audit):
         start_date=START,
         catchup=False,
         max_active_runs=1,
+        dagrun_timeout=budgets.dag_run(CHECK_TASK, SPARK_TASK, CHECK_TASK),
         tags=["semantics", "audit"],
         description=audit.spec.get("description") or f"{audit.topic} against its outbox",
         doc_md=f"{__doc__}\n\nAudit file: `{audit.path.name}`, topic `{audit.topic}`, judged as `{audit.judged_as}`.",

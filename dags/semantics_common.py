@@ -9,13 +9,29 @@ from airflow.exceptions import AirflowException
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param, dag, task
 
-from delivery_semantics import catalog
+from delivery_semantics import budgets, catalog
 
 # Load tasks emit the ids of the runs they made; the reconcile DAG is scheduled on it.
 RUNS_ASSET = Asset(catalog.RUNS_ASSET)
 CLUSTER_POOL = catalog.CLUSTER_POOL
 # A task that runs a whole run (all its producers) takes every slot: fault runs never overlap.
 CLUSTER_POOL_SLOTS = catalog.CLUSTER_POOL_SLOTS
+
+
+# Every task has a timeout and every DAG run one (docs/SECURITY.md, budgets): a task that runs loads
+# the longest load's deadline and its flush, a Spark application the operator's maximum, any other
+# task a check's; a DAG run its tasks one after the other, and time queued for the cluster's pool.
+LOAD_TASK = budgets.load_task(catalog.LIMITS["messages"][1])
+SPARK_TASK = budgets.spark_task()
+CHECK_TASK = budgets.CHECK_TASK
+ONE_RUN = budgets.dag_run(CHECK_TASK, LOAD_TASK, SPARK_TASK, CHECK_TASK)
+# A DAG run of many runs (the matrix, a proof) is bounded by a day.
+MANY_RUNS = pendulum.duration(days=1)
+
+
+def budgeted(default_args: dict, task=LOAD_TASK) -> dict:
+    """A DAG's default args with every task's timeout."""
+    return {**default_args, "execution_timeout": task}
 
 
 def mapped_load(conf):
@@ -78,8 +94,9 @@ def _invalid_file_dag(
         catchup=False,
         tags=["semantics", kind, "invalid"],
         description=f"invalid {kind} file: {error}"[:200],
+        dagrun_timeout=budgets.dag_run(CHECK_TASK),
         doc_md=f"{doc}\n\n**This {kind} file does not validate:** {error}",
-        default_args=default_args,
+        default_args=budgeted(default_args, CHECK_TASK),
     )
     def invalid_file():
         @task(retries=0)
@@ -117,6 +134,7 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
         audit_conf: dict | None = None,
         **kwargs,
     ):
+        kwargs.setdefault("execution_timeout", SPARK_TASK)
         super().__init__(application=app, conn_id=conn_id, name=app.removesuffix(".py"), **kwargs)
         self.ledger_conn_id, self.kafka_conn_id = ledger_conn_id, kafka_conn_id
         self.source_conn_id, self.sink_conn_id = source_conn_id, sink_conn_id

@@ -8,7 +8,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics import catalog, forms
-from semantics_common import mapped_load, params
+from semantics_common import ONE_RUN, budgeted, mapped_load, params
 
 
 def load_dag(mode: str):
@@ -20,7 +20,8 @@ def load_dag(mode: str):
         max_active_runs=1,
         tags=["semantics", "load", mode],
         doc_md=f"Producer load in mode **{mode}**: {catalog.MODES[mode].description}.\n\n{__doc__}",
-        default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
+        default_args=budgeted({"retries": 2, "retry_delay": pendulum.duration(seconds=30)}),
+        dagrun_timeout=ONE_RUN,
         params=params(forms.scheduled_load_form(mode)),
     )
     def semantics_load():

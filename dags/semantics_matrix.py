@@ -10,7 +10,14 @@ import pendulum
 from airflow.sdk import TriggerRule, dag, task
 
 from delivery_semantics import forms
-from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubmitOperator, params
+from semantics_common import (
+    CLUSTER_POOL,
+    CLUSTER_POOL_SLOTS,
+    MANY_RUNS,
+    PlatformSparkSubmitOperator,
+    budgeted,
+    params,
+)
 
 
 @dag(
@@ -20,7 +27,8 @@ from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubm
     max_active_runs=1,
     tags=["semantics", "matrix"],
     doc_md=__doc__,
-    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
+    default_args=budgeted({"retries": 2, "retry_delay": pendulum.duration(seconds=30)}),
+    dagrun_timeout=MANY_RUNS,
     params=params(forms.matrix_form()),
 )
 def semantics_matrix():

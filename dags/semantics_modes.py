@@ -14,7 +14,15 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics import forms, mode_files
-from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, PlatformSparkSubmitOperator, file_dags, params
+from semantics_common import (
+    CLUSTER_POOL,
+    CLUSTER_POOL_SLOTS,
+    MANY_RUNS,
+    PlatformSparkSubmitOperator,
+    budgeted,
+    file_dags,
+    params,
+)
 
 DEFAULTS = {"retries": 1, "retry_delay": pendulum.duration(seconds=30)}
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -38,7 +46,8 @@ def mode_dag(f: mode_files.ModeFile):
         description=(f.spec.get("description") or f"{f.mode.client} producer, promise {f.mode.promise.name}")[:200],
         doc_md=f"{__doc__}\n\nMode file: `{f.path.name}`, client `{f.mode.client}`, promise "
         f"`{f.mode.promise.name}`, scenarios {', '.join(f.scenarios)}.",
-        default_args=DEFAULTS,
+        default_args=budgeted(DEFAULTS),
+        dagrun_timeout=MANY_RUNS,
         params=params(mode_form(f)),
     )
     def mode_run():

@@ -14,7 +14,15 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics import catalog, forms
-from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, RUNS_ASSET, PlatformSparkSubmitOperator, params
+from semantics_common import (
+    CLUSTER_POOL,
+    CLUSTER_POOL_SLOTS,
+    MANY_RUNS,
+    RUNS_ASSET,
+    PlatformSparkSubmitOperator,
+    budgeted,
+    params,
+)
 
 
 @dag(
@@ -24,7 +32,8 @@ from semantics_common import CLUSTER_POOL, CLUSTER_POOL_SLOTS, RUNS_ASSET, Platf
     catchup=False,
     tags=["semantics", "ui", "prove"],
     doc_md=__doc__,
-    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
+    default_args=budgeted({"retries": 2, "retry_delay": pendulum.duration(seconds=30)}),
+    dagrun_timeout=MANY_RUNS,
     params=params(forms.prove_form()),
 )
 def semantics_prove():

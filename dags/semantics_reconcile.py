@@ -6,7 +6,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-from semantics_common import RUNS_ASSET, PlatformSparkSubmitOperator
+from delivery_semantics import budgets
+from semantics_common import RUNS_ASSET, SPARK_TASK, PlatformSparkSubmitOperator, budgeted
 
 
 @dag(
@@ -15,7 +16,8 @@ from semantics_common import RUNS_ASSET, PlatformSparkSubmitOperator
     catchup=False,
     tags=["semantics", "reconcile"],
     doc_md=__doc__,
-    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
+    default_args=budgeted({"retries": 2, "retry_delay": pendulum.duration(seconds=30)}, SPARK_TASK),
+    dagrun_timeout=budgets.dag_run(SPARK_TASK, SPARK_TASK),
 )
 def semantics_reconcile():
     @task

@@ -20,8 +20,10 @@ from delivery_semantics import forms
 from semantics_common import (
     CLUSTER_POOL,
     CLUSTER_POOL_SLOTS,
+    ONE_RUN,
     RUNS_ASSET,
     PlatformSparkSubmitOperator,
+    budgeted,
     mapped_load,
     params,
 )
@@ -35,7 +37,8 @@ def one_run_dag(dag_id: str, form: dict, tags: list[str], producer_run: bool):
         catchup=False,
         tags=["semantics", "ui", *tags],
         doc_md=__doc__,
-        default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
+        default_args=budgeted({"retries": 2, "retry_delay": pendulum.duration(seconds=30)}),
+        dagrun_timeout=ONE_RUN,
         params=params(form),
     )
     def one_run():

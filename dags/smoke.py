@@ -6,7 +6,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag, task
 
-from semantics_common import PlatformSparkSubmitOperator
+from semantics_common import ONE_RUN, PlatformSparkSubmitOperator, budgeted
 
 
 @dag(
@@ -15,7 +15,8 @@ from semantics_common import PlatformSparkSubmitOperator
     catchup=False,
     tags=["smoke", "stack"],
     doc_md=__doc__,
-    default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=10)},
+    default_args=budgeted({"retries": 1, "retry_delay": pendulum.duration(seconds=10)}),
+    dagrun_timeout=ONE_RUN,
     params={"messages": Param(1000, type="integer", minimum=1, maximum=1_000_000, description="records to produce")},
 )
 def smoke():

@@ -42,6 +42,9 @@ MASTER_URL = f"spark://{HOST}:{MASTER_PORT}"
 CONN_ID = "spark_standalone"
 PROPERTIES_FILE = VAR / "spark" / "spark-defaults.conf"
 AUTH_CONF = {"spark.authenticate": "true"}
+# The daemons' own settings: the REST submission server (6066) answers without spark.authenticate's
+# secret, so it stays off; applications are submitted to the authenticated port alone.
+DAEMON_CONF = {**AUTH_CONF, "spark.master.rest.enabled": "false"}
 
 
 class SparkDaemon:
@@ -109,7 +112,7 @@ def connections() -> dict[str, dict]:
 
 
 def start_spark() -> str:
-    write_private(PROPERTIES_FILE, "".join(f"{k} {v}\n" for k, v in AUTH_CONF.items()))
+    write_private(PROPERTIES_FILE, "".join(f"{k} {v}\n" for k, v in DAEMON_CONF.items()))
     started = []
     for s in DAEMONS:
         if spark_pid(s):

@@ -77,9 +77,37 @@ def read_yaml(path: Path, error: type[Exception]):
         raise error(one_line(f"{path}: not valid YAML{at}: {getattr(e, 'problem', None) or e}")) from None
     except RecursionError:
         raise error(f"{path}: nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as e:  # a tagged or typed scalar YAML cannot build
+        raise error(one_line(f"{path}: not valid YAML: {type(e).__name__}: {e}")) from None
     if _nodes(spec, MAX_NODES) > MAX_NODES:
         raise error(f"{path}: more than {MAX_NODES} values once its aliases are expanded")
     return spec
+
+
+def total(path: Path, error: type[Exception], read):
+    """`read(path)`'s result, or `error` naming the file: whatever goes wrong while one file is read
+    or checked is that file's error, one line, so it never stops the others (a DAG file reads the
+    whole folder) nor prints a traceback."""
+    try:
+        return read(path)
+    except error:
+        raise
+    except RecursionError:
+        raise error(f"{path}: nested too deeply") from None
+    except Exception as e:
+        raise error(one_line(f"{path}: cannot be read: {type(e).__name__}: {e}")) from None
+
+
+def discover(directory: Path, error: type[Exception], load) -> list:
+    """Every *.yaml of a folder, each `load`ed or its error (`total`): one bad file does not hide
+    the others."""
+    found = []
+    for p in sorted(directory.glob("*.yaml")):
+        try:
+            found.append((p.stem, total(p, error, load)))
+        except error as e:
+            found.append((p.stem, e))
+    return found
 
 
 def _whole_pattern(validator, pattern, instance, schema):
@@ -116,5 +144,5 @@ def first_error(schema: dict, spec):
 def field_path(error) -> str:
     parts = []
     for p in error.absolute_path:
-        parts.append(f"[{p}]" if isinstance(p, int) else ("." if parts else "") + str(p))
+        parts.append(f"[{p}]" if isinstance(p, int) else ("." if parts else "") + one_line(str(p), 80))
     return "".join(parts) or "(top level)"

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from delivery_semantics import catalog, client_settings
-from delivery_semantics.files import field_path, first_error, one_line, read_yaml
+from delivery_semantics import budgets, catalog, client_settings, teams
+from delivery_semantics.files import discover as discover_files
+from delivery_semantics.files import field_path, first_error, one_line, read_yaml, total
 
 SCHEMA_PATH = Path(__file__).with_name("mode.schema.json")
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
@@ -67,7 +68,7 @@ def modes_dir() -> Path:
 def _message(error) -> str:
     if error.validator == "additionalProperties":
         schema = error.schema if isinstance(error.schema, dict) else {}
-        extra = sorted(set(error.instance) - set(schema.get("properties", {})))
+        extra = sorted(map(str, set(error.instance) - set(schema.get("properties", {}))))
         return f"unknown field {', '.join(map(repr, extra))}; allowed: {', '.join(schema.get('properties', {}))}"
     return error.message
 
@@ -79,6 +80,15 @@ def validate(spec, where: str) -> None:
     e = first_error(json.loads(SCHEMA_PATH.read_text()), spec)
     if e is not None:
         raise ModeFileError(one_line(f"{where}: {field_path(e)}: {_message(e)}"))
+    if "connection" in spec:
+        try:
+            teams.check_connection(Path(where), spec["connection"], "kafka", f"{where}: connection")
+        except teams.TeamError as e:
+            raise ModeFileError(str(e)) from None
+    try:
+        budgets.check_schedule(spec.get("schedule"), where)
+    except budgets.BudgetError as e:
+        raise ModeFileError(one_line(str(e))) from None
     mode = _mode(spec, Path(where).stem, where)
     for scenario in spec.get("scenarios") or ():
         if scenario not in catalog.PRODUCER_SCENARIOS:
@@ -120,7 +130,12 @@ def _mode(spec: dict, name: str, where: str) -> catalog.DeliveryMode:
 
 
 def load(name_or_path: str | Path) -> ModeFile:
-    """A mode file by name (modes/<name>.yaml) or by path."""
+    """A mode file by name (modes/<name>.yaml) or by path. Any failure is ModeFileError, one line
+    naming the file."""
+    return total(Path(name_or_path), ModeFileError, _load)
+
+
+def _load(name_or_path: str | Path) -> ModeFile:
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml"):
         if not _NAME.fullmatch(str(name_or_path)):
@@ -148,10 +163,4 @@ def connection_of(mode: str) -> str | None:
 
 def discover(directory: Path | None = None) -> list[tuple[str, ModeFile | ModeFileError]]:
     """Every modes/*.yaml, each loaded or its error: one bad file does not hide the others."""
-    found = []
-    for p in sorted((directory or modes_dir()).glob("*.yaml")):
-        try:
-            found.append((p.stem, load(p)))
-        except ModeFileError as e:
-            found.append((p.stem, e))
-    return found
+    return discover_files(directory or modes_dir(), ModeFileError, load)

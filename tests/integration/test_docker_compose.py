@@ -106,3 +106,20 @@ def test_the_spark_image_matches_the_pinned_pyspark():
         version = re.search(rf"^{package}==([\d.]+)", lock, re.M).group(1)
         assert f"{package}=={version}" in image, package
     assert f"<spark.version>{pinned}</spark.version>" in (REPO / "local/maven/spark/pom.xml").read_text()
+
+
+def test_ports_bind_loopback_the_fault_proxy_is_unpublished_and_spark_authenticates(compose):
+    """A deployment's hardening (docs/SECURITY.md): nothing published beyond the host, Toxiproxy's
+    login-less API not at all, and every Spark daemon and application proves the cluster's secret,
+    with the REST submission server (which would not) off."""
+    for name, svc in compose["services"].items():
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+    assert "ports" not in compose["services"]["toxiproxy"]
+    for name in ("spark-master", "spark-worker"):
+        env = compose["services"][name]["environment"]
+        opts = env["SPARK_DAEMON_JAVA_OPTS"].split()
+        assert "-Dspark.authenticate=true" in opts and "-Dspark.master.rest.enabled=false" in opts, name
+        assert env["_SPARK_AUTH_SECRET"].startswith("${SPARK_AUTH_SECRET:?"), name
+    spark = json.loads(compose["services"]["airflow-scheduler"]["environment"]["AIRFLOW_CONN_SPARK_DEFAULT"])
+    assert spark["extra"]["conf"]["spark.authenticate"] == "true" and spark["password"].startswith("${SPARK_AUTH_SECRET")

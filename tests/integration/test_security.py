@@ -133,6 +133,9 @@ def test_the_spark_cluster_authenticates(stack_env):
         said = [ln for ln in (devstack.LOGS / f"{name}.log").read_text().splitlines() if "SecurityManager: " in ln]
         assert said and "authentication enabled" in said[-1], name
     assert get_connection("spark_standalone").password, "applications take the secret from the connection"
+    # The REST submission server answers without the secret: it is off, nothing listens on its port.
+    listening = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert not [ln for ln in listening if ln.split()[3].endswith(":6066")], "Spark's REST submission server is off"
 
 
 @pytest.mark.slow  # about a minute: the driver tries three times 20 s to register

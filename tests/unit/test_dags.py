@@ -31,6 +31,24 @@ CONNECTIONS = {
 }
 
 
+# Each raised out of discovery once, and its DAG file failed to import: every team's DAGs went with it.
+AUDIT_BODY = (REPO / "audits" / "quickstart.yaml").read_text()
+MODE_BODY = "client: librdkafka\nsettings: {acks: all}\npromise: no_acked_loss\n"
+BAD_FILES = {
+    "bad_binary_int": AUDIT_BODY + "seed: 0b_\n",
+    "bad_date": AUDIT_BODY + "description: 2026-02-30\n",
+    "bad_tagged_int": AUDIT_BODY + "description: !!int abc\n",
+    "bad_huge_int": AUDIT_BODY + f"description: {'9' * 5000}\n",
+    "bad_mixed_keys": AUDIT_BODY + "1: one\n",
+    "bad_nul_path": AUDIT_BODY + 'window: {grace: 10m}\nsink: {store: delta, path: "a\\0b", '
+    "columns: {event_id: e, key: k, version: v, applied_at: a}}\n",
+    "bad_surrogate_query": AUDIT_BODY.replace(
+        "  table: public.quickstart_outbox", '  allow_query: true\n  query: "SELECT \\ud800 AS id"'
+    ),
+    "bad_platform_connection": AUDIT_BODY.replace("outbox: outbox_db", "outbox: ledger_db"),
+}
+
+
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow")
@@ -38,9 +56,13 @@ def airflow_env(tmp_path_factory):
     for name in ("orders.yaml", "orders_stream.yaml"):
         (audits_dir / name).write_text((REPO / "audits" / name).read_text())
     (audits_dir / "broken.yaml").write_text("topic: t\nmode: at_least_once\n")
+    for name, text in BAD_FILES.items():
+        (audits_dir / f"{name}.yaml").write_text(text)
     modes_dir = tmp_path_factory.mktemp("modes")
     (modes_dir / "orders_java.yaml").write_text((REPO / "modes" / "orders_java.yaml").read_text())
     (modes_dir / "typo.yaml").write_text("client: java\nsettings: {}\npromise: no_acked_loss\nscenario: [lost_ack]\n")
+    for name, text in BAD_FILES.items():
+        (modes_dir / f"{name}.yaml").write_text(text.replace(AUDIT_BODY, MODE_BODY))
     return {
         "SEMANTICS_AUDITS_DIR": str(audits_dir),
         "SEMANTICS_MODES_DIR": str(modes_dir),
@@ -70,7 +92,8 @@ print(json.dumps({{"errors": {{k: str(v)[:500] for k, v in bag.import_errors.ite
                "params": {{k: d.params.get_param(k).schema for k in d.params}},
                "descriptions": [d.params.get_param(k).description for k in d.params],
                "defaults": {{k: d.params.get_param(k).value for k in d.params}},
-               "tasks": {{t.task_id: {{"pool": t.pool, "pool_slots": t.pool_slots, "mapped": bool(getattr(t, "_is_mapped", False)),
+               "dagrun_timeout": d.dagrun_timeout and d.dagrun_timeout.total_seconds(),
+               "tasks": {{t.task_id: {{"execution_timeout": t.execution_timeout and t.execution_timeout.total_seconds(), "pool": t.pool, "pool_slots": t.pool_slots, "mapped": bool(getattr(t, "_is_mapped", False)),
                                       "downstream": sorted(t.downstream_task_ids)}} for t in d.tasks}}}}
     for d in bag.dags.values()}}}}))
 """
@@ -93,7 +116,21 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
         "audit_broken",
         "semantics_mode_orders_java",
         "semantics_mode_typo",
+        *(f"audit_{name}" for name in BAD_FILES),
+        *(f"semantics_mode_{name}" for name in BAD_FILES),
     }
+    # Each bad file is its own DAG saying why, one line; the good files' DAGs and the forms stay.
+    for name in BAD_FILES:
+        for dag_id in (f"audit_{name}", f"semantics_mode_{name}"):
+            assert "invalid" in dags[dag_id]["tags"], dag_id
+            error = dags[dag_id]["doc"].split("does not validate:** ", 1)[1]
+            assert f"{name}.yaml: " in error and "\n" not in error and "Traceback" not in error, dag_id
+    assert "ledger_db is one of the platform's own connections" in dags["audit_bad_platform_connection"]["doc"]
+    # Every task has a timeout, and every DAG run.
+    for dag_id, d in dags.items():
+        assert d["dagrun_timeout"], dag_id
+        for task_id, t in d["tasks"].items():
+            assert t["execution_timeout"], (dag_id, task_id)
     for dag_id, d in dags.items():
         assert d["tags"] and d["retries"] >= 1 and len(d["doc"]) > 40, dag_id
     assert dags["audit_orders"]["schedule"] == "@hourly" and "invalid" not in dags["audit_orders"]["tags"]
@@ -129,7 +166,7 @@ def test_every_dag_parses_with_tags_retries_docs_and_the_catalogs_forms(airflow_
     # every slot, so runs never share the cluster.
     for dag_id in ("semantics_single_run", *(f"semantics_load_{m}" for m in catalog.MODES)):
         tasks = dags[dag_id]["tasks"]
-        assert tasks["produce"] == {
+        assert {k: v for k, v in tasks["produce"].items() if k != "execution_timeout"} == {
             "pool": catalog.CLUSTER_POOL,
             "pool_slots": 1,
             "mapped": True,
@@ -181,6 +218,12 @@ def test_parsing_a_dag_file_loads_only_the_catalog_of_the_platform(dag_file, air
         "delivery_semantics.mode_files",
         "delivery_semantics.modes",
         "delivery_semantics.files",
+        "delivery_semantics.budgets",
+        "delivery_semantics.teams",
+        # A file with free SQL is checked by the SQL stores' parser, and a lakehouse path against the
+        # data roots (the platform's lakehouse): neither imports a client library.
+        *(f"delivery_semantics.audit.stores{m}" for m in ("", ".base", ".sql")),
+        *(f"delivery_semantics.plumbing{m}" for m in ("", ".endpoints", ".spark")),
     }
     assert platform <= allowed
     assert ("delivery_semantics.audit.audits" in platform) == (dag_file.name == "semantics_audits.py")

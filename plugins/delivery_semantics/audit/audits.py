@@ -18,12 +18,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from delivery_semantics import catalog
+from delivery_semantics import budgets, catalog, teams
 from delivery_semantics.audit import AuditError
-from delivery_semantics.files import field_path, first_error, one_line, read_yaml
+from delivery_semantics.files import control, field_path, first_error, one_line, read_yaml, total
+from delivery_semantics.files import discover as discover_files
 
 SCHEMA_PATH = Path(__file__).with_name("audit.schema.json")
 AUDIT_SCENARIO = "audit"
+# The audits a connector pipeline's run makes for itself (entry/pipeline.py): no file takes the name.
+PLATFORM_AUDIT_PREFIX = "pipeline_"
 DEFAULT_SINK_STRATEGY = "process_then_commit"
 # A continuous audit keeps a week of sightings unless it says otherwise (window.dedup_horizon).
 DEFAULT_DEDUP_HORIZON = "7d"
@@ -31,6 +34,8 @@ DEFAULT_DEDUP_HORIZON = "7d"
 SINK_STRATEGIES = ("commit_before_process", "process_then_commit", "process_then_commit_dedup")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,200}")
+# Hadoop's glob characters (and its escape): a lakehouse path Spark would expand is never a path.
+_GLOB = set("*?[]{}\\^")
 # The Spark settings an audit may give its application, each with the form of its value: sizes only.
 # Anything that adds code or reaches elsewhere (spark.jars, spark.*.extraJavaOptions, plugins,
 # listeners, the event log's folder) is the operator's, in the Spark connection.
@@ -130,6 +135,13 @@ class Audit:
         """A lakehouse folder or URI the file names, relative ones the audit folder's: refused
         unless it lies under one of the operator's data roots (data_roots)."""
         roots = data_roots(self)
+        # What Spark reads must be what is checked here: a glob would expand beyond it, and a URI's
+        # '..' climbs out of a root matched as a prefix. A local folder is resolved (links and '..')
+        # here, and readers get the resolved folder.
+        bad = next((c for c in text if c in _GLOB or control(c)), None)
+        if bad is not None or ("://" in text and ".." in re.split(r"[/\\]", text.split("://", 1)[1])):
+            what = f"holds {bad!r}: Spark would read it as a pattern" if bad else "climbs with '..'"
+            raise AuditError(one_line(f"{self.where(field)}: {text}: {what}; give a plain folder or URI"))
         if "://" in text:
             if any(text.startswith(r.rstrip("/") + "/") or text == r for r in roots if "://" in r):
                 return text
@@ -200,7 +212,7 @@ def _message(error) -> str:
     schema = error.schema if isinstance(error.schema, dict) else {}
     v = error.validator
     if v == "additionalProperties":
-        extra = sorted(set(error.instance) - set(schema.get("properties", {})))
+        extra = sorted(map(str, set(error.instance) - set(schema.get("properties", {}))))
         hints = [f"{k!r} ({_FORMER_FIELDS[k]})" for k in extra if k in _FORMER_FIELDS and not error.absolute_path]
         allowed = ", ".join(schema.get("properties", {}))
         return f"unknown field {', '.join(hints) or ', '.join(map(repr, extra))}; allowed: {allowed}"
@@ -263,6 +275,11 @@ def validate(spec, where: str) -> None:
         raise AuditError(
             f"{where}: alerts.max_open_discrepancies: counts a continuous audit's windows: it needs window"
         )
+    for field, role, conn_id in named_connections(spec):
+        try:
+            teams.check_connection(Path(where), conn_id, role, f"{where}: {field}")
+        except teams.TeamError as e:
+            raise AuditError(str(e)) from None
     if "query" in spec.get("outbox", {}):
         from delivery_semantics.audit.stores.sql import free_select
 
@@ -275,11 +292,26 @@ def validate(spec, where: str) -> None:
             raise AuditError(
                 one_line(f"{where}: spark.{key}: {text!r} is not a size of the form {SPARK_SETTINGS[key]}")
             )
+    try:
+        budgets.check_spark({k: str(v).lower() for k, v in spec.get("spark", {}).items()}, where)
+        budgets.check_schedule(spec.get("schedule"), where)
+    except budgets.BudgetError as e:
+        raise AuditError(one_line(str(e))) from None
     strategy = spec.get("sink", {}).get("strategy")
     if strategy is not None and strategy not in SINK_STRATEGIES:
         raise AuditError(
             f"{where}: sink.strategy: {strategy!r} is not a sink strategy; use one of {', '.join(SINK_STRATEGIES)}"
         )
+
+
+def named_connections(spec: dict) -> list[tuple[str, str, str]]:
+    """Each connection a (schema-valid) audit names, as (field, role, connection id); a notifier's
+    default connection too."""
+    named = [(f"connections.{role}", role, conn_id) for role, conn_id in spec["connections"].items()]
+    for kind, given in (spec.get("alerts") or {}).get("notifier", {}).items():
+        field = f"{kind}_conn_id"
+        named.append((f"alerts.notifier.{kind}.{field}", kind, given.get(field, NOTIFIER_DEFAULTS[kind])))
+    return named
 
 
 # The field specs that read a value, and those that read a key (each format says which it takes).
@@ -374,7 +406,12 @@ def parse_duration(text: str) -> timedelta:
 
 
 def load(name_or_path: str | Path) -> Audit:
-    """An audit by name (audits/<name>.yaml) or by path; YAML or JSON."""
+    """An audit by name (audits/<name>.yaml) or by path; YAML or JSON. Any failure is AuditError,
+    one line naming the file."""
+    return total(Path(name_or_path), AuditError, _load)
+
+
+def _load(name_or_path: str | Path) -> Audit:
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml", ".json"):
         if not _NAME.fullmatch(str(name_or_path)):
@@ -383,6 +420,10 @@ def load(name_or_path: str | Path) -> Audit:
     name = p.stem
     if not _NAME.fullmatch(name):
         raise AuditError(f"{p}: the file name makes the audit's name, and {name!r} is not [A-Za-z0-9_-]")
+    if name.startswith(PLATFORM_AUDIT_PREFIX):
+        raise AuditError(
+            f"{p}: names beginning {PLATFORM_AUDIT_PREFIX} are the connector pipelines' runs' audits: name the file otherwise"
+        )
     spec = read_yaml(p, AuditError)
     validate(spec, str(p))
     audit = Audit(name, p, spec)
@@ -395,13 +436,7 @@ def load(name_or_path: str | Path) -> Audit:
 
 def discover(directory: Path | None = None) -> list[tuple[str, Audit | AuditError]]:
     """Every audits/*.yaml, each loaded or its error: one bad file does not hide the others."""
-    found = []
-    for p in sorted((directory or audits_dir()).glob("*.yaml")):
-        try:
-            found.append((p.stem, load(p)))
-        except AuditError as e:
-            found.append((p.stem, e))
-    return found
+    return discover_files(directory or audits_dir(), AuditError, load)
 
 
 def window_id(audit: Audit, window_end: datetime) -> str:
@@ -478,6 +513,8 @@ NOTIFIERS = {  # kind: (module, class, provider package)
 }
 
 
+# The connection each notifier's provider uses when the file names none.
+NOTIFIER_DEFAULTS = {"smtp": "smtp_default", "slack": "slack_api_default"}
 SLACK_TEXT = "Audit DAG {{ dag.dag_id }}: task {{ ti.task_id }} failed in run {{ run_id }}"
 
 
@@ -491,11 +528,11 @@ def failure_callback(audit: Audit):
     # Recipients and a connection from the file (the schema allows no other key); the message is the
     # platform's, so that a file can neither attach a file nor render a template of its own.
     if kind == "smtp":
-        kwargs = {"to": given["to"], "smtp_conn_id": given.get("smtp_conn_id", "smtp_default")}
+        kwargs = {"to": given["to"], "smtp_conn_id": given.get("smtp_conn_id", NOTIFIER_DEFAULTS["smtp"])}
     else:
         kwargs = {
             "channel": given["channel"],
-            "slack_conn_id": given.get("slack_conn_id", "slack_api_default"),
+            "slack_conn_id": given.get("slack_conn_id", NOTIFIER_DEFAULTS["slack"]),
             "text": SLACK_TEXT,
         }
 
@@ -524,6 +561,19 @@ def check_notifier(audit: Audit) -> None:
             found = False
         if not found:
             raise AuditError(f"{audit.path}: alerts.notifier.{kind}: {provider} is not installed")
+
+
+def check_notifier_connection(audit: Audit) -> None:
+    """The notifier's connection is there and is of its kind: a failure would otherwise go unreported,
+    or reach a connection that is not a notifier's."""
+    from delivery_semantics.plumbing.endpoints import EndpointError, get_connection
+
+    for field, role, conn_id in named_connections(audit.spec):
+        if role in NOTIFIER_DEFAULTS:  # Kafka's and the stores' types are checked where they are resolved
+            try:
+                teams.check_type(conn_id, get_connection(conn_id).conn_type, role)
+            except (EndpointError, teams.TeamError) as e:
+                raise AuditError(f"{audit.path}: {field}: {e}") from None
 
 
 def check_window_order(audit: Audit, window_ends: list[datetime]) -> None:

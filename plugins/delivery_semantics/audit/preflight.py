@@ -11,7 +11,7 @@ from pathlib import Path
 
 from delivery_semantics import rules
 from delivery_semantics.audit import AuditError, schemas, stores
-from delivery_semantics.audit.audits import Audit, check_notifier, check_window_order, load
+from delivery_semantics.audit.audits import Audit, check_notifier, check_notifier_connection, check_window_order, load
 from delivery_semantics.plumbing import endpoints, topics
 
 
@@ -43,6 +43,7 @@ def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Au
     if window_ends:
         check_window_order(audit, window_ends)
     check_notifier(audit)
+    check_notifier_connection(audit)
     try:
         found = predictions(audit, kafka_conf)
     except Exception as e:  # a user that may not describe configs: the audit runs all the same

@@ -11,6 +11,7 @@ decodes with them. No Spark here: the DAG file's process imports it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -150,33 +151,78 @@ def _avro_check(schema, depth: int) -> None:
         _avro_check(kind, depth + 1)
 
 
+# protoc's bounds: a schema folder is a page of files, and protoc is given a minute.
+PROTOC_SECONDS = 60
+_PROTO_FILES, _PROTO_BYTES = 1000, 16 << 20
+
+
 def _compile_proto(path: Path, where: str) -> bytes:
     """protoc (grpcio-tools') on the file, with its folder and the well-known types on the import
-    path: the descriptor set Python's protobuf runtime builds message classes from."""
+    path: the descriptor set Python's protobuf runtime builds message classes from. protoc reads a
+    copy of the folder's .proto files made without following a link or opening anything but a
+    regular file (a committed link to a file elsewhere, or a FIFO that would hold it, is left
+    behind), and is stopped after PROTOC_SECONDS."""
     import importlib.resources
 
     well_known = importlib.resources.files("grpc_tools") / "_proto"
     with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "schemas"
+        _copy_protos(path.parent, copy, where)
         out = Path(tmp) / "set.pb"
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "grpc_tools.protoc",
-                f"-I{path.parent}",
-                f"-I{well_known}",
-                "--include_imports",
-                f"--descriptor_set_out={out}",
-                path.name,
-            ],
-            capture_output=True,
-            text=True,
-            cwd=path.parent,
-        )
+        try:
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "grpc_tools.protoc",
+                    f"-I{copy}",
+                    f"-I{well_known}",
+                    "--include_imports",
+                    f"--descriptor_set_out={out}",
+                    path.name,
+                ],
+                capture_output=True,
+                text=True,
+                cwd=copy,
+                timeout=PROTOC_SECONDS,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            raise AuditError(f"{where}: {path.name}: protoc did not finish in {PROTOC_SECONDS} s") from None
         if proc.returncode != 0:
             first = (proc.stderr.strip() or proc.stdout.strip() or "protoc failed").splitlines()[0]
             raise AuditError(one_line(f"{where}: {path.name}: not a .proto schema: {first}"))
         return out.read_bytes()
+
+
+def _copy_protos(source: Path, target: Path, where: str) -> None:
+    """Every regular .proto file under `source`, read without following links (O_NOFOLLOW, and no
+    descent into a linked folder), copied to `target` within bounds."""
+    import stat
+
+    files = total = 0
+    for folder, _dirs, names in os.walk(source, followlinks=False):
+        for name in names:
+            if not name.endswith(".proto"):
+                continue
+            src = Path(folder) / name
+            try:
+                fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue  # a link, or gone
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue  # a FIFO, a device
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    data = f.read(_PROTO_BYTES + 1)
+            finally:
+                os.close(fd)
+            files, total = files + 1, total + len(data)
+            if files > _PROTO_FILES or total > _PROTO_BYTES:
+                raise AuditError(f"{where}: more .proto files than a schema folder holds ({_PROTO_FILES}, 16 MiB)")
+            dest = target / src.relative_to(source)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
 
 
 # --------------------------------------------------------------------------- Avro

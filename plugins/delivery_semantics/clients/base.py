@@ -20,7 +20,7 @@ parser would make of it. Pure Python, standard library: the DAG files import it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -32,7 +32,8 @@ _KEY = re.compile(r"[a-z][a-z0-9_.]{0,99}")
 _INT = re.compile(r"-?[0-9]{1,19}")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 INT_MAX = 2_147_483_647
-RETRIES_MAX = INT_MAX  # both clients' default: retry until the delivery timeout
+RETRIES_MAX = INT_MAX
+CLIENT_ID_PREFIX = "semantics-"  # both clients' default: retry until the delivery timeout
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Setting:
     high: int = INT_MAX
     choices: tuple[str, ...] = ()
     tuning: bool = True  # a form may set it; otherwise only a mode file
+    prefix: str = ""  # a name's: what it always starts with
 
     def parse(self, value) -> str:
         shown = _shown(value)
@@ -70,7 +72,7 @@ class Setting:
         text = value if isinstance(value, str) else ""
         if not _NAME.fullmatch(text):
             raise ModeError(f"{self.key}={shown} must be a name of letters, digits, '.', '_' and '-' (at most 100)")
-        return text
+        return text if text.startswith(self.prefix) else self.prefix + text
 
 
 def int_setting(key, low, high=INT_MAX, tuning=True) -> Setting:
@@ -144,7 +146,8 @@ SHARED = (
     bool_setting("enable.idempotence"),
     int_setting("retries", 0),
     int_setting("max.in.flight.requests.per.connection", 1, 1_000_000),
-    int_setting("linger.ms", 0, 900_000),
+    # At most a minute: a run's records wait this long in a batch, each, when its queue holds few.
+    int_setting("linger.ms", 0, 60_000),
     enum_setting("compression.type", *_COMPRESSION),
     int_setting("request.timeout.ms", 1, 900_000),
     int_setting("transaction.timeout.ms", 1000, 900_000),
@@ -152,7 +155,8 @@ SHARED = (
     int_setting("retry.backoff.max.ms", 1, 300_000),
 )
 SHARED_FILE = (
-    Setting("client.id", "name", tuning=False),
+    # Under the platform's prefix: a file never takes another application's quota or name in the brokers' logs.
+    Setting("client.id", "name", tuning=False, prefix=CLIENT_ID_PREFIX),
     int_setting("reconnect.backoff.ms", 0, 3_600_000, tuning=False),
     int_setting("reconnect.backoff.max.ms", 0, 3_600_000, tuning=False),
     int_setting("socket.connection.setup.timeout.ms", 1000, INT_MAX, tuning=False),
@@ -205,3 +209,18 @@ class ClientSpec:
     record_formats: tuple[str, ...] = ("text",)
     transactions: bool = True  # whether it runs the transactional modes
     start_seconds: float = 0.0  # what a run pays before its first record (a JVM's start), for the ETA
+    # The setting that bounds how long a record may wait for its outcome (never 0, "forever").
+    timeout_key: str = "message.timeout.ms"
+    # What one producer may hold, in MiB, from its settings and the records' size: summed over a
+    # run's producers against the operator's budget (budgets.check_run_memory).
+    memory_mb: Callable[[Mapping[str, str], int], int] = lambda conf, payload_bytes: 256
+
+    def check_bounds(self, conf: Mapping[str, str]) -> None:
+        """Settings that are each in bounds, but together would hold a run: a linger that is not
+        well below the time a record may wait for its outcome."""
+        linger, timeout = int(conf.get("linger.ms", 0)), int(conf.get(self.timeout_key, 0) or 0)
+        if timeout and linger * 2 > timeout:
+            raise ModeError(
+                f"linger.ms={linger} must be at most half of {self.timeout_key}={timeout}: a record would "
+                "spend its whole time waiting for a batch"
+            )

@@ -19,6 +19,16 @@ from delivery_semantics.clients.base import (
 
 NAME = "java"
 
+
+def heap_mb(conf) -> int:
+    """The runner's heap: twice the client's buffer.memory (32 MiB unless set) and some, at least 256 MiB."""
+    try:
+        buffer_mb = int((conf or {}).get("buffer.memory", 33554432)) >> 20
+    except ValueError:
+        buffer_mb = 32
+    return max(256, 2 * buffer_mb + 128)
+
+
 SPEC = ClientSpec(
     NAME,
     "the Java client (kafka-clients), in a JVM",
@@ -27,7 +37,7 @@ SPEC = ClientSpec(
         table(
             *SHARED,
             int_setting("batch.size", 0, 64 * MIB),
-            int_setting("delivery.timeout.ms", 1),
+            int_setting("delivery.timeout.ms", 1000, 900_000),
             # The JVM's heap is sized from it (java_client.command): bounded here, before a JVM starts.
             int_setting("buffer.memory", MIB, 1024 * MIB),
             int_setting("max.block.ms", 0, 900_000),
@@ -76,4 +86,6 @@ SPEC = ClientSpec(
     size_key="max.request.size",
     runtime="delivery_semantics.workload.java_client:JavaClient",
     start_seconds=1.0,
+    timeout_key="delivery.timeout.ms",
+    memory_mb=lambda conf, payload_bytes: heap_mb(conf),
 )

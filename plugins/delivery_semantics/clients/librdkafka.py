@@ -19,6 +19,15 @@ from delivery_semantics.clients.base import (
 
 NAME = "librdkafka"
 
+
+def queue_mb(conf, payload_bytes: int) -> int:
+    """What librdkafka's queue may hold (the lesser of its two bounds, a record's overhead counted),
+    and the process around it."""
+    kbytes = int(conf.get("queue.buffering.max.kbytes", 1048576))
+    messages = int(conf.get("queue.buffering.max.messages", 100000))
+    return 64 + min(kbytes >> 10, (messages * (int(payload_bytes) + 256)) >> 20)
+
+
 SPEC = ClientSpec(
     NAME,
     "librdkafka (confluent-kafka), in the load process",
@@ -29,8 +38,9 @@ SPEC = ClientSpec(
             int_setting("batch.size", 1, 64 * MIB),
             int_setting("batch.num.messages", 1, 1_000_000),
             int_setting("compression.level", -1, 12),
-            int_setting("message.timeout.ms", 0),
-            int_setting("queue.buffering.max.messages", 1, 10_000_000),
+            # 0 is librdkafka's "forever": a record that is never acked or failed holds its run for good.
+            int_setting("message.timeout.ms", 1000, 900_000),
+            int_setting("queue.buffering.max.messages", 1000, 10_000_000),
             int_setting("queue.buffering.max.kbytes", 1, 1024 * 1024),
             int_setting("socket.timeout.ms", 10, 300_000),
             *SHARED_FILE,
@@ -42,7 +52,7 @@ SPEC = ClientSpec(
                 *("random", "consistent", "consistent_random", "murmur2", "murmur2_random", "fnv1a", "fnv1a_random"),
                 tuning=False,
             ),
-            int_setting("sticky.partitioning.linger.ms", 0, 900_000, tuning=False),
+            int_setting("sticky.partitioning.linger.ms", 0, 60_000, tuning=False),
             int_setting("queue.buffering.backpressure.threshold", 1, 1_000_000, tuning=False),
             bool_setting("socket.keepalive.enable", tuning=False),
             bool_setting("socket.nagle.disable", tuning=False),
@@ -94,4 +104,5 @@ SPEC = ClientSpec(
     size_key="message.max.bytes",
     runtime="delivery_semantics.workload.client:LibrdkafkaClient",
     record_formats=("text", "avro"),
+    memory_mb=lambda conf, payload_bytes: queue_mb(conf, payload_bytes),
 )

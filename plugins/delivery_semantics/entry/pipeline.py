@@ -33,6 +33,7 @@ import psycopg2
 import psycopg2.extras
 
 from delivery_semantics import catalog, modes
+from delivery_semantics.audit.audits import PLATFORM_AUDIT_PREFIX
 from delivery_semantics.catalog import CatalogError, Pipeline
 from delivery_semantics.faults.nemesis import Nemesis, NemesisError, backend_from_env, wait_healthy
 from delivery_semantics.history.ledger import Ledger
@@ -101,7 +102,7 @@ class Names:
 
     @property
     def audit(self) -> str:
-        return f"pipeline_{self.run_id}"
+        return f"{PLATFORM_AUDIT_PREFIX}{self.run_id}"
 
 
 def pipelines_dir() -> Path:

@@ -14,13 +14,15 @@ import base64
 import json
 import os
 import re
+import secrets
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 from delivery_semantics import rules
-from delivery_semantics.plumbing.endpoints import EndpointError, get_connection
+from delivery_semantics.plumbing.endpoints import EndpointError, get_connection, private_dir
 
 CONNECT_CONN_ID = "kafka_connect"
 CONNECTOR_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}"
@@ -155,13 +157,17 @@ class ConnectCluster:
                 "passwords through its FileConfigProvider from that folder, never in the configuration (docs/SECURITY.md)"
             )
         path = self._secret_file(connector)
-        os.makedirs(self.secrets_dir, mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # A folder of this user's alone (made so, or refused as it is), and a file made new, never
+        # through a link: another user who could plant `<connector>.properties` as a link would
+        # otherwise have the password written where the link points.
+        folder = private_dir("connect-secrets", Path(self.secrets_dir))
+        tmp = folder / f".{connector}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            os.fchmod(fd, 0o600)
             os.write(fd, f"password={_properties_value(value)}\n".encode("ascii"))
         finally:
             os.close(fd)
+        os.replace(tmp, path)  # a rename replaces a link planted at the name, never writes through it
         return "${file:" + path + ":password}"
 
     def _secret_file(self, connector: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import tempfile
 from dataclasses import dataclass, field
@@ -94,6 +95,9 @@ def kafka_config(conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
     `ssl.key.location`, ...), its login the SASL user, and its password field the one secret: the
     SASL password, or under security.protocol SSL the client key's password."""
     c = get_connection(conn_id)
+    if c.conn_type != "kafka":
+        # A database's or a notifier's password must never become a SASL password sent to a broker.
+        raise EndpointError(f"connection {conn_id!r} is of type {c.conn_type or '(none)'!r}, not a kafka connection")
     conf = {str(k): str(v) for k, v in c.extra.items()}
     if "bootstrap.servers" not in conf:
         if not c.host:
@@ -293,7 +297,17 @@ def database(conn_id: str, default_port: int = 5432) -> Database:
     c = get_connection(conn_id)
     if not c.host or not c.schema:
         raise EndpointError(f"connection {conn_id!r} needs a host and a schema (the database name)")
+    # Both go into a JDBC URL as they are: a host or a database name carrying `?`, `&`, `/` or `;`
+    # would add driver options (a socket factory, a log file, local infile) to it.
+    if not _HOST.fullmatch(c.host):
+        raise EndpointError(f"connection {conn_id!r}: its host is not a host name or an IP address")
+    if not _DATABASE.fullmatch(c.schema):
+        raise EndpointError(f"connection {conn_id!r}: its schema (the database name) is not [A-Za-z0-9_$-]")
     return Database(c.host, c.port or default_port, c.login, c.password, c.schema)
+
+
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]")
+_DATABASE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_$-]{0,62}")
 
 
 def ledger_database(conn_id: str = LEDGER_CONN_ID) -> Database:

@@ -54,11 +54,13 @@ def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
     except EndpointError:
         return "local[2]"
     host = c.host or "local[2]"
-    if host.startswith(("yarn", "k8s")):
+    # The Spark provider tests a substring, not a prefix: a host named `spark-yarn-gateway` would
+    # take its YARN path, so any `yarn` or `k8s` anywhere in the master is refused.
+    if any(word in f"{host}:{c.port or ''}".lower() for word in ("yarn", "k8s")):
         # spark-submit passes an application's environment to a YARN or Kubernetes driver as
         # --conf spark.yarn.appMasterEnv.* / spark.kubernetes.driverEnv.*: on its command line.
         raise EndpointError(
-            f"connection {conn_id!r}: a {host.split(':')[0]} master would put the application's secrets on "
+            f"connection {conn_id!r}: a {'yarn' if 'yarn' in host.lower() else 'k8s'} master would put the application's secrets on "
             "spark-submit's command line; use a standalone (spark://) or local master (docs/SECURITY.md)"
         )
     return f"{host}:{c.port}" if c.port and not host.startswith("local") else host

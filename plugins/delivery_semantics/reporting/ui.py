@@ -12,6 +12,7 @@ from airflow.api_fastapi.core_api.security import get_user
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
 
+from delivery_semantics.audit.audits import PLATFORM_AUDIT_PREFIX
 from delivery_semantics.reporting import report
 
 app = FastAPI(title="Delivery semantics", docs_url=None, redoc_url=None, openapi_url=None)
@@ -46,7 +47,7 @@ def matrix_page(user: AuthenticatedUser) -> str:
 def audit_dag_id(audit: str) -> str:
     """The DAG an audit's results belong to: its file's (audit_<name>), or for the audit a
     connector pipeline's run makes (pipeline_<run>), the matrix's."""
-    return "semantics_matrix" if audit.startswith("pipeline_") else f"audit_{audit}"
+    return "semantics_matrix" if audit.startswith(PLATFORM_AUDIT_PREFIX) else f"audit_{audit}"
 
 
 def may_read_dag(user, dag_id: str) -> bool:

@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 from delivery_semantics.catalog import DeliveryMode, ModeError
+from delivery_semantics.clients import java
 from delivery_semantics.files import one_line
 from delivery_semantics.history.ledger import Outcome
 from delivery_semantics.plumbing import javac
@@ -88,12 +89,8 @@ def build() -> Path:
 
 def command(subcommand: str, conf: dict | None = None) -> list[str]:
     """The runner's command line: check, sizes or run (its subcommand, never a delivery mode)."""
-    # A heap for twice the client's buffer.memory (32 MB unless set) and some: the JVM shares the machine.
-    try:
-        buffer_mb = int((conf or {}).get("buffer.memory", 33554432)) >> 20
-    except ValueError:
-        buffer_mb = 32
-    heap = f"-Xmx{max(256, 2 * buffer_mb + 128)}m"
+    # A heap for twice the client's buffer.memory and some: the JVM shares the machine.
+    heap = f"-Xmx{java.heap_mb(conf)}m"
     return [
         "java",
         heap,

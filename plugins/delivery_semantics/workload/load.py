@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from delivery_semantics import catalog, clients, modes
+from delivery_semantics import budgets, catalog, client_settings, clients, modes
 from delivery_semantics.faults.nemesis import crash_here
 from delivery_semantics.history.ledger import Ledger, Outcome, Reports
 from delivery_semantics.plumbing import topics
@@ -72,6 +72,10 @@ RESEND_ROUNDS = 3
 
 class LoadError(ValueError):
     """The load cannot start as asked; the message says why. Nothing was written."""
+
+
+class RunBudgetExceeded(RuntimeError):
+    """A load went past its deadline: it ends, failed, with what it recorded kept."""
 
 
 @dataclass
@@ -184,6 +188,10 @@ def validate(spec: LoadSpec) -> RunRequest:
     except catalog.ModeError as e:
         raise LoadError(str(e)) from None
     client = clients.spec(resolved.client)
+    try:
+        budgets.check_run_memory(spec.producers, client.memory_mb(resolved.conf, spec.payload_bytes))
+    except budgets.BudgetError as e:
+        raise LoadError(str(e)) from None
     if spec.record_format not in client.record_formats:
         raise LoadError(
             f"record format {spec.record_format}: the {client.name} client writes {', '.join(client.record_formats)} "
@@ -439,9 +447,12 @@ def _drive(
     mine = ledger.producers(run_id)[producer]
     mode = modes.get_mode(run["mode"])
     session = mine["sessions"] + 1
+    # The stored settings cross the allowlist again: a row of the ledger is data, and a rewritten
+    # one must not reach the client with a key no file or form could give.
+    stored = {k: v for k, v in run["producer_config"].items() if v != "****"}
     conf = {
         **runtime(run["client"]).connection(kafka_conf),
-        **{k: v for k, v in run["producer_config"].items() if v != "****"},
+        **client_settings.checked(run["client"], stored, client_settings.FILE),
     }
     if mine["transactional_id"]:
         conf["transactional.id"] = mine["transactional_id"]
@@ -633,6 +644,9 @@ class _Session:
         if mode.transactional:
             self.batch_size = max(run["txn_size"], (self.batch_size // run["txn_size"]) * run["txn_size"])
         self._t0 = time.monotonic()
+        # The run's own deadline, from its size: settings that would hold it for longer end it instead.
+        self.budget_seconds = budgets.load_seconds(run["messages"], run["target_rate"] or 0)
+        self.deadline = self._t0 + self.budget_seconds
         self._counted_before = (mine["produced"], mine["active_seconds"])
         self._sent_this_session = 0
         # Event numbers whose latest outcome in this session is not an ack: when it is empty after a
@@ -655,6 +669,13 @@ class _Session:
             self._send(batch)
             batch = nxt
         self._finish_outcomes()
+
+    def within_budget(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise RunBudgetExceeded(
+                f"the load went past its budget of {self.budget_seconds} s (its size's, or SEMANTICS_RUN_MAX_SECONDS): "
+                "its settings hold records too long"
+            )
 
     def _record_events(self, batch) -> Future:
         return self.ahead_writer.submit(
@@ -715,6 +736,7 @@ class _Session:
         return count
 
     def _send(self, records: list[tuple[int, int]]) -> None:
+        self.within_budget()
         if self.mode.transactional:
             self._send_transactions(records)
         else:
@@ -824,7 +846,7 @@ class _Session:
         self._end_transactions()
         conf = self.run["producer_config"]
         timeout_ms = conf.get("message.timeout.ms") or conf.get("delivery.timeout.ms") or 120000
-        remaining = self.client.flush(float(timeout_ms) / 1000 + 30)
+        remaining = self.client.flush(min(float(timeout_ms) / 1000 + 30, max(30.0, self.deadline - time.monotonic())))
         self._record(self.client.drain()).result()
         if remaining:
             raise RuntimeError(f"{remaining} messages still undelivered after flush")

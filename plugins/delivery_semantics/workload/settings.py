@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from delivery_semantics import catalog, client_settings
+from delivery_semantics import catalog, client_settings, clients
 from delivery_semantics.workload.client import runtime
 
 
@@ -39,6 +39,7 @@ def resolve(mode: catalog.DeliveryMode, client: str | None = None, overrides: Ma
     client = catalog.get_client(client, mode)
     asked = overrides_of(client, overrides)
     conf = {**mode.producer_settings(client), **asked}
+    clients.spec(client).check_bounds(conf)
     effective = runtime(client).check(conf, mode)
     if "acks" in conf:
         conf["acks"] = effective.get("acks", conf["acks"])

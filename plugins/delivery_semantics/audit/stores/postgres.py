@@ -3,8 +3,20 @@ sessions (pgjdbc's readOnlyMode=always), split on a partitioning column when the
 
 from __future__ import annotations
 
+import sys
+
 from delivery_semantics.audit import AuditError
 from delivery_semantics.audit.stores.jdbc import JdbcStore
+
+# Whether the session's role may write anywhere in the database: a superuser, or a role with any
+# write privilege on a table. An audit reads; a role that can write is the operator's to narrow.
+ROLE_CAN_WRITE = """
+SELECT r.rolsuper OR EXISTS (
+    SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+      AND has_table_privilege(c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))
+FROM pg_roles r WHERE r.rolname = current_user
+"""
 
 
 class PostgresStore(JdbcStore):
@@ -31,6 +43,8 @@ class PostgresStore(JdbcStore):
             conn.set_session(readonly=True)
             with conn.cursor() as cur:
                 cur.execute(f"SELECT * FROM ({select}) AS checked LIMIT 0")
+                cur.execute(ROLE_CAN_WRITE)
+                (can_write,) = cur.fetchone() or (False,)
         except psycopg2.Error as e:
             field = f"{self.section}.query" if "query" in self.spec else self.section
             if isinstance(e, psycopg2.errors.UndefinedColumn):
@@ -41,3 +55,9 @@ class PostgresStore(JdbcStore):
             raise AuditError(f"{self.audit.path}: {field}: {msg} (in database {db.database})") from None
         finally:
             conn.close()
+        if can_write:
+            print(
+                f"WARNING: {self.audit.path}: {self.connection_label}: role {db.user} can write in database "
+                f"{db.database}: an audit only reads; give it a role with SELECT alone",
+                file=sys.stderr,
+            )

@@ -45,6 +45,7 @@ def outbox_select(audit: Audit, quote=quote_ident) -> str:
     elif ob.get("allow_query") is True:
         # On lines of their own: a trailing `--` comment ends with its line.
         source = f"(\n{free_select(ob['query'], audit.where('outbox.query'))}\n) AS outbox_query"
+        return checked_select(f"SELECT {', '.join(items)} FROM {source}", audit.where("outbox.query"))
     else:
         raise AuditError(audit.where("outbox.query") + ": needs allow_query: true")
     return f"SELECT {', '.join(items)} FROM {source}"
@@ -66,7 +67,37 @@ def free_select(text: str, where: str) -> str:
     statement, a SELECT that neither writes nor locks, or AuditError naming `where`. Returns that
     statement's text, without a trailing semicolon, to be run as a subquery in a read-only
     transaction. Checked here, before any database sees it: a read-only transaction alone does
-    not hold against `COMMIT; DROP TABLE ...` in the simple query protocol."""
+    not hold against `COMMIT; DROP TABLE ...` in the simple query protocol.
+
+    What is returned is what was checked: the parser's offsets count UTF-8 bytes, so the statement
+    is cut from the bytes and parsed again, and must give the same tree. A character the parser
+    and the server could read differently (NUL, which ends the parser's input; a lone surrogate;
+    any other control character but tab and the line ends) is refused outright."""
+    bad = next((c for c in text if _unreadable(c)), None)
+    if bad is not None:
+        raise AuditError(
+            f"{where}: holds the character U+{ord(bad):04X}: free SQL is printable text (tab and line ends allowed)"
+        )
+    (stmt,) = _one_select(text, where)
+    _no_inner_semicolon(text, where)
+    start, length = stmt.get("stmt_location", 0), stmt.get("stmt_len", 0)
+    raw = text.encode("utf-8")
+    piece = (raw[start : start + length] if length else raw[start:]).decode("utf-8", errors="strict").strip()
+    (again,) = _one_select(piece, where)
+    if _shape(again["stmt"]) != _shape(stmt["stmt"]):
+        raise AuditError(f"{where}: reads differently once cut from the text around it; give the SELECT alone")
+    return piece
+
+
+def checked_select(sql: str, where: str) -> str:
+    """A whole statement the platform built around free SQL, checked again just before it is sent:
+    exactly one SELECT that neither writes nor locks."""
+    _one_select(sql, where)
+    return sql
+
+
+def _one_select(text: str, where: str) -> list[dict]:
+    """The parse of `text` when it is exactly one SELECT that neither writes nor locks."""
     from pglast.parser import ParseError, parse_sql_json
 
     try:
@@ -82,9 +113,31 @@ def free_select(text: str, where: str) -> str:
     found = _nodes(stmt["stmt"], set(_WRITES))
     if found:
         raise AuditError(f"{where}: {_WRITES[min(found)]}; free SQL is a SELECT that only reads")
-    start = stmt.get("stmt_location", 0)
-    length = stmt.get("stmt_len", 0)
-    return (text[start : start + length] if length else text[start:]).strip()
+    return stmts
+
+
+def _no_inner_semicolon(text: str, where: str) -> None:
+    """A semicolon only as the last token: an empty statement before the SELECT is refused as
+    another statement would be, so that what runs is the whole text."""
+    from pglast.parser import scan
+
+    tokens = [t.name for t in scan(text) if t.name not in ("C_COMMENT", "SQL_COMMENT")]
+    if "ASCII_59" in tokens[:-1]:
+        raise AuditError(f"{where}: holds a ';' before its end; free SQL is exactly one SELECT")
+
+
+def _unreadable(c: str) -> bool:
+    o = ord(c)
+    return (o < 32 and c not in "\t\n\r") or 127 <= o < 160 or 0xD800 <= o <= 0xDFFF or o in (0x2028, 0x2029, 0xFEFF)
+
+
+def _shape(tree):
+    """A parse tree without its offsets: two texts of the same statement have the same shape."""
+    if isinstance(tree, dict):
+        return {k: _shape(v) for k, v in tree.items() if k not in ("location", "stmt_location", "stmt_len")}
+    if isinstance(tree, list):
+        return [_shape(v) for v in tree]
+    return tree
 
 
 def _nodes(tree, names: set[str]) -> set[str]:
