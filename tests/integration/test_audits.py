@@ -639,6 +639,18 @@ INJECTION = "outbox) AS x) AS y; DROP TABLE canary; SELECT * FROM (SELECT 1"
             ),
             "outbox.query: ",
         ),
+        (
+            # Byte offsets taken as characters once cut this into SELECT; DROP; SELECT (issue 66).
+            lambda s: s.update(
+                outbox={
+                    "query": "/*éééééééé*/;SELECT 'SELECT 1 AS id; DROP TABLE canary; SELECT 1 AS id --' AS id",
+                    "allow_query": True,
+                    "columns": {"event_id": "id"},
+                }
+            ),
+            "outbox.query: holds a ';' before its end",
+        ),
+        (lambda s: s["connections"].update(outbox="ledger_db"), "connections.outbox: ledger_db is one of the platform"),
         (lambda s: s["outbox"]["columns"].update(seq="versoin"), 'outbox.columns: column "versoin" does not exist'),
         (lambda s: s["outbox"].update(table="public.no_such_outbox"), 'outbox.table: relation "public.no_such_outbox"'),
         (lambda s: s["connections"].update(kafka="no_such_kafka"), "connections: connection 'no_such_kafka'"),
@@ -651,6 +663,8 @@ INJECTION = "outbox) AS x) AS y; DROP TABLE canary; SELECT * FROM (SELECT 1"
         "injected-table",
         "injected-column",
         "free-sql-write",
+        "free-sql-byte-offsets",
+        "platform-connection",
         "unknown-column",
         "unknown-table",
         "missing-connection",

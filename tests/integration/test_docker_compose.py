@@ -122,4 +122,6 @@ def test_ports_bind_loopback_the_fault_proxy_is_unpublished_and_spark_authentica
         assert "-Dspark.authenticate=true" in opts and "-Dspark.master.rest.enabled=false" in opts, name
         assert env["_SPARK_AUTH_SECRET"].startswith("${SPARK_AUTH_SECRET:?"), name
     spark = json.loads(compose["services"]["airflow-scheduler"]["environment"]["AIRFLOW_CONN_SPARK_DEFAULT"])
-    assert spark["extra"]["conf"]["spark.authenticate"] == "true" and spark["password"].startswith("${SPARK_AUTH_SECRET")
+    assert spark["extra"]["conf"]["spark.authenticate"] == "true" and spark["password"].startswith(
+        "${SPARK_AUTH_SECRET"
+    )
