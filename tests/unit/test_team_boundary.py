@@ -107,7 +107,7 @@ def test_a_teams_file_names_only_its_teams_connections_each_in_its_role(tmp_path
         AuditError, match="pay_db is not a connection of team orders, whose files may name: kafka_default, outbox_db"
     ):
         audits.load(_audit(orders, lambda s: s["connections"].update(outbox="pay_db")))
-    with pytest.raises(AuditError, match="connections.kafka: outbox_db is a postgres connection; kafka takes kafka"):
+    with pytest.raises(AuditError, match=r"connections.kafka: outbox_db is a postgres connection; kafka takes kafka"):
         audits.load(_audit(orders, lambda s: s["connections"].update(kafka="outbox_db")))
     with pytest.raises(AuditError, match="belongs to no team"):
         audits.load(_audit(tmp_path))
@@ -140,7 +140,7 @@ def test_a_connection_of_another_type_is_never_a_kafka_cluster(monkeypatch):
 def test_jdbc_options_never_come_from_a_connections_host_or_schema(monkeypatch, host, schema):
     conn = {"conn_type": "postgres", "host": host, "login": "u", "password": "p", "schema": schema}
     monkeypatch.setenv("AIRFLOW_CONN_TEAM_DB", json.dumps(conn))
-    with pytest.raises(endpoints.EndpointError, match="'team_db': its (host|schema)"):
+    with pytest.raises(endpoints.EndpointError, match=r"'team_db': its (host|schema)"):
         endpoints.database("team_db")
 
 
@@ -167,7 +167,7 @@ def test_settings_that_would_hold_a_run_for_months_are_refused(overrides, messag
 
 
 def test_java_timeouts_are_bounded_too():
-    with pytest.raises(catalog.ModeError, match="delivery.timeout.ms='0' must be an integer from 1000"):
+    with pytest.raises(catalog.ModeError, match=r"delivery.timeout.ms='0' must be an integer from 1000"):
         settings.resolve(modes.get_mode("at_least_once"), "java", {"delivery.timeout.ms": "0"})
 
 
@@ -264,7 +264,7 @@ def test_protoc_never_follows_a_committed_link_out_of_the_audits_folder(tmp_path
     outside = tmp_path / "outside.proto"
     outside.write_text('syntax = "proto3";\nmessage Secret { string password = 1; }\n')
     (folder / "secret.proto").symlink_to(outside)
-    with pytest.raises(AuditError, match="not a .proto schema: secret.proto: File not found"):
+    with pytest.raises(AuditError, match=r"not a .proto schema: secret.proto: File not found"):
         schemas._compile_proto(folder / "order.proto", "record.schemas")
 
 
