@@ -86,15 +86,35 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"{sum(SECONDS_BY_FILE.values()):8.1f} s  in all")
 
 
+_SAMPLER = None
+
+
+def pytest_sessionstart(session):
+    """Every process's arguments, sampled through the run (secret_scan.ProcessSampler): a
+    spark-submit or a JVM is gone by the run's end."""
+    global _SAMPLER
+    if _in_parallel():
+        return
+    import secret_scan
+
+    try:
+        _SAMPLER = secret_scan.ProcessSampler().start()
+    except Exception as e:  # no stack: the tests that need it say so
+        sys.stderr.write(f"\nsecret scan: processes not sampled ({type(e).__name__}: {str(e)[:200]})\n")
+
+
 def pytest_sessionfinish(session, exitstatus):
     """The secret scan over the whole run (secret_scan.py): a secret of the stack in a process's
-    arguments, a log, an artifact or a result row fails the run, naming where, never the secret."""
+    arguments (sampled through the run, and at its end), a log, an artifact, a row of the results
+    database or of Airflow's, or a record of the stack's topics fails the run, naming where, never
+    the secret."""
+    sampled = _SAMPLER.stop() if _SAMPLER is not None else []
     if not session.testscollected or exitstatus not in (0, 1) or _in_parallel():
         return
     import secret_scan
 
     try:
-        found = secret_scan.findings()
+        found = sampled + secret_scan.findings()
     except Exception as e:  # the stack is down: the tests that needed it said so already
         sys.stderr.write(f"\nsecret scan: not run ({type(e).__name__}: {str(e)[:200]})\n")
         return
@@ -102,7 +122,10 @@ def pytest_sessionfinish(session, exitstatus):
         sys.stderr.write("\nsecret scan: secrets found in " + "; ".join(found[:20]) + "\n")
         session.exitstatus = 1
     else:
-        sys.stderr.write("\nsecret scan: no secret in any process's arguments, log, artifact or result row\n")
+        sys.stderr.write(
+            f"\nsecret scan: no secret in any process's arguments ({_SAMPLER.samples if _SAMPLER else 0} samples "
+            "through the run, and at its end), log, artifact, result row, Airflow row or the stack's topics\n"
+        )
 
 
 # The suite runs in two phases (`make integration`): the rest in two processes (pytest-xdist, a

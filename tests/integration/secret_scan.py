@@ -1,12 +1,21 @@
 """Where a secret of the stack must never be: a process's arguments, a log, an artifact, a row of
-the results database. `findings()` names each place one is found (never the secret itself); the
-integration suite runs it over the whole run when it ends (conftest.py), and test_security.py
-over the stack as it is."""
+the results database or of Airflow's, a record of the stack's own topics. `findings()` names each
+place one is found (never the secret itself); the integration suite runs it over the whole run when
+it ends (conftest.py), and test_security.py over the stack as it is. A `ProcessSampler` reads every
+process's arguments through the run, since spark-submit and the JVMs are gone by its end.
+
+Each secret is looked for as it is and in the forms it would take on its way somewhere: Base64 at
+any alignment (which also finds it in an HTTP Basic `Authorization` header, user:password encoded),
+and the secrets the platform derives from it (a client keystore's password)."""
 
 from __future__ import annotations
 
+import base64
 import io
+import os
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import psycopg2.errors
@@ -19,25 +28,110 @@ REPO = Path(__file__).resolve().parents[2]
 # stack.env, the Connect secrets folder, the brokers' properties) are where secrets belong, mode 600.
 SCANNED = (REPO / "var" / "logs", REPO / "artifacts", REPO / "var" / "reports")
 MIN_SECRET = 8  # shorter values would match by chance
+MIN_ENCODED = 12  # the shortest Base64 core looked for
+# The topics a load writes: generated records, many and large, which no secret reaches by design.
+RUN_TOPIC_PREFIXES = ("semantics.", "semantics-", "__consumer_offsets")
+TOPIC_RECORDS = 200_000  # read at most this many records of one topic
 
 
 def secrets() -> dict[str, str]:
-    return {k: v for k, v in devstack.passwords().items() if len(v) >= MIN_SECRET}
+    values = {k: v for k, v in devstack.passwords().items() if len(v) >= MIN_SECRET}
+    values.update(_derived())
+    return values
+
+
+def _derived() -> dict[str, str]:
+    """Secrets the platform derives from the stack's: the mutual-TLS client's keystore password
+    (endpoints.client_keystore, derived from the key)."""
+    from delivery_semantics.plumbing.endpoints import client_keystore
+    from devstack.credentials import TLS_CLIENT_CERT, TLS_CLIENT_KEY
+
+    try:
+        conf = client_keystore(str(TLS_CLIENT_CERT), str(TLS_CLIENT_KEY), devstack.passwords()["CLIENT_KEY_PASSWORD"])
+    except Exception:  # no TLS material on this stack: nothing derived from it
+        return {}
+    return {"derived: the mTLS client's keystore password": conf["ssl.keystore.password"]}
+
+
+def needles(values: dict[str, str]) -> dict[str, bytes]:
+    """Each secret as bytes, and its Base64 at each of the three alignments (the characters that
+    depend on the secret's bytes alone): a name for each."""
+    out = {}
+    for name, v in values.items():
+        raw = v.encode()
+        out[name] = raw
+        for k in range(3):
+            encoded = base64.b64encode(b"\0" * k + raw)
+            skip = (8 * k + 5) // 6
+            core = encoded[skip : (8 * (k + len(raw))) // 6]
+            if len(core) >= MIN_ENCODED:
+                out[f"{name} (Base64, offset {k})"] = core
+    return out
+
+
+def _matches(data: bytes, found_in: str, wanted: dict[str, bytes]) -> list[str]:
+    return [f"{found_in}: {name}" for name, v in wanted.items() if v in data]
+
+
+def process_arguments() -> dict[int, bytes]:
+    """Every process's arguments, read from /proc (no process of its own started)."""
+    out = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                out[int(entry.name)] = f.read()
+        except OSError:  # gone since the listing, or not ours to read
+            continue
+    return out
 
 
 def in_processes(values: dict[str, str]) -> list[str]:
+    wanted = needles(values)
+    found = []
+    for pid, args in process_arguments().items():
+        found += _matches(args, f"process {pid}", wanted)
     args = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
-    return [
-        f"process {line.split(None, 1)[0]}: {name}"
-        for line in args.splitlines()
-        for name, v in values.items()
-        if v in line
-    ]
+    for line in args.splitlines():
+        found += _matches(line.encode(), f"process {line.split(None, 1)[0]} (ps)", wanted)
+    return sorted(set(found))
+
+
+class ProcessSampler:
+    """Reads every process's arguments every `interval` seconds, from start() to stop(), and keeps
+    where a secret was seen: a spark-submit or a JVM that lived a second is seen."""
+
+    def __init__(self, interval: float = 0.25):
+        self.interval = interval
+        self.found: set[str] = set()
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="secret-scan-sampler")
+        self._wanted: dict[str, bytes] = {}
+
+    def start(self) -> ProcessSampler:
+        self._wanted = needles(secrets())
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            for pid, args in process_arguments().items():
+                if any(v in args for v in self._wanted.values()):
+                    name = args.split(b"\0", 1)[0].decode(errors="replace")[-60:]
+                    self.found.update(_matches(args, f"process {pid} ({name}), seen while running", self._wanted))
+            self.samples += 1
+
+    def stop(self) -> list[str]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return sorted(self.found)
 
 
 def in_files(values: dict[str, str]) -> list[str]:
     found = []
-    needles = {name: v.encode() for name, v in values.items()}
+    wanted = needles(values)
     for root in SCANNED:
         for p in root.rglob("*") if root.is_dir() else ():
             try:
@@ -46,42 +140,135 @@ def in_files(values: dict[str, str]) -> list[str]:
                 data = p.read_bytes()
             except FileNotFoundError:  # a run's temporary file, gone since the listing
                 continue
-            found += [f"{p.relative_to(REPO)}: {name}" for name, v in needles.items() if v in data]
+            found += _matches(data, str(p.relative_to(REPO)), wanted)
     return found
 
 
-def in_rows(values: dict[str, str]) -> list[str]:
-    """The secrets travel as COPY data into a temporary table, never in a statement's text: a
-    statement that fails (a run's staging table dropped since the listing) is written to the
-    server's log whole, and the log is one of the places this scan reads."""
+def in_rows(values: dict[str, str], connect_kwargs: dict | None = None, label: str = "") -> list[str]:
+    """Every row of every table of a database (the results database unless told), as text and, for
+    bytea columns, as bytes. The secrets travel as COPY data into temporary tables, never in a
+    statement's text: a statement that fails (a run's staging table dropped since the listing) is
+    written to the server's log whole, and the log is one of the places this scan reads."""
     found = []
-    c = psycopg2.connect(**ledger_database().psycopg2_kwargs())
+    wanted = needles(values)
+    c = psycopg2.connect(**(connect_kwargs or ledger_database().psycopg2_kwargs()))
     try:
         c.autocommit = True
         with c.cursor() as cur:
-            cur.execute("CREATE TEMPORARY TABLE secret_patterns (pattern text)")
-            escaped = (v.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n") for v in values.values())
-            text = "".join(f"%{v}%\n" for v in escaped)
-            cur.copy_expert("COPY secret_patterns FROM STDIN", io.StringIO(text))
+            cur.execute("CREATE TEMPORARY TABLE secret_patterns (pattern text, raw bytea)")
+            rows = []
+            for v in wanted.values():
+                text = v.decode()
+                escaped = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+                rows.append(f"%{escaped}%\t\\\\x{v.hex()}\n")
+            cur.copy_expert("COPY secret_patterns FROM STDIN", io.StringIO("".join(rows)))
             cur.execute(
-                "SELECT quote_ident(table_name) FROM information_schema.tables "
-                "WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
+                "SELECT quote_ident(table_schema) || '.' || quote_ident(table_name) FROM information_schema.tables "
+                "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND table_type = 'BASE TABLE' "
+                "AND table_schema NOT LIKE 'pg\\_temp%'"
             )
-            for (t,) in cur.fetchall():
+            tables = [t for (t,) in cur.fetchall()]
+            cur.execute(
+                "SELECT quote_ident(table_schema) || '.' || quote_ident(table_name), quote_ident(column_name) "
+                "FROM information_schema.columns WHERE data_type = 'bytea' "
+                "AND table_schema NOT IN ('pg_catalog', 'information_schema') AND table_schema NOT LIKE 'pg\\_temp%'"
+            )
+            bytea = cur.fetchall()
+            for t in tables:
                 try:
                     cur.execute(
                         f"SELECT count(*) FROM {t} x WHERE x::text LIKE ANY(SELECT pattern FROM secret_patterns)"
                     )
-                except psycopg2.errors.UndefinedTable:
+                except (psycopg2.errors.UndefinedTable, psycopg2.errors.InsufficientPrivilege):
                     continue
                 (n,) = cur.fetchone()
                 if n:
-                    found.append(f"table {t}: {n} rows")
+                    found.append(f"{label}table {t}: {n} rows")
+            for t, col in bytea:
+                try:
+                    cur.execute(
+                        f"SELECT count(*) FROM {t} x WHERE EXISTS "
+                        f"(SELECT 1 FROM secret_patterns s WHERE position(s.raw IN x.{col}) > 0)"
+                    )
+                except (psycopg2.errors.UndefinedTable, psycopg2.errors.InsufficientPrivilege):
+                    continue
+                (n,) = cur.fetchone()
+                if n:
+                    found.append(f"{label}table {t}, bytea column {col}: {n} rows")
     finally:
         c.close()
     return found
 
 
+def in_airflow_rows(values: dict[str, str]) -> list[str]:
+    """Airflow's own database: XComs, DAG runs' conf, rendered template fields, serialized DAGs."""
+    from sqlalchemy.engine import make_url
+
+    from devstack.postgres import airflow_database_url
+
+    url = make_url(airflow_database_url())
+    kwargs = {
+        "host": url.host,
+        "port": url.port,
+        "user": url.username,
+        "password": url.password,
+        "dbname": url.database,
+        "connect_timeout": 5,
+    }
+    return in_rows(values, kwargs, "Airflow's database: ")
+
+
+def in_topics(values: dict[str, str]) -> list[str]:
+    """The records of the stack's own topics (Connect's configurations, offsets and statuses, the
+    audits' and pipelines' topics, the transaction log): keys, values and headers."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from delivery_semantics.plumbing.endpoints import kafka_config
+
+    wanted = needles(values)
+    conf = kafka_config()
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": "semantics-secret-scan",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    found = []
+    try:
+        metadata = consumer.list_topics(timeout=30)
+        for topic, meta in sorted(metadata.topics.items()):
+            if topic.startswith(RUN_TOPIC_PREFIXES) or meta.error is not None:
+                continue
+            parts = []
+            for p in meta.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                if high > low:
+                    parts.append(TopicPartition(topic, p, low))
+            if not parts:
+                continue
+            consumer.assign(parts)
+            open_parts, seen, deadline = len(parts), 0, time.monotonic() + 60
+            while open_parts and seen < TOPIC_RECORDS and time.monotonic() < deadline:
+                msg = consumer.poll(1.0)
+                if msg is None:
+                    continue
+                if msg.error():
+                    open_parts -= 1  # end of a partition (or an error on it): nothing more to read there
+                    continue
+                seen += 1
+                data = b"\0".join([msg.key() or b"", msg.value() or b"", *(v or b"" for _, v in (msg.headers() or []))])
+                for hit in _matches(data, f"topic {topic}", wanted):
+                    if hit not in found:
+                        found.append(hit)
+            consumer.unassign()
+    finally:
+        consumer.close()
+    return found
+
+
 def findings() -> list[str]:
     values = secrets()
-    return in_processes(values) + in_files(values) + in_rows(values)
+    return in_processes(values) + in_files(values) + in_rows(values) + in_airflow_rows(values) + in_topics(values)

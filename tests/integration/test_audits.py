@@ -610,6 +610,29 @@ def test_an_audit_of_an_empty_topic_against_an_empty_outbox_keeps_its_promise(
     assert "mapping_suspect" not in res.stderr
 
 
+def test_a_store_role_that_can_write_is_warned_of_and_a_second_statement_never_runs(orders, tmp_path):
+    """The preflight speaks the extended protocol: even a second statement past every text check
+    (here, put there by hand) is refused by the server, and the canary table stays. A role that
+    may write anywhere in its database gets a warning."""
+    from delivery_semantics.audit import stores
+
+    with _outbox_owner() as c, c.cursor() as cur:
+        cur.execute("CREATE TABLE IF NOT EXISTS canary (x int)")
+    path = _variant(tmp_path, lambda s: s["connections"].update(outbox="outbox_app"), name="writer")
+    res = run([str(REPO / "local" / "semantics"), "audit", "validate", "--endpoints", str(path)], timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "WARNING: " in res.stderr and "role outbox_app can write in database outbox_demo" in res.stderr
+    res = run([str(REPO / "local" / "semantics"), "audit", "validate", "--endpoints", str(ORDERS)], timeout=120)
+    assert res.returncode == 0 and "WARNING" not in res.stderr, res.stderr
+    store = stores.for_section(audits.load(path), "outbox")
+    store.select = lambda: "SELECT 1 AS id) AS x; DROP TABLE canary; SELECT * FROM (SELECT 1 AS id"
+    with pytest.raises(audits.AuditError, match="cannot insert multiple commands into a prepared statement"):
+        store.check()
+    with _outbox_owner() as c, c.cursor() as cur:
+        cur.execute("SELECT to_regclass('public.canary') IS NOT NULL")
+        assert cur.fetchone() == (True,)
+
+
 WRONG_SASL = json.dumps(
     {
         "conn_type": "kafka",

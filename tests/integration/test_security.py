@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 import uuid
 
+import psycopg2
 import pytest
 import secret_scan
 from conftest import REPO, run
@@ -21,7 +22,7 @@ from conftest import REPO, run
 import devstack
 from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.connect import ConnectCluster
-from delivery_semantics.plumbing.endpoints import database, get_connection
+from delivery_semantics.plumbing.endpoints import database, get_connection, ledger_database
 
 LOOPBACK = re.compile(r"(127\.\d+\.\d+\.\d+|\[::ffff:127\.\d+\.\d+\.\d+\]|\[::1\]):\d+")
 
@@ -164,6 +165,51 @@ def test_the_stacks_folders_and_secret_files_are_its_owners_alone(fresh_topic, k
     for broker in devstack.BROKERS:
         segments = list((broker.data_dir / "data").glob(f"{topic}-*/*.log"))
         assert segments and all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in segments), broker.name
+
+
+def test_the_secret_scan_finds_a_planted_secret_where_it_says_it_looks(fresh_topic, kafka_conf):
+    """A known answer for the scan: a canary, never a real secret, planted in each place in the
+    form it would take there, and found, named by where; nothing planted stays behind."""
+    import base64
+    import time
+
+    from confluent_kafka import Producer
+
+    canary = {"CANARY": "Canary" + uuid.uuid4().hex}
+    value = canary["CANARY"]
+    basic = base64.b64encode(f"connect-admin:{value}".encode()).decode()
+    artifact = REPO / "artifacts" / f"canary-{uuid.uuid4().hex[:8]}.log"
+    artifact.parent.mkdir(exist_ok=True)
+    artifact.write_text(f"GET /connectors HTTP/1.1\r\nAuthorization: Basic {basic}\r\n")
+    table = f"canary_bytes_{uuid.uuid4().hex[:8]}"
+    db = psycopg2.connect(**ledger_database().psycopg2_kwargs())
+    db.autocommit = True
+    topic = fresh_topic("canary")
+    sampler = secret_scan.ProcessSampler(interval=0.1)
+    sampler._wanted = secret_scan.needles(canary)
+    sampler._thread.start()
+    try:
+        with db.cursor() as cur:
+            cur.execute(f"CREATE TABLE {table} (b bytea)")
+            cur.execute(f"INSERT INTO {table} VALUES (convert_to(%s, 'UTF8'))", (f"user={value};",))
+        producer = Producer(kafka_conf)
+        producer.produce(topic, b"{}", headers=[("auth", f"Basic {basic}".encode())])
+        assert producer.flush(30) == 0
+        # A process that lives half a second, its argument Base64 at an odd offset.
+        encoded = base64.b64encode(b"x" + value.encode()).decode()
+        subprocess.run([sys.executable, "-c", "import time; time.sleep(0.5)", encoded], check=True)
+        time.sleep(0.3)
+        seen = sampler.stop()
+        assert seen and all("seen while running" in f and "CANARY (Base64" in f for f in seen), seen
+        assert secret_scan.in_files(canary) == [f"artifacts/{artifact.name}: CANARY (Base64, offset 2)"]
+        assert f"table public.{table}, bytea column b: 1 rows" in secret_scan.in_rows(canary)
+        assert f"topic {topic}: CANARY (Base64, offset 2)" in secret_scan.in_topics(canary)
+    finally:
+        sampler.stop()
+        artifact.unlink(missing_ok=True)
+        with db.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {table}")
+        db.close()
 
 
 def test_no_secret_in_a_process_argument_log_or_result_row(stack_env):

@@ -144,6 +144,38 @@ def test_jdbc_options_never_come_from_a_connections_host_or_schema(monkeypatch, 
         endpoints.database("team_db")
 
 
+@pytest.mark.parametrize(
+    ("store", "jdbc", "outcome"),
+    [
+        ("postgres", {"sslmode": "verify-full", "connectTimeout": "10"}, "?sslmode=verify-full&connectTimeout=10"),
+        ("mysql", {"sslMode": "verify-full"}, "&sslMode=verify-full"),
+        ("postgres", {"socketFactory": "org.x.Evil"}, "extra.jdbc.socketFactory is not a driver option"),
+        ("postgres", {"sslmode": "require&loggerFile=/tmp/x"}, "extra.jdbc.sslmode: not "),
+        ("mysql", {"allowLoadLocalInfile": "true"}, "is not a driver option a mysql store takes"),
+        ("mysql", {"autoDeserialize": "true"}, "is not a driver option a mysql store takes"),
+    ],
+)
+def test_driver_options_come_only_from_an_allowlisted_extra(monkeypatch, store, jdbc, outcome):
+    from delivery_semantics.audit.stores import StoreError, store_class
+
+    conn = {
+        "conn_type": store,
+        "host": "db",
+        "login": "u",
+        "password": "p",
+        "schema": "outbox",
+        "extra": {"jdbc": jdbc},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_TEAM_DB", json.dumps(conn))
+    cls = store_class(store)
+    if outcome.startswith(("?", "&")):
+        url = cls.spark_env("team_db", "SEMANTICS_SOURCE")["SEMANTICS_SOURCE_JDBC_URL"]
+        assert url.endswith(outcome) and url.count("?") == 1, url
+    else:
+        with pytest.raises(StoreError, match=re.escape(outcome)):
+            cls.spark_env("team_db", "SEMANTICS_SOURCE")
+
+
 def test_an_audit_file_never_takes_a_pipeline_runs_name(tmp_path):
     with pytest.raises(AuditError, match="names beginning pipeline_ are the connector pipelines"):
         audits.load(_audit(tmp_path, name="pipeline_x"))

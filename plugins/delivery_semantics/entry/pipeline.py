@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import threading
 import time
 import uuid
@@ -33,7 +32,7 @@ import psycopg2
 import psycopg2.extras
 
 from delivery_semantics import catalog, modes
-from delivery_semantics.audit.audits import PLATFORM_AUDIT_PREFIX
+from delivery_semantics.audit.audits import PLATFORM_AUDIT_PREFIX, pipelines_dir
 from delivery_semantics.catalog import CatalogError, Pipeline
 from delivery_semantics.faults.nemesis import Nemesis, NemesisError, backend_from_env, wait_healthy
 from delivery_semantics.history.ledger import Ledger
@@ -103,10 +102,6 @@ class Names:
     @property
     def audit(self) -> str:
         return f"{PLATFORM_AUDIT_PREFIX}{self.run_id}"
-
-
-def pipelines_dir() -> Path:
-    return Path(os.environ.get("SEMANTICS_PIPELINES_DIR", Path(__file__).resolve().parents[3] / "var" / "pipelines"))
 
 
 # --------------------------------------------------------------------------- before anything runs

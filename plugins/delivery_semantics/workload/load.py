@@ -184,14 +184,14 @@ def validate(spec: LoadSpec) -> RunRequest:
         except topics.TopicError as e:
             raise LoadError(str(e)) from None
     try:
+        # Memory first, from the settings as asked: before the client's own check starts a JVM.
+        name = catalog.get_client(spec.client, mode)
+        asked = {**mode.producer_settings(name), **settings.overrides_of(name, spec.overrides)}
+        budgets.check_run_memory(spec.producers, clients.spec(name).memory_mb(asked, spec.payload_bytes))
         resolved = settings.resolve(mode, spec.client, spec.overrides)
-    except catalog.ModeError as e:
+    except (catalog.ModeError, budgets.BudgetError) as e:
         raise LoadError(str(e)) from None
     client = clients.spec(resolved.client)
-    try:
-        budgets.check_run_memory(spec.producers, client.memory_mb(resolved.conf, spec.payload_bytes))
-    except budgets.BudgetError as e:
-        raise LoadError(str(e)) from None
     if spec.record_format not in client.record_formats:
         raise LoadError(
             f"record format {spec.record_format}: the {client.name} client writes {', '.join(client.record_formats)} "

@@ -5,9 +5,10 @@ read-only statement) and how to check its database before anything runs."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
-from delivery_semantics.audit.stores.base import Store
+from delivery_semantics.audit.stores.base import Store, StoreError
 from delivery_semantics.audit.stores.sql import (
     PARTITION_KEY,
     outbox_select,
@@ -16,6 +17,7 @@ from delivery_semantics.audit.stores.sql import (
     time_bounded,
     timestamptz,
 )
+from delivery_semantics.files import control
 
 
 class JdbcStore(Store):
@@ -44,10 +46,43 @@ class JdbcStore(Store):
             return outbox_select(self.audit, self.quote)
         return sink_select(self.audit, self.quote)
 
+    # The driver options a connection may add to the URL, under `jdbc` in its extra, each value
+    # matched whole: TLS and timeouts. Nothing else reaches the URL, and never from its host or schema.
+    jdbc_options = {
+        "ssl": r"true|false",
+        "sslmode": r"disable|allow|prefer|require|verify-ca|verify-full",
+        "connectTimeout": r"[0-9]{1,4}",
+        "socketTimeout": r"[0-9]{1,6}",
+        "loginTimeout": r"[0-9]{1,4}",
+        "tcpKeepAlive": r"true|false",
+        "ApplicationName": r"[A-Za-z0-9._-]{1,64}",
+    }
+
+    @classmethod
+    def url_of(cls, conn_id: str, db) -> str:
+        """The store's JDBC URL with the driver options the connection's extra allows (jdbc_options)."""
+        from delivery_semantics.plumbing.endpoints import get_connection
+
+        given = get_connection(conn_id).extra.get("jdbc") or {}
+        if not isinstance(given, dict):
+            raise StoreError(f"connection {conn_id!r}: extra.jdbc is a mapping of driver option to value")
+        for key, value in given.items():
+            if key not in cls.jdbc_options:
+                raise StoreError(
+                    f"connection {conn_id!r}: extra.jdbc.{str(key)[:40]} is not a driver option a {cls.name} store "
+                    f"takes; allowed: {', '.join(cls.jdbc_options)}"
+                )
+            if not re.fullmatch(cls.jdbc_options[key], str(value)) or any(map(control, str(value))):
+                raise StoreError(f"connection {conn_id!r}: extra.jdbc.{key}: not {cls.jdbc_options[key]}")
+        url = cls.jdbc_url(db)
+        if not given:
+            return url
+        return url + ("&" if "?" in url else "?") + "&".join(f"{k}={v}" for k, v in given.items())
+
     @classmethod
     def spark_env(cls, conn_id: str, prefix: str) -> dict[str, str]:
         db = cls.database(conn_id)
-        return db.spark_env(f"{prefix}_JDBC", cls.jdbc_url(db))
+        return db.spark_env(f"{prefix}_JDBC", cls.url_of(conn_id, db))
 
     def read(self, spark, time_column: str | None = None, since: datetime | None = None, until: datetime | None = None):
         from delivery_semantics.audit.stores.spark_jdbc import Jdbc  # pyspark: only where Spark runs

@@ -31,6 +31,12 @@ class MysqlStore(JdbcStore):
     driver = "org.mariadb.jdbc.Driver"
     default_port = 3306
     read_only_statement = "SET SESSION TRANSACTION READ ONLY"
+    jdbc_options = {
+        "sslMode": r"disable|trust|verify-ca|verify-full",
+        "connectTimeout": r"[0-9]{1,6}",
+        "socketTimeout": r"[0-9]{1,6}",
+        "tcpKeepAlive": r"true|false",
+    }
 
     @staticmethod
     def jdbc_url(db) -> str:

@@ -1,5 +1,6 @@
 """PostgreSQL, the first store: a table or a checked free SELECT, read over JDBC in read-only
-sessions (pgjdbc's readOnlyMode=always), split on a partitioning column when the outbox names one."""
+sessions (pgjdbc's readOnlyMode=always), split on a partitioning column when the outbox names one.
+Its preflight speaks the extended protocol (psycopg 3), one statement per call."""
 
 from __future__ import annotations
 
@@ -26,30 +27,31 @@ class PostgresStore(JdbcStore):
 
     def check(self) -> None:
         """The select with no rows, in a read-only transaction: the database answers, the role may
-        read, and every named table and column exists."""
-        import psycopg2
-        import psycopg2.errors
+        read, and every named table and column exists. Sent as one prepared statement (the extended
+        protocol, psycopg 3): the server itself refuses a second statement, whatever the text."""
+        import psycopg
 
         db = self.database(self.conn_id)
         select = self.select()
+        kwargs = db.psycopg2_kwargs()
         try:
-            conn = psycopg2.connect(**db.psycopg2_kwargs())
-        except psycopg2.OperationalError as e:
+            conn = psycopg.connect(**kwargs)
+        except psycopg.OperationalError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise AuditError(
                 f"{self.audit.path}: {self.connection_label}: the database cannot be reached: {first}"
             ) from None
         try:
-            conn.set_session(readonly=True)
+            conn.read_only = True
             with conn.cursor() as cur:
-                cur.execute(f"SELECT * FROM ({select}) AS checked LIMIT 0")
-                cur.execute(ROLE_CAN_WRITE)
+                cur.execute(f"SELECT * FROM ({select}) AS checked LIMIT 0", prepare=True)
+                cur.execute(ROLE_CAN_WRITE, prepare=True)
                 (can_write,) = cur.fetchone() or (False,)
-        except psycopg2.Error as e:
+        except psycopg.Error as e:
             field = f"{self.section}.query" if "query" in self.spec else self.section
-            if isinstance(e, psycopg2.errors.UndefinedColumn):
+            if isinstance(e, psycopg.errors.UndefinedColumn):
                 field = f"{self.section}.columns"
-            elif isinstance(e, psycopg2.errors.UndefinedTable):
+            elif isinstance(e, psycopg.errors.UndefinedTable) and "table" in self.spec:
                 field = f"{self.section}.table"
             msg = (e.diag.message_primary or str(e)).strip().splitlines()[0]
             raise AuditError(f"{self.audit.path}: {field}: {msg} (in database {db.database})") from None
