@@ -393,6 +393,42 @@ def test_unreachable_postgres_is_refused_and_writes_nothing(kafka_conf):
     assert not _made(run_id)
 
 
+def test_a_load_whose_settings_would_hold_it_for_hours_ends_at_its_budget(monkeypatch, ledger):
+    """The slowest settings a form may give (a 10 s linger, the smallest queue) make a batch of
+    records wait for each linger: 20,000 events would take hours. The run's deadline ends it (here
+    the operator's maximum, 15 s): failed, with the budget named, and every event it recorded kept."""
+    monkeypatch.setenv("SEMANTICS_RUN_MAX_SECONDS", "15")
+    run_id = new_run_id()
+    slow = {"linger.ms": "10000", "queue.buffering.max.messages": "1000"}
+    spec = load.LoadSpec(mode="at_least_once", messages=20_000, rate=2000, producers=1, overrides=slow, run_id=run_id)
+    started = time.monotonic()
+    with pytest.raises(load.RunBudgetExceeded, match="went past its budget of 15 s"):
+        load.start(spec)
+    assert time.monotonic() - started < 90
+    run = ledger.get_run(run_id)
+    assert run["status"] == "failed" and "past its budget of 15 s" in run["error"]
+    with ledger.conn, ledger.conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM ledger_events WHERE run_id = %s", (run_id,))
+        recorded = cur.fetchone()[0]
+    assert 0 < recorded < 20_000, "what was recorded before the deadline is kept; the rest was never sent"
+
+
+def test_a_rewritten_runs_settings_cross_the_allowlist_again_when_it_resumes(ledger):
+    """A row of the ledger is data: a key no file or form may give, written into a stored run's
+    settings, is refused when a producer resumes it, before any record is sent."""
+    run_id = load.create(load.LoadSpec(mode="at_least_once", messages=50, producers=1))
+    with ledger.conn, ledger.conn.cursor() as cur:
+        cur.execute(
+            "UPDATE runs SET producer_config = producer_config || %s::jsonb WHERE run_id = %s",
+            (json.dumps({"plugin.library.paths": "/tmp/evil"}), run_id),
+        )
+    with pytest.raises(
+        catalog.ModeError, match=r"plugin.library.paths cannot be set by a mode or a run: it loads code"
+    ):
+        load.resume(run_id)
+    assert ledger.producers(run_id)[0]["produced"] == 0
+
+
 def test_cli_refuses_bad_input_with_exit_2_and_a_clear_message():
     res = subprocess.run(
         [sys.executable, "-m", "delivery_semantics.entry.cli", "load", "run", "--mode", "nope", "--messages", "10"],

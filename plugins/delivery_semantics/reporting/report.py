@@ -597,6 +597,10 @@ def audit_discrepancies(audit: str, latest: dict | None = None) -> tuple[dict | 
     return latest, rows
 
 
+# An audit's own page in the UI (reporting/ui.py), which shows its event ids to those who may read its DAG.
+AUDIT_PAGE = "/semantics/audits/{audit}"
+
+
 def html_report(
     rows: list[dict], path: Path, title: str = "Delivery-semantics matrix", pipelines: list[dict] | None = None
 ) -> Path:
@@ -652,7 +656,7 @@ def html_report(
         # A report is written for whoever runs it: an audit's event ids are its team's, shown only on
         # the audit's own page to those who may read its DAG.
         audits=[(a, None) for a in audits_view()],
-        audit_link="#audit-{audit}",
+        audit_link=AUDIT_PAGE,
         pipelines=pipelines or [],
         pipeline_columns=PIPELINE_COLUMNS,
         pipeline_timelines=[(r, png) for r in pipelines or [] if (png := timeline_png(pipeline_timeline(r["run_id"])))],
