@@ -83,3 +83,32 @@ def pipeline_confs(params: dict[str, Any]) -> list[dict]:
         raise ConfError(str(e)) from None
     events = params.get("pipeline_events") or PIPELINE_EVENTS
     return [{"pipeline": p, "scenario": s, "events": events} for p, s in pairs]
+
+
+def expectations_markdown() -> str:
+    """docs/EXPECTATIONS.md, from the catalog: what each subject promises, and what each fault is
+    expected to do to it (the cells the matrix and the tour judge). `report --expectations` prints
+    it; a unit test holds the page to it."""
+    out = [
+        "# Expectations: what each mode, strategy and pipeline promises, and what each fault does",
+        "",
+        "Written from the catalog (`plugins/delivery_semantics/catalog.py`) by `local/semantics report",
+        "--expectations`; a test holds this page to it. A count `> 0` is expected to be seen (the fault",
+        "shows the behaviour), `= 0` never; a verdict judges the promise, whatever was expected.",
+        "",
+    ]
+    subjects = (
+        ("Delivery modes (producer)", catalog.MODES, catalog.PRODUCER_SCENARIOS, catalog.valid_pairs()),
+        ("Consumer strategies", catalog.STRATEGIES, catalog.CONSUMER_SCENARIOS, None),
+        ("Connector pipelines", catalog.PIPELINES, catalog.PIPELINE_SCENARIOS, catalog.pipeline_pairs()),
+    )
+    for title, found, scenarios, pairs in subjects:
+        out += [f"## {title}", "", "| name | what | promise |", "| --- | --- | --- |"]
+        out += [f"| `{n}` | {x.description} | {x.promise.text} |" for n, x in found.items()]
+        out += ["", "| pair | expected |", "| --- | --- |"]
+        chosen = pairs if pairs is not None else [(n, s) for s in scenarios for n in found]
+        out += [f"| `{n} x {s}` | {catalog.expectation_text(n, s)} |" for n, s in chosen]
+        out.append("")
+    out += ["## Fault scenarios", "", "| scenario | what it does |", "| --- | --- |"]
+    out += [f"| `{n}` | {s.description} |" for n, s in catalog.SCENARIOS.items()]
+    return "\n".join(out) + "\n"

@@ -686,11 +686,19 @@ def _report_parser(sub) -> None:
     ap.add_argument("--matrix-run", help="the runs of one semantics_matrix DAG run (its Airflow run id)")
     ap.add_argument("--html", help="write the HTML report here")
     ap.add_argument("--proofs", action="store_true", help="the newest proof of each subject: predicted beside observed")
+    ap.add_argument(
+        "--expectations", action="store_true", help="what each subject promises and each fault is expected to do"
+    )
 
 
 def _report(args) -> int:
     from delivery_semantics.reporting import report
 
+    if args.expectations:
+        from delivery_semantics.matrix import expectations_markdown
+
+        print(expectations_markdown(), end="")
+        return 0
     if args.proofs:
         print(report.proof_text(report.proof_rows()))
         return 0
