@@ -9,7 +9,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from delivery_semantics.catalog import CLUSTER_POOL, CLUSTER_POOL_SLOTS
+from delivery_semantics.catalog import CLUSTER_POOL_SLOTS
+from delivery_semantics.entry.deploy import DeployError, ensure_pool
 from devstack.base import (
     HOST,
     LOGS,
@@ -47,21 +48,10 @@ def migrate_airflow() -> str:
         raise StackError(f"airflow: `airflow db migrate` failed; see {LOGS / 'airflow-db-migrate.log'}")
     # Fault scenarios kill and pause the shared brokers, so runs must never overlap: a task that
     # runs a whole run takes every slot, a mapped producer task one.
-    res = subprocess.run(
-        [
-            str(REPO / ".venv" / "bin" / "airflow"),
-            "pools",
-            "set",
-            CLUSTER_POOL,
-            str(CLUSTER_POOL_SLOTS),
-            "loads that inject faults into the shared Kafka cluster",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if res.returncode != 0:
-        raise StackError(f"airflow: creating the kafka_cluster pool failed: {res.stderr.strip()[-300:]}")
+    try:
+        ensure_pool(CLUSTER_POOL_SLOTS, env)
+    except DeployError as e:
+        raise StackError(f"airflow: {e}") from None
     AIRFLOW_MIGRATED.write_text(stamp)
     return "migrated"
 

@@ -131,3 +131,44 @@ def test_a_runs_partitions_are_made_while_a_reader_holds_the_run_tables(db, sql_
     second.close()
     placed = _query(db, "SELECT count(*) FROM pg_inherits WHERE inhparent = 'ledger_event_ranges'::regclass")
     assert placed == [(2,)]
+
+
+def test_init_prepares_the_schema_and_the_pool_and_can_run_again():
+    """`semantics init` on the running stack: the schema current and the pool set, and again
+    alike; with wrong credentials, one line and exit 2."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import sqlalchemy
+    from conftest import REPO
+
+    from delivery_semantics import catalog
+
+    cli = [sys.executable, "-m", "delivery_semantics.entry.cli", "init"]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "plugins")}
+    res = subprocess.run(
+        [*cli, "--pool-slots", str(catalog.CLUSTER_POOL_SLOTS)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "init: schema current" in res.stdout, "the stack's schema is current already"
+    assert f"init: pool kafka_cluster, {catalog.CLUSTER_POOL_SLOTS} slots" in res.stdout
+    engine = sqlalchemy.create_engine(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    with engine.connect() as c:
+        slots = c.execute(sqlalchemy.text("SELECT slots FROM slot_pool WHERE pool = :p"), {"p": catalog.CLUSTER_POOL})
+        assert slots.scalar_one() == catalog.CLUSTER_POOL_SLOTS
+    engine.dispose()
+    again = subprocess.run([*cli, "--no-pool"], capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 0 and "init: schema current" in again.stdout, again.stderr
+    wrong = json.loads(env["AIRFLOW_CONN_LEDGER_DB"]) | {"password": "not-the-password"}
+    res = subprocess.run(
+        [*cli, "--no-pool"],
+        capture_output=True,
+        text=True,
+        env={**env, "AIRFLOW_CONN_LEDGER_DB": json.dumps(wrong)},
+        timeout=120,
+    )
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("init: the results database: "), res.stderr
+    assert "not-the-password" not in res.stderr

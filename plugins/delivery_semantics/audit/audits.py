@@ -140,7 +140,13 @@ class Audit:
         # here, and readers get the resolved folder.
         bad = next((c for c in text if c in _GLOB or control(c)), None)
         if bad is not None or ("://" in text and ".." in re.split(r"[/\\]", text.split("://", 1)[1])):
-            what = f"holds {bad!r}: Spark would read it as a pattern" if bad else "climbs with '..'"
+            what = (
+                "climbs with '..'"
+                if bad is None
+                else f"holds the control character U+{ord(bad):04X}"
+                if control(bad)
+                else f"holds {bad!r}: Spark would read it as a pattern"
+            )
             raise AuditError(one_line(f"{self.where(field)}: {text}: {what}; give a plain folder or URI"))
         if "://" in text:
             if any(text.startswith(r.rstrip("/") + "/") or text == r for r in roots if "://" in r):

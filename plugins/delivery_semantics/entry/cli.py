@@ -13,6 +13,7 @@
     dedup show RECONCILIATION_ID [--limit N] | dedup sql "SELECT ... FROM dedup_events ..."
     dedup vacuum [--retain-hours N] [--dry-run] [--lakehouse PATH]
     gc [--keep-days N] [--dry-run]   (the platform's own run topics unused for N days and their runs' records, with sizes)
+    init [--pool-slots N | --no-pool]   (the results database's schema and Airflow's kafka_cluster pool; safe to run again)
     predict --mode NAME | --audit NAME | --pipeline NAME | --connector NAME | --set FAMILY.KEY=VALUE ... [--json] [--fail-on G]
     prove --mode NAME [--set producer.KEY=VALUE | topic.KEY=VALUE ...] | --pipeline NAME [--reuse] [--dry-run] [--json]
 
@@ -532,6 +533,39 @@ def _gc(args) -> int:
     return 1 if refused else 0
 
 
+def _init_parser(sub) -> None:
+    from delivery_semantics import catalog
+
+    ap = sub.add_parser(
+        "init", help="prepare a deployment: the results database's schema and Airflow's pool (safe to run again)"
+    )
+    ap.add_argument(
+        "--pool-slots", type=_count, default=catalog.CLUSTER_POOL_SLOTS, help="the kafka_cluster pool's slots"
+    )
+    ap.add_argument("--no-pool", action="store_true", help="the schema only: the pool is made elsewhere")
+
+
+def _init(args) -> int:
+    import psycopg2
+
+    from delivery_semantics.entry import deploy
+    from delivery_semantics.plumbing.endpoints import EndpointError
+
+    try:
+        applied = deploy.init(None if args.no_pool else args.pool_slots)
+    except (EndpointError, psycopg2.OperationalError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"init: the results database: {first}", file=sys.stderr)
+        return 2
+    except deploy.DeployError as e:
+        print(f"init: {e}", file=sys.stderr)
+        return 2
+    print(f"init: schema {'migrated: ' + ', '.join(applied) if applied else 'current'}")
+    if not args.no_pool:
+        print(f"init: pool kafka_cluster, {args.pool_slots} slots")
+    return 0
+
+
 def _predict_parser(sub) -> None:
     ap = sub.add_parser(
         "predict", help="read settings, say which guarantee each breaks under which fault (the rule catalog)"
@@ -755,6 +789,7 @@ def main(argv: list[str] | None = None) -> int:
         _pipeline_parser,
         _dedup_parser,
         _gc_parser,
+        _init_parser,
         _predict_parser,
         _prove_parser,
     ):
@@ -772,6 +807,7 @@ def main(argv: list[str] | None = None) -> int:
         "pipeline": _pipeline,
         "dedup": _dedup,
         "gc": _gc,
+        "init": _init,
         "predict": _predict,
         "prove": _prove,
     }[args.command](args)
