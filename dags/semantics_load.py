@@ -8,7 +8,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics import catalog, forms
-from semantics_common import ONE_RUN, budgeted, mapped_load, params
+from delivery_semantics.entry.dag_factory import ONE_RUN, budgeted, mapped_load, params
 
 
 def load_dag(mode: str):

@@ -10,7 +10,7 @@ import pendulum
 from airflow.sdk import TriggerRule, dag, task
 
 from delivery_semantics import forms
-from semantics_common import (
+from delivery_semantics.entry.dag_factory import (
     CLUSTER_POOL,
     CLUSTER_POOL_SLOTS,
     MANY_RUNS,

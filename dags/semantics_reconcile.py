@@ -7,7 +7,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics import budgets
-from semantics_common import RUNS_ASSET, SPARK_TASK, PlatformSparkSubmitOperator, budgeted
+from delivery_semantics.entry.dag_factory import RUNS_ASSET, SPARK_TASK, PlatformSparkSubmitOperator, budgeted
 
 
 @dag(

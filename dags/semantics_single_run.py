@@ -17,7 +17,7 @@ import pendulum
 from airflow.sdk import dag, task
 
 from delivery_semantics import forms
-from semantics_common import (
+from delivery_semantics.entry.dag_factory import (
     CLUSTER_POOL,
     CLUSTER_POOL_SLOTS,
     ONE_RUN,

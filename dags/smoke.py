@@ -6,7 +6,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag, task
 
-from semantics_common import ONE_RUN, PlatformSparkSubmitOperator, budgeted
+from delivery_semantics.entry.dag_factory import ONE_RUN, PlatformSparkSubmitOperator, budgeted
 
 
 @dag(

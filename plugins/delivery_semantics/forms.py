@@ -1,6 +1,6 @@
 """The Airflow forms: each DAG's fields as JSON schema (Param keyword arguments), made from the
 catalog's facts, so that a form offers what the catalog holds and its bounds are the catalog's
-limits. A DAG file turns one into its Params (dags/semantics_common.py's `params`)."""
+limits. A DAG file turns one into its Params (entry/dag_factory.py's `params`)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from conftest import REPO
 
 from delivery_semantics import catalog, forms
 
-DAG_FILES = sorted(p for p in (REPO / "dags").glob("*.py") if p.name != "semantics_common.py")
+DAG_FILES = sorted((REPO / "dags").glob("*.py"))
 CONNECTIONS = {
     "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": "kafka:9092"}}),
     "AIRFLOW_CONN_LEDGER_DB": json.dumps(
@@ -207,6 +207,9 @@ def test_parsing_a_dag_file_loads_only_the_catalog_of_the_platform(dag_file, air
     formats = {"", ".base", ".avro_format", ".json_format", ".protobuf_format", ".string_format"}
     allowed = {
         "delivery_semantics",
+        # The DAG factory the DAG files call: Airflow's pieces and the catalog at its top.
+        "delivery_semantics.entry",
+        "delivery_semantics.entry.dag_factory",
         "delivery_semantics.catalog",
         "delivery_semantics.forms",
         "delivery_semantics.client_settings",
@@ -250,3 +253,23 @@ def test_a_continuous_audits_dag_refuses_a_window_that_ends_in_the_future(airflo
     starts or anything is recorded (the CLI's refusal is in test_inputs.py)."""
     said = json.loads(_in_fresh_python(_FUTURE_WINDOW.format(folder=str(REPO / "dags")), airflow_env))
     assert "is in the future" in said and "a window never ends after now" in said
+
+
+def test_a_teams_dag_file_of_a_few_lines_makes_its_audits_dags_and_none_of_the_platforms(airflow_env, tmp_path):
+    """The DAG factory as a team calls it: its own DAG folder holds its audit files and a DAG file of
+    a few lines; Airflow finds that folder's audit DAGs, and no platform DAG comes along."""
+    team = tmp_path / "team_dags"
+    (team / "audits").mkdir(parents=True)
+    (team / "audits" / "payments.yaml").write_text((REPO / "audits" / "quickstart.yaml").read_text())
+    (team / "audits" / "typo.yaml").write_text("topic: t\nmode: at_least_once\n")
+    (team / "payments_audits.py").write_text(
+        '"""Airflow DAGs of the payments team\'s audits."""\n'
+        "from pathlib import Path\n\n"
+        "from delivery_semantics.entry.dag_factory import audit_dags\n\n"
+        'globals().update(audit_dags(Path(__file__).parent / "audits"))\n'
+    )
+    (team / ".airflowignore").write_text("audits/\n")
+    out = json.loads(_in_fresh_python(_DAGBAG.format(folder=str(team)), airflow_env))
+    assert out["errors"] == {}
+    assert set(out["dags"]) == {"audit_payments", "audit_typo"}
+    assert "invalid" in out["dags"]["audit_typo"]["tags"] and "invalid" not in out["dags"]["audit_payments"]["tags"]

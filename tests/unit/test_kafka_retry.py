@@ -80,7 +80,7 @@ def test_the_airflow_task_fails_at_once_on_bad_input_and_is_retried_otherwise():
     from conftest import REPO
 
     sys.path.insert(0, str(REPO / "dags"))
-    from semantics_common import spark_failure
+    from delivery_semantics.entry.dag_factory import spark_failure
 
     bad = spark_failure(AirflowException("Cannot execute: spark-submit ... Error code is: 2."))
     assert isinstance(bad, AirflowFailException), "bad input: no retry"
