@@ -145,40 +145,32 @@ def in_files(values: dict[str, str]) -> list[str]:
 
 
 def in_rows(values: dict[str, str], connect_kwargs: dict | None = None, label: str = "") -> list[str]:
-    """Every row of every table of a database (the results database unless told), as text and, for
-    bytea columns, as bytes. The secrets travel as COPY data into temporary tables, never in a
-    statement's text: a statement that fails (a run's staging table dropped since the listing) is
-    written to the server's log whole, and the log is one of the places this scan reads."""
+    """Every row of every table of a database (the results database unless told), as text, and,
+    for bytea columns, as bytes; a partitioned table once, through its parent. The secrets travel
+    as COPY data into temporary tables, never in a statement's text: a statement that fails (a
+    run's staging table dropped since the listing) is written to the server's log whole, and the
+    log is one of the places this scan reads. One regular expression of every form a row: a third
+    of the time of a LIKE per form."""
     found = []
     wanted = needles(values)
     c = psycopg2.connect(**(connect_kwargs or ledger_database().psycopg2_kwargs()))
     try:
         c.autocommit = True
         with c.cursor() as cur:
-            cur.execute("CREATE TEMPORARY TABLE secret_patterns (pattern text, raw bytea)")
-            rows = []
-            for v in wanted.values():
-                text = v.decode()
-                escaped = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
-                rows.append(f"%{escaped}%\t\\\\x{v.hex()}\n")
-            cur.copy_expert("COPY secret_patterns FROM STDIN", io.StringIO("".join(rows)))
-            cur.execute(
-                "SELECT quote_ident(table_schema) || '.' || quote_ident(table_name) FROM information_schema.tables "
-                "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND table_type = 'BASE TABLE' "
-                "AND table_schema NOT LIKE 'pg\\_temp%'"
+            cur.execute("CREATE TEMPORARY TABLE secret_patterns (raw bytea)")
+            cur.copy_expert(
+                "COPY secret_patterns FROM STDIN", io.StringIO("".join(f"\\\\x{v.hex()}\n" for v in wanted.values()))
             )
+            cur.execute("CREATE TEMPORARY TABLE secret_regex (pattern text)")
+            regex = "|".join("".join(ch if ch.isalnum() else "\\" + ch for ch in v.decode()) for v in wanted.values())
+            cur.copy_expert("COPY secret_regex FROM STDIN", io.StringIO(regex.replace("\\", "\\\\") + "\n"))
+            cur.execute(_TABLES)
             tables = [t for (t,) in cur.fetchall()]
-            cur.execute(
-                "SELECT quote_ident(table_schema) || '.' || quote_ident(table_name), quote_ident(column_name) "
-                "FROM information_schema.columns WHERE data_type = 'bytea' "
-                "AND table_schema NOT IN ('pg_catalog', 'information_schema') AND table_schema NOT LIKE 'pg\\_temp%'"
-            )
+            cur.execute(_BYTEA_COLUMNS)
             bytea = cur.fetchall()
             for t in tables:
                 try:
-                    cur.execute(
-                        f"SELECT count(*) FROM {t} x WHERE x::text LIKE ANY(SELECT pattern FROM secret_patterns)"
-                    )
+                    cur.execute(f"SELECT count(*) FROM {t} x WHERE x::text ~ (SELECT pattern FROM secret_regex)")
                 except (psycopg2.errors.UndefinedTable, psycopg2.errors.InsufficientPrivilege):
                     continue
                 (n,) = cur.fetchone()
@@ -198,6 +190,23 @@ def in_rows(values: dict[str, str], connect_kwargs: dict | None = None, label: s
     finally:
         c.close()
     return found
+
+
+# Tables and partitioned tables, not their partitions (the parent's scan reads them), outside the
+# catalogs and the temporary schemas.
+_OWN = (
+    "c.relkind IN ('r', 'p') AND NOT c.relispartition AND n.nspname <> 'information_schema' "
+    "AND n.nspname NOT LIKE 'pg\\_%'"
+)
+_TABLES = (
+    "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) FROM pg_class c "
+    f"JOIN pg_namespace n ON n.oid = c.relnamespace WHERE {_OWN}"
+)
+_BYTEA_COLUMNS = (
+    "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname), quote_ident(a.attname) FROM pg_attribute a "
+    "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+    f"WHERE a.atttypid = 'bytea'::regtype AND a.attnum > 0 AND NOT a.attisdropped AND {_OWN}"
+)
 
 
 def in_airflow_rows(values: dict[str, str]) -> list[str]:
@@ -239,31 +248,31 @@ def in_topics(values: dict[str, str]) -> list[str]:
     found = []
     try:
         metadata = consumer.list_topics(timeout=30)
+        parts = []
         for topic, meta in sorted(metadata.topics.items()):
             if topic.startswith(RUN_TOPIC_PREFIXES) or meta.error is not None:
                 continue
-            parts = []
             for p in meta.partitions:
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
                 if high > low:
                     parts.append(TopicPartition(topic, p, low))
-            if not parts:
+        consumer.assign(parts)
+        open_parts, seen, deadline = len(parts), {}, time.monotonic() + 120
+        while open_parts and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None:
                 continue
-            consumer.assign(parts)
-            open_parts, seen, deadline = len(parts), 0, time.monotonic() + 60
-            while open_parts and seen < TOPIC_RECORDS and time.monotonic() < deadline:
-                msg = consumer.poll(1.0)
-                if msg is None:
-                    continue
-                if msg.error():
-                    open_parts -= 1  # end of a partition (or an error on it): nothing more to read there
-                    continue
-                seen += 1
-                data = b"\0".join([msg.key() or b"", msg.value() or b"", *(v or b"" for _, v in (msg.headers() or []))])
-                for hit in _matches(data, f"topic {topic}", wanted):
-                    if hit not in found:
-                        found.append(hit)
-            consumer.unassign()
+            if msg.error():
+                open_parts -= 1  # the end of a partition (or an error on it): nothing more to read there
+                continue
+            topic = msg.topic()
+            seen[topic] = seen.get(topic, 0) + 1
+            if seen[topic] > TOPIC_RECORDS:
+                continue
+            data = b"\0".join([msg.key() or b"", msg.value() or b"", *(v or b"" for _, v in (msg.headers() or []))])
+            for hit in _matches(data, f"topic {topic}", wanted):
+                if hit not in found:
+                    found.append(hit)
     finally:
         consumer.close()
     return found
