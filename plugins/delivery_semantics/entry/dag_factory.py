@@ -89,8 +89,7 @@ def file_dags(found: list, file_dag, error_type: type[Exception], invalid: dict)
     loaded, and for one that did not (or whose DAG Airflow refuses, a bad schedule say) a DAG whose
     one task fails with the file's error, so that a bad file neither hides the others nor goes
     unnoticed. `invalid`: the kind of file, its DAG id prefix, the module whose `load(path)` raises
-    the error again, the folder (or the module's function that names the default one), the doc and
-    the default args."""
+    the error again, the folder, the doc and the default args."""
     made = {}
     for name, f in found:
         if not isinstance(f, Exception):
@@ -112,8 +111,7 @@ def _invalid_file_dag(
     kind: str,
     prefix: str,
     module: str,
-    folder: str | None,
-    default_folder: str,
+    folder: str,
     doc: str,
     default_args: dict,
 ):
@@ -134,8 +132,7 @@ def _invalid_file_dag(
             import importlib
 
             loader = importlib.import_module(module)
-            where = Path(folder) if folder else getattr(loader, default_folder)()
-            loader.load(where / f"{name}.yaml")  # raises the file's error
+            loader.load(Path(folder) / f"{name}.yaml")  # raises the file's error
 
         validate()
 
@@ -221,16 +218,16 @@ def audit_dags(folder: str | Path | None = None) -> dict:
     Returns them by DAG id, for the calling DAG file's globals (where Airflow finds DAGs)."""
     from delivery_semantics.audit import audits
 
+    where = Path(folder) if folder else audits.audits_dir()
     return file_dags(
-        audits.discover(Path(folder) if folder else None),
+        audits.discover(where),
         audit_dag,
         audits.AuditError,
         {
             "kind": "audit",
             "prefix": "audit_",
-            "module": "delivery_semantics.audit.audits",
-            "folder": str(folder) if folder else None,
-            "default_folder": "audits_dir",
+            "module": audits.__name__,
+            "folder": str(where),
             "doc": AUDITS_DOC,
             "default_args": AUDIT_DEFAULTS,
         },
@@ -320,16 +317,16 @@ def mode_dags(folder: str | Path | None = None) -> dict:
     them by DAG id, for the calling DAG file's globals."""
     from delivery_semantics import mode_files
 
+    where = Path(folder) if folder else mode_files.modes_dir()
     return file_dags(
-        mode_files.discover(Path(folder) if folder else None),
+        mode_files.discover(where),
         mode_dag,
         mode_files.ModeFileError,
         {
             "kind": "mode",
             "prefix": "semantics_mode_",
-            "module": "delivery_semantics.mode_files",
-            "folder": str(folder) if folder else None,
-            "default_folder": "modes_dir",
+            "module": mode_files.__name__,
+            "folder": str(where),
             "doc": MODES_DOC,
             "default_args": MODE_DEFAULTS,
         },
