@@ -89,6 +89,7 @@ def semantics_matrix():
     # Either block may be empty (its mapped task skipped): the report shows what ran.
     @task(trigger_rule=TriggerRule.NONE_FAILED)
     def report(run_ids, pipeline_run_ids, run_id=None) -> str:
+        from delivery_semantics import locations
         from delivery_semantics.reporting import report as rep
 
         rows = rep.matrix_rows(list(run_ids or [])) if run_ids else []
@@ -98,7 +99,7 @@ def semantics_matrix():
         if pipelines:
             print("\nConnector pipelines\n" + rep.pipeline_text(pipelines))
         safe = "".join(c if c.isalnum() else "_" for c in run_id)
-        return str(rep.html_report(rows, rep.reports_dir() / f"matrix-{safe}.html", pipelines=pipelines))
+        return str(rep.html_report(rows, locations.reports_dir() / f"matrix-{safe}.html", pipelines=pipelines))
 
     [reconciled, pipeline_run_ids] >> report(run_ids, pipeline_run_ids)
 

@@ -34,11 +34,12 @@ def semantics_reconcile():
 
     @task
     def report(run_ids: list[str]) -> str:
+        from delivery_semantics import locations
         from delivery_semantics.reporting import report as rep
 
         rows = rep.matrix_rows(list(run_ids))
         print(rep.matrix_text(rows))
-        return str(rep.html_report(rows, rep.reports_dir() / f"reconciled-{'-'.join(run_ids)[:80]}.html"))
+        return str(rep.html_report(rows, locations.reports_dir() / f"reconciled-{'-'.join(run_ids)[:80]}.html"))
 
     reconciled >> report(run_ids)
 

@@ -75,11 +75,12 @@ def one_run_dag(dag_id: str, form: dict, tags: list[str], producer_run: bool):
 
         @task
         def report(ledger_run: str) -> str:
+            from delivery_semantics import locations
             from delivery_semantics.reporting import report as rep
 
             rows = rep.matrix_rows([ledger_run])
             print(rep.matrix_text(rows))
-            return str(rep.html_report(rows, rep.reports_dir() / f"run-{ledger_run}.html", f"Run {ledger_run}"))
+            return str(rep.html_report(rows, locations.reports_dir() / f"run-{ledger_run}.html", f"Run {ledger_run}"))
 
         reconciled >> report(ledger_run)
 

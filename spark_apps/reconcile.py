@@ -47,10 +47,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from pyspark.sql import SparkSession
 
-# The driver runs beside the sources (client mode). The --py-files zip (plumbing/spark.py: spark_py_files)
-# is for the executors; here its packages would shadow the folders, whose data files (the audit
-# schema, the report's templates) cannot be read from inside a zip.
-sys.path[:] = [p for p in sys.path if not os.path.basename(p).startswith("semantics-py-")]
+# In client mode the driver runs beside the package's folders, and the --py-files zip
+# (plumbing/spark.py: spark_py_files) is for the executors: the folders come first. In cluster mode
+# (YARN, Kubernetes) the zip is all the driver has.
+_ZIPPED = [p for p in sys.path if os.path.basename(p).startswith("semantics-py-")]
+_FOLDERS = [p for p in sys.path if p not in _ZIPPED]
+if any(os.path.isdir(os.path.join(p or ".", "delivery_semantics")) for p in _FOLDERS):
+    sys.path[:] = _FOLDERS + _ZIPPED
 
 from checker import cache, dedup_copy, formats  # noqa: E402 (after the path is set)
 from checker.driver import reconcile  # noqa: E402
@@ -59,6 +62,7 @@ from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_
 from delivery_semantics import catalog  # noqa: E402
 from delivery_semantics.audit import audits, schemas, stores  # noqa: E402
 from delivery_semantics.plumbing import kafka_retry  # noqa: E402
+from delivery_semantics.plumbing.spark_clusters import load_application_env  # noqa: E402
 
 PRINTED = (
     "reconciliation_id",
@@ -92,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         help="platform runs reconciled side by side (threads of one application)",
     )
     args = ap.parse_args(argv)
+    load_application_env()  # YARN's cluster mode: the secrets shipped beside the application
     if args.audit and not (args.reconciliation_id or args.window_end):
         ap.error("--audit needs --reconciliation-id, or --window-end for a continuous audit")
     name = f"audit-{args.reconciliation_id or args.window_end[0]}" if args.audit else f"reconcile-{args.run_id[0]}"

@@ -8,9 +8,10 @@ only: the DAG files import it.
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from datetime import UTC, datetime, timedelta
+
+from delivery_semantics import locations
 
 
 class BudgetError(ValueError):
@@ -18,7 +19,7 @@ class BudgetError(ValueError):
 
 
 def _env_int(name: str, default: int) -> int:
-    text = os.environ.get(name, "")
+    text = locations.setting(name.removeprefix("SEMANTICS_").lower()) or ""
     return int(text) if text.strip().isdigit() else default
 
 

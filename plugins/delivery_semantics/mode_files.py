@@ -15,17 +15,16 @@ This module imports yaml and jsonschema only when a file is read.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from delivery_semantics import budgets, catalog, client_settings, teams
+from delivery_semantics import budgets, catalog, client_settings, locations, teams
 from delivery_semantics.files import discover as discover_files
 from delivery_semantics.files import field_path, first_error, one_line, read_yaml, total
 
-SCHEMA_PATH = Path(__file__).with_name("mode.schema.json")
+SCHEMA_FILE = ("mode.schema.json",)
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
@@ -62,7 +61,7 @@ class ModeFile:
 
 
 def modes_dir() -> Path:
-    return Path(os.environ.get("SEMANTICS_MODES_DIR", Path(__file__).resolve().parents[2] / "modes"))
+    return locations.modes_dir()
 
 
 def _message(error) -> str:
@@ -77,7 +76,7 @@ def validate(spec, where: str) -> None:
     """Raises ModeFileError naming `where` (the file) and the first bad field."""
     if not isinstance(spec, dict):
         raise ModeFileError(f"{where}: a mode is a mapping of fields, not {type(spec).__name__}")
-    e = first_error(json.loads(SCHEMA_PATH.read_text()), spec)
+    e = first_error(json.loads(locations.package_text(*SCHEMA_FILE)), spec)
     if e is not None:
         raise ModeFileError(one_line(f"{where}: {field_path(e)}: {_message(e)}"))
     if "connection" in spec:

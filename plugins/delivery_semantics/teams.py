@@ -18,10 +18,10 @@ resolved. This module imports yaml only when the operator's file is read.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from delivery_semantics import locations
 from delivery_semantics.files import one_line, read_yaml
 
 # What a file names a connection for, and the Airflow connection types that fill that role.
@@ -54,13 +54,13 @@ class Team:
 def platform_connections() -> set[str]:
     """The platform's connections, and any the operator adds (SEMANTICS_PLATFORM_CONNECTIONS,
     comma separated: a ledger or Spark connection under another id)."""
-    extra = {c.strip() for c in os.environ.get("SEMANTICS_PLATFORM_CONNECTIONS", "").split(",") if c.strip()}
+    extra = {c.strip() for c in (locations.setting("platform_connections") or "").split(",") if c.strip()}
     return {*PLATFORM_CONNECTIONS, *extra}
 
 
 def teams() -> list[Team] | None:
     """The operator's teams, or None when the platform serves one team (no SEMANTICS_TEAMS)."""
-    configured = os.environ.get("SEMANTICS_TEAMS")
+    configured = locations.setting("teams")
     if not configured:
         return None
     path = Path(configured)

@@ -13,10 +13,12 @@ import subprocess
 import threading
 import time
 import uuid
+import zipfile
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+import installed
 import psycopg2
 import pytest
 import yaml
@@ -183,14 +185,20 @@ def test_the_outbox_role_is_read_only():
         cur.execute("CREATE TABLE public.not_allowed (x int)")
 
 
-def _run_audit_dag(audit: audits.Audit, expected: dict) -> tuple[dict, str, dict[str, str]]:
-    """`airflow dags test audit_<name>`, watched: its one new result row, after its discrepancies
-    were found to be exactly the planted ones (and one malformed record per isolation level); its
-    output; and every text a secret could leak into: the command lines `ps` showed while it ran,
-    that output, every log of the stack and the tasks, and its result rows."""
+def _run_audit_dag(
+    audit: audits.Audit, expected: dict, team: installed.Install | None = None
+) -> tuple[dict, str, dict[str, str]]:
+    """`airflow dags test audit_<name>` (the checkout's Airflow, or a team's install), watched: its
+    one new result row, after its discrepancies were found to be exactly the planted ones (and one
+    malformed record per isolation level); its output; and every text a secret could leak into: the
+    command lines `ps` showed while it ran, that output, every log of the stack and the tasks, and
+    its result rows."""
     before = {r["reconciliation_id"] for r in report.query("SELECT reconciliation_id FROM v_audit_results")}
     with watching_ps() as commands:
-        res = run([str(REPO / ".venv" / "bin" / "airflow"), "dags", "test", audit.dag_id], timeout=900)
+        if team:
+            res = team.airflow("dags", "test", audit.dag_id)
+        else:
+            res = run([str(REPO / ".venv" / "bin" / "airflow"), "dags", "test", audit.dag_id], timeout=900)
     out = res.stdout + res.stderr
     rows = [
         r
@@ -218,13 +226,30 @@ def _run_audit_dag(audit: audits.Audit, expected: dict) -> tuple[dict, str, dict
     return rows[0], out, {"ps -ef": "\n".join(commands), "dags test output": out, **logs, "result tables": results}
 
 
-def test_a_scheduled_audit_finds_every_planted_anomaly_over_sasl_ssl(orders):
-    """`airflow dags test audit_orders`: preflight, Spark over SASL_SSL and a read-only outbox,
-    then the check, which fails because the at_least_once promise (no acked loss) is broken. No
-    secret anywhere: not on a command line while Spark ran, not in the DAG test's output, not in
-    any log of the stack or the tasks, not in the result tables."""
+def test_a_teams_installed_audit_finds_every_planted_anomaly_over_sasl_ssl_on_the_spark_cluster(orders, tmp_path):
+    """A team's install away from the repository (installed.py: the wheel on a path of its own, its
+    own AIRFLOW_HOME, a DAG folder of its audit file and a DAG file of a few lines): Airflow lists the
+    audit's DAG and none of the platform's, and `airflow dags test audit_orders` runs preflight,
+    Spark on the stack's standalone cluster over SASL_SSL and a read-only outbox, then the check,
+    which fails because the at_least_once promise (no acked loss) is broken. No secret anywhere: not
+    on a command line while Spark ran, not in the DAG test's output, not in any log of the stack or
+    the tasks, not in the result tables."""
     audit, expected = orders
-    row, out, texts = _run_audit_dag(audit, expected)
+    team = installed.install(
+        tmp_path, {"orders.yaml": ORDERS.read_text()}, spark_connection=os.environ["AIRFLOW_CONN_SPARK_STANDALONE"]
+    )
+    listed = team.airflow("dags", "list", "--local", "-o", "json", "--columns", "dag_id", timeout=300)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    [dags] = [json.loads(ln) for ln in listed.stdout.splitlines() if ln.startswith("[{")]
+    assert [d["dag_id"] for d in dags] == ["audit_orders"], "the team's audit, none of the platform's DAGs"
+    row, out, texts = _run_audit_dag(audit, expected, team)
+    # The application and its Python files are the installed package's (the jars are the stack's).
+    [submit, *_] = [c.split() for c in texts["ps -ef"].splitlines() if "SparkSubmit" in c and "reconcile.py" in c]
+    assert submit[-5].endswith("/site/delivery_semantics/_shipped/spark_apps/reconcile.py"), submit[-6:]
+    assert Path(submit[-5]).is_relative_to(team.site), submit
+    with zipfile.ZipFile(submit[submit.index("--py-files") + 1]) as py_files:
+        assert "delivery_semantics/_shipped/sql/V002__ledger.sql" in py_files.namelist(), "zipped from the install"
+    assert f"audit-{row['reconciliation_id']}" in spark_cluster_apps(), "run on the standalone cluster"
     assert (row["outbox_events"], row["outbox_acked"], row["verdict"]) == (27, 25, "broken")
     assert "lost_acked" in row["broken_by"]
     assert "BrokenPromise" in out and "the at_least_once promise is broken by lost_acked" in out

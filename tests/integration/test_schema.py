@@ -13,6 +13,7 @@ import uuid
 import psycopg2
 import pytest
 
+from delivery_semantics import locations
 from delivery_semantics.history import schema
 from delivery_semantics.plumbing.endpoints import Database, ledger_database
 
@@ -39,7 +40,7 @@ def db():
 @pytest.fixture
 def sql_dir(tmp_path):
     d = tmp_path / "sql"
-    shutil.copytree(schema.SQL_DIR, d)
+    shutil.copytree(locations.sql_dir(), d)
     return d
 
 

@@ -10,6 +10,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "plugins"), str(REPO / "spark_apps")]
+# A checkout is the platform's home: its sql/, spark_apps/, audits/ and var/ (delivery_semantics.locations).
+os.environ.setdefault("SEMANTICS_HOME", str(REPO))
 # A run is validated with the nemesis's backend it would heal with. The unit tier has no stack to
 # heal: the docker backend's constructor touches nothing.
 os.environ.setdefault("SEMANTICS_NEMESIS_BACKEND", "docker")

@@ -16,7 +16,7 @@ PACKAGE = "delivery_semantics"
 
 # Bottom to top. A module belongs to the floor of its longest prefix here.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("records", ("records",)),
+    ("records", ("records", "locations")),
     (
         "catalog",
         (

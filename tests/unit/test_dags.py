@@ -223,6 +223,7 @@ def test_parsing_a_dag_file_loads_only_the_catalog_of_the_platform(dag_file, air
         "delivery_semantics.files",
         "delivery_semantics.budgets",
         "delivery_semantics.teams",
+        "delivery_semantics.locations",  # where the files are: the settings, the package's own
         # A file with free SQL is checked by the SQL stores' parser, and a lakehouse path against the
         # data roots (the platform's lakehouse): neither imports a client library.
         *(f"delivery_semantics.audit.stores{m}" for m in ("", ".base", ".sql")),

@@ -10,7 +10,7 @@ import re
 import pytest
 from conftest import REPO
 
-from delivery_semantics import catalog, forms, mode_files, modes
+from delivery_semantics import catalog, forms, locations, mode_files, modes
 from delivery_semantics.workload import load, settings
 
 GOOD = {
@@ -35,7 +35,7 @@ def test_the_shipped_mode_files_load_and_name_their_client_and_promise():
 
 
 def test_the_schema_offers_what_the_catalog_has():
-    schema = json.loads(mode_files.SCHEMA_PATH.read_text())["properties"]
+    schema = json.loads(locations.package_text(*mode_files.SCHEMA_FILE))["properties"]
     assert schema["promise"]["enum"] == list(catalog.PROMISES)
     assert schema["client"]["enum"] == list(catalog.CLIENTS)
 

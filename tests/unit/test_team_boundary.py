@@ -336,10 +336,20 @@ def test_a_connectors_secret_is_never_written_through_a_planted_link(tmp_path):
     assert ref == "${file:" + str(written) + ":password}"
 
 
-@pytest.mark.parametrize("host", ["spark://spark-yarn-gateway", "spark://k8s-proxy.example", "YARN"])
-def test_a_master_with_yarn_or_k8s_anywhere_in_it_is_refused(monkeypatch, host):
+@pytest.mark.parametrize(
+    ("host", "said"),
+    [
+        ("spark://spark-yarn-gateway", "the Spark provider would take it for yarn"),
+        ("spark://k8s-proxy.example", "the Spark provider would take it for k8s"),
+        ("YARN", "not local"),
+        ("mesos://m", "not local"),
+    ],
+)
+def test_a_master_the_spark_provider_would_take_for_another_is_refused(monkeypatch, host, said):
+    """The provider tests `yarn` and `k8s` as substrings: a standalone master named so would take its
+    YARN or Kubernetes path (and its environment would go on the command line)."""
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEAM", json.dumps({"conn_type": "spark", "host": host, "port": 7077}))
-    with pytest.raises(endpoints.EndpointError, match="master would put the application's secrets"):
+    with pytest.raises(endpoints.EndpointError, match=said):
         spark.spark_master("spark_team")
 
 

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from delivery_semantics import budgets, catalog, teams
+from delivery_semantics import budgets, catalog, locations, teams
 from delivery_semantics.audit import AuditError
 from delivery_semantics.files import control, field_path, first_error, one_line, read_yaml, total
 from delivery_semantics.files import discover as discover_files
 
-SCHEMA_PATH = Path(__file__).with_name("audit.schema.json")
+SCHEMA_FILE = ("audit", "audit.schema.json")
 AUDIT_SCENARIO = "audit"
 # The audits a connector pipeline's run makes for itself (entry/pipeline.py): no file takes the name.
 PLATFORM_AUDIT_PREFIX = "pipeline_"
@@ -197,17 +196,15 @@ class Audit:
 def data_roots(audit: Audit) -> list[str]:
     """Where an audit's sink and copy may be: SEMANTICS_DATA_ROOTS (folders or URI prefixes, comma
     separated), else the platform's lakehouse and the audit file's own folder."""
-    configured = [r.strip() for r in os.environ.get("SEMANTICS_DATA_ROOTS", "").split(",") if r.strip()]
+    configured = [r.strip() for r in (locations.setting("data_roots") or "").split(",") if r.strip()]
     if configured:
         return configured
-    from delivery_semantics.plumbing.spark import lakehouse
-
-    return [lakehouse(), str(audit.path.resolve().parent)]
+    return [locations.lakehouse(), str(audit.path.resolve().parent)]
 
 
 def pipelines_dir() -> Path:
     """Where a connector pipeline's run writes the audit it makes for itself (PLATFORM_AUDIT_PREFIX)."""
-    return Path(os.environ.get("SEMANTICS_PIPELINES_DIR", Path(__file__).resolve().parents[3] / "var" / "pipelines"))
+    return locations.pipelines_dir()
 
 
 def platform_file(path: Path) -> bool:
@@ -216,11 +213,11 @@ def platform_file(path: Path) -> bool:
 
 
 def audits_dir() -> Path:
-    return Path(os.environ.get("SEMANTICS_AUDITS_DIR", Path(__file__).resolve().parents[3] / "audits"))
+    return locations.audits_dir()
 
 
 def _schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text())
+    return json.loads(locations.package_text(*SCHEMA_FILE))
 
 
 def _message(error) -> str:

@@ -170,10 +170,12 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
 
     def execute(self, context):
         from delivery_semantics.entry import spark_submit
+        from delivery_semantics.plumbing import spark_clusters
 
-        spark_submit.prepare_spark_submit(self)
+        sub = spark_submit.prepare_spark_submit(self)
         try:
-            return super().execute(context)
+            with spark_clusters.submitted(sub):
+                return super().execute(context)
         except AirflowException as e:
             raise spark_failure(e) from None
 

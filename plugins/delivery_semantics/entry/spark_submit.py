@@ -4,6 +4,7 @@ Airflow: the CLI (`local/semantics reconcile`), the tests and the benchmarks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from delivery_semantics import catalog
 from delivery_semantics.audit import stores
+from delivery_semantics.plumbing import spark_clusters
 from delivery_semantics.plumbing.endpoints import (
     KAFKA_CONN_ID,
     LEDGER_CONN_ID,
@@ -26,6 +28,7 @@ from delivery_semantics.plumbing.endpoints import (
 )
 from delivery_semantics.plumbing.spark import (
     lakehouse,
+    reads_platform_topics,
     spark_apps_dir,
     spark_auth_env,
     spark_class_archive,
@@ -80,18 +83,37 @@ def spark_application_env(
     return env
 
 
-def prepare_spark_submit(op) -> None:
+def submission(
+    app_args: list[str],
+    app_env: dict[str, str],
+    master: str | None = None,
+    audit_conf: dict | None = None,
+    spark_conn_id: str = SPARK_CONN_ID,
+) -> spark_clusters.Submission:
+    """How a platform application is submitted at the Spark connection's master (or `master`): its
+    settings, and its environment in the process (client mode) or by reference (cluster mode)."""
+    master = master or spark_master(spark_conn_id)
+    conf = spark_conf(master, audit_conf, spark_conn_id)
+    env = {**app_env, **spark_auth_env(spark_conn_id)}
+    return spark_clusters.cluster_manager(master).submission(master, env, conf, app_args)
+
+
+def prepare_spark_submit(op) -> spark_clusters.Submission:
     """Completes a SparkSubmitOperator for a platform application when its task runs: the path of
-    the application, the cached jars, the Spark settings, and the application's environment."""
+    the application, the cached jars, the Spark settings, the application's environment, and in
+    cluster mode the files it ships and its deploy mode. Returns the submission, whose Secret or
+    credentials file `spark_clusters.submitted` makes and removes around the run."""
+    app_env = spark_application_env(op.ledger_conn_id, op.kafka_conn_id, op.source_conn_id, op.sink_conn_id)
+    sub = submission(list(op.application_args or ()), app_env, audit_conf=op.audit_conf, spark_conn_id=op._conn_id)
     op.application = str(spark_apps_dir() / op.application)
-    op.jars = op.jars or spark_jars()
-    op.conf = {**spark_conf(spark_master(op._conn_id), op.audit_conf, op._conn_id), **(op.conf or {})}
+    op.application_args = sub.app_args
+    op.jars = op.jars or spark_jars(reads_platform_topics(sub.app_args))
+    op.conf = {**sub.conf, **(op.conf or {})}
     op.py_files = op.py_files or spark_py_files()
-    op.env_vars = {
-        **(op.env_vars or {}),
-        **spark_application_env(op.ledger_conn_id, op.kafka_conn_id, op.source_conn_id, op.sink_conn_id),
-        **spark_auth_env(op._conn_id),
-    }
+    op.files = ",".join([*(op.files.split(",") if op.files else []), *sub.files]) or None
+    op._deploy_mode = sub.deploy_mode
+    op.env_vars = {**(op.env_vars or {}), **sub.process_env, **sub.plain_env}
+    return sub
 
 
 @dataclass
@@ -124,11 +146,13 @@ def command(
 ) -> list[str]:
     """spark-submit of an application of spark_apps/ with the platform's jars and settings, at the
     Spark connection's master unless given one; `conf` over them all."""
-    master = master or spark_master(spark_conn_id)
-    cmd = ["spark-submit", "--master", master, "--jars", spark_jars(), "--py-files", spark_py_files()]
-    for k, v in {**spark_conf(master, audit_conf, spark_conn_id), **(conf or {})}.items():
-        cmd += ["--conf", f"{k}={v}"]
-    return [*cmd, str(spark_apps_dir() / app), *app_args]
+    return command_of(submission(app_args, {}, master, audit_conf, spark_conn_id), conf, app)
+
+
+def command_of(sub: spark_clusters.Submission, conf: dict | None = None, app: str = "reconcile.py") -> list[str]:
+    over = dataclasses.replace(sub, conf={**sub.conf, **(conf or {})})
+    jars = spark_jars(reads_platform_topics(sub.app_args))
+    return ["spark-submit", *over.arguments(str(spark_apps_dir() / app), jars, spark_py_files())]
 
 
 def run(
@@ -165,16 +189,14 @@ def run(
     else:
         args = reconcile_args([run_id] if isinstance(run_id, str) else list(run_id), dedup_copy)
         app_env = spark_application_env()
-    cmd = command(
-        args, master, conf, audit_conf=audit.spark_conf if audit is not None else None, spark_conn_id=spark_conn_id
-    )
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **app_env, **spark_auth_env(spark_conn_id), **(env or {})},
-    )
+    sub = submission(args, app_env, master, audit.spark_conf if audit is not None else None, spark_conn_id)
+    cmd = command_of(sub, conf)
+    with spark_clusters.submitted(sub):
+        return _run_watched(cmd, {**os.environ, **sub.process_env, **sub.plain_env, **(env or {})}, timeout, on_result)
+
+
+def _run_watched(cmd: list[str], env: dict, timeout: float, on_result) -> Reconciled:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     stderr: list[str] = []
     reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
     reader.start()

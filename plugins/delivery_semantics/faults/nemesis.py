@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from delivery_semantics import locations
 from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import TOXIPROXY_CONN_ID, get_connection
 
@@ -106,7 +107,7 @@ class DockerComposeBackend(Backend):
     name = "docker"
 
     def __init__(self, project_dir: str | None = None, compose: tuple[str, ...] = ("docker", "compose")):
-        self.project_dir = project_dir or os.environ.get("SEMANTICS_COMPOSE_DIR", ".")
+        self.project_dir = project_dir or (locations.setting("compose_dir") or ".")
         self.compose = compose
 
     def _run(self, *args: str) -> str:
@@ -140,7 +141,7 @@ class DockerComposeBackend(Backend):
 def backend_from_env() -> Backend:
     """The backend SEMANTICS_NEMESIS_BACKEND names: `docker`, or a class as `module:Class` (the
     local stack's environment names its own, so this module never imports it)."""
-    name = os.environ.get("SEMANTICS_NEMESIS_BACKEND", "")
+    name = locations.setting("nemesis_backend") or ""
     if name == "docker":
         return DockerComposeBackend()
     module, _, cls = name.partition(":")

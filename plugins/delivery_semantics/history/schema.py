@@ -6,7 +6,6 @@ and its producer clients to `catalog_clients`, which the views and SQL users rea
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from pathlib import Path
 
@@ -14,10 +13,9 @@ import psycopg2
 import psycopg2.errors
 import psycopg2.extras
 
-from delivery_semantics import catalog, clients, modes
+from delivery_semantics import catalog, clients, locations, modes
 from delivery_semantics.plumbing.endpoints import Database, ledger_database
 
-SQL_DIR = Path(os.environ.get("SEMANTICS_SQL_DIR", Path(__file__).resolve().parents[3] / "sql"))
 _VERSIONED = re.compile(r"^V(\d{3})__([a-z0-9_]+)\.sql$")
 _REPEATABLE = re.compile(r"^R__([a-z0-9_]+)\.sql$")
 # Any constant: serialises concurrent migrators (parallel Airflow tasks) on one database.
@@ -50,7 +48,7 @@ _STATEMENT = re.compile(r"^\s*[^-\s]", re.M)
 
 
 def migrations(sql_dir: Path | None = None) -> list[tuple[int, str, Path]]:
-    sql_dir = sql_dir or SQL_DIR
+    sql_dir = sql_dir or locations.sql_dir()
     found = []
     for p in sorted(sql_dir.glob("V*.sql")):
         m = _VERSIONED.match(p.name)
@@ -99,7 +97,7 @@ def migrate(db: Database | None = None, sql_dir: Path | None = None) -> list[str
 
 
 def repeatables(sql_dir: Path | None = None) -> list[Path]:
-    found = sorted((sql_dir or SQL_DIR).glob("R__*.sql"))
+    found = sorted((sql_dir or locations.sql_dir()).glob("R__*.sql"))
     for p in found:
         if not _REPEATABLE.match(p.name):
             raise ValueError(f"{p.name}: repeatable SQL files are named R__<name>.sql")

@@ -16,6 +16,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from delivery_semantics import locations
+
 KAFKA_CONN_ID = "kafka_default"
 LEDGER_CONN_ID = "ledger_db"
 SPARK_CONN_ID = "spark_default"
@@ -181,7 +183,7 @@ def private_dir(name: str, path: Path | None = None) -> Path:
 
 
 def keystore_dir() -> Path:
-    configured = os.environ.get("SEMANTICS_KEYSTORE_DIR")
+    configured = locations.setting("keystore_dir")
     return private_dir("keystores", Path(configured) if configured else None)
 
 
@@ -337,6 +339,6 @@ def child_process_env(kafka_conf: dict, db: Database) -> dict[str, str]:
 
 def pythonpath_with_package() -> str:
     """PYTHONPATH with this package's parent directory first (once)."""
-    plugins_dir = str(Path(__file__).resolve().parents[2])
+    plugins_dir = str(locations.package_parent())
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != plugins_dir]
     return os.pathsep.join([plugins_dir, *rest])

@@ -15,7 +15,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from delivery_semantics import locations
 
 
 class JavacError(RuntimeError):
@@ -23,7 +23,7 @@ class JavacError(RuntimeError):
 
 
 def _root() -> Path:
-    return Path(os.environ.get("SEMANTICS_JAVA_BUILD") or REPO / "var" / "java")
+    return Path(locations.setting("java_build") or locations.state("java"))
 
 
 def classes(source: Path, classpath: str) -> Path:

@@ -13,13 +13,14 @@ The bound is SEMANTICS_KAFKA_RETRY_SECONDS (120 unless set)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
+
+from delivery_semantics import locations
 
 T = TypeVar("T")
 EXIT_BAD_INPUT = 2
@@ -92,7 +93,7 @@ def transient(error: KafkaError) -> bool:
 
 def bound_seconds() -> float:
     try:
-        return float(os.environ.get("SEMANTICS_KAFKA_RETRY_SECONDS", DEFAULT_BOUND_S))
+        return float(locations.setting("kafka_retry_seconds") or DEFAULT_BOUND_S)
     except ValueError:
         return DEFAULT_BOUND_S
 

@@ -11,6 +11,8 @@ import shutil
 import zipfile
 from pathlib import Path
 
+from delivery_semantics import locations
+from delivery_semantics.plumbing import spark_clusters
 from delivery_semantics.plumbing.endpoints import SPARK_CONN_ID, EndpointError, get_connection, private_dir
 
 # Spark settings, lowest first: these defaults (local mode's, or a cluster's), SEMANTICS_SPARK_CONF
@@ -54,23 +56,19 @@ def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
     except EndpointError:
         return "local[2]"
     host = c.host or "local[2]"
-    # The Spark provider tests a substring, not a prefix: a host named `spark-yarn-gateway` would
-    # take its YARN path, so any `yarn` or `k8s` anywhere in the master is refused.
-    if any(word in f"{host}:{c.port or ''}".lower() for word in ("yarn", "k8s")):
-        # spark-submit passes an application's environment to a YARN or Kubernetes driver as
-        # --conf spark.yarn.appMasterEnv.* / spark.kubernetes.driverEnv.*: on its command line.
-        raise EndpointError(
-            f"connection {conn_id!r}: a {'yarn' if 'yarn' in host.lower() else 'k8s'} master would put the application's secrets on "
-            "spark-submit's command line; use a standalone (spark://) or local master (docs/SECURITY.md)"
-        )
-    return f"{host}:{c.port}" if c.port and not host.startswith("local") else host
+    master = f"{host}:{c.port}" if c.port and not host.startswith(("local", "yarn")) else host
+    try:
+        spark_clusters.cluster_manager(master)
+    except EndpointError as e:
+        raise EndpointError(f"connection {conn_id!r}: {e}") from None
+    return master
 
 
 def spark_conf(master: str, audit_conf: dict | None = None, conn_id: str = SPARK_CONN_ID) -> dict[str, str]:
     """The settings of a platform Spark application running at `master`, lowest layer first."""
     base = SPARK_CONF_LOCAL if master.startswith("local") else SPARK_CONF_CLUSTER
     try:
-        env = json.loads(os.environ.get("SEMANTICS_SPARK_CONF") or "{}")
+        env = json.loads(locations.setting("spark_conf") or "{}")
     except json.JSONDecodeError as e:
         raise EndpointError(f"SEMANTICS_SPARK_CONF is not a JSON object: {e}") from None
     try:
@@ -91,7 +89,7 @@ def spark_class_archive() -> Path:
     application loads, parsed and verified once, mapped at each start; about 5 s of each
     application here, docs/BENCHMARKS.md). local/setup writes it (reconcile.write_class_archive):
     one per JVM and Spark build, or the file SEMANTICS_SPARK_CLASS_ARCHIVE names."""
-    given = os.environ.get("SEMANTICS_SPARK_CLASS_ARCHIVE")
+    given = locations.setting("spark_class_archive")
     if given:
         return Path(given)
     import pyspark
@@ -104,35 +102,37 @@ def spark_class_archive() -> Path:
     except OSError:
         build = f"no java:{pyspark.__version__}"
     key = hashlib.sha256(build.encode()).hexdigest()[:16]
-    return Path(__file__).resolve().parents[3] / ".cache" / "spark" / f"driver-classes-{key}.jsa"
+    return locations.cache("spark", f"driver-classes-{key}.jsa")
 
 
-def spark_jars() -> str:
+def spark_jars(platform_reader: bool = True) -> str:
     """Comma-separated jars for spark-submit: the Kafka source, Delta, Avro, the JDBC drivers
-    (fetched once, or the jars or folder in SEMANTICS_SPARK_JARS), and the checker's platform topic
-    reader (spark_apps/java, compiled against them on first use unless SEMANTICS_SPARK_READER_JAR
-    names it)."""
-    given = os.environ.get("SEMANTICS_SPARK_JARS")
+    (fetched once, or the jars or folder in SEMANTICS_SPARK_JARS), and for the platform's own runs
+    the checker's platform topic reader (spark_apps/java, compiled against them on first use unless
+    SEMANTICS_SPARK_READER_JAR names it). An audit reads its topic with Spark's Kafka source: a
+    team's worker needs no JDK for it."""
+    given = locations.setting("spark_jars")
     if given and Path(given).is_dir():
         found = sorted(str(p) for p in Path(given).glob("*.jar"))
     elif given:
         found = given.split(",")
     else:
-        found = sorted(
-            str(p) for p in (Path(__file__).resolve().parents[3] / ".cache" / "spark" / "jars").glob("*.jar")
-        )
+        found = sorted(str(p) for p in locations.cache("spark", "jars").glob("*.jar"))
     if not found:
         raise EndpointError("no Spark jars: set SEMANTICS_SPARK_JARS or run local/setup")
-    return ",".join([*found, platform_reader_jar(found)])
+    return ",".join([*found, platform_reader_jar(found)] if platform_reader else found)
 
 
-PLATFORM_READER = Path(__file__).resolve().parents[3] / "spark_apps" / "java" / "PlatformTopicSource.java"
+def reads_platform_topics(app_args: list[str]) -> bool:
+    """Whether the checker's arguments name platform runs (their topics are read by the platform's
+    reader), not an audit."""
+    return "--audit" not in app_args
 
 
 def platform_reader_jar(jars: list[str]) -> str:
     """The checker's reader of platform runs' topics, as a jar, compiled against Spark's own jars
     (pyspark's) and the Kafka client among `jars`."""
-    given = os.environ.get("SEMANTICS_SPARK_READER_JAR")
+    given = locations.setting("spark_reader_jar")
     if given:
         return given
     import pyspark
@@ -144,7 +144,9 @@ def platform_reader_jar(jars: list[str]) -> str:
     if not kafka:
         raise EndpointError("no kafka-clients jar among the Spark jars (SEMANTICS_SPARK_JARS)")
     try:
-        return str(javac.jar(PLATFORM_READER, os.pathsep.join(spark_own + kafka)))
+        return str(
+            javac.jar(spark_apps_dir() / "java" / "PlatformTopicSource.java", os.pathsep.join(spark_own + kafka))
+        )
     except javac.JavacError as e:
         raise EndpointError(str(e)) from None
 
@@ -154,7 +156,7 @@ def spark_py_files() -> str:
         --py-files: a cluster's executors import them in their Python workers (the COPY writer, the
         Protobuf decoder). Made once per content, in a private folder (private_dir), and made again
     when what it holds is not byte for byte the sources."""
-    roots = [(spark_apps_dir(), "checker"), (Path(__file__).resolve().parents[2], "delivery_semantics")]
+    roots = [(spark_apps_dir(), "checker"), (locations.package_parent(), locations.PACKAGE)]
     members = sorted(
         (str(p.relative_to(root)), p)
         for root, package in roots
@@ -203,8 +205,8 @@ def spark_auth_env(conn_id: str = SPARK_CONN_ID) -> dict[str, str]:
 def lakehouse() -> str:
     """Where the platform's lakehouse tables (the deduplicated copies) live: SEMANTICS_LAKEHOUSE, a
     folder every Spark executor can write or a URI such as s3a://bucket/semantics, or var/lakehouse."""
-    return os.environ.get("SEMANTICS_LAKEHOUSE") or str(Path(__file__).resolve().parents[3] / "var" / "lakehouse")
+    return locations.lakehouse()
 
 
 def spark_apps_dir() -> Path:
-    return Path(os.environ.get("SEMANTICS_SPARK_APPS", Path(__file__).resolve().parents[3] / "spark_apps"))
+    return locations.spark_apps_dir()

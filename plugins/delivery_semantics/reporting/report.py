@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -160,7 +159,7 @@ def matrix_grid_html(rows: list[dict], run_link: str | None = None) -> str:
 # The HTML report and the Airflow UI page render from the same templates (templates/), with
 # autoescaping: every value from the ledger or a user is escaped.
 _TEMPLATES = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
+    loader=jinja2.PackageLoader("delivery_semantics.reporting", "templates"),
     autoescape=True,
     trim_blocks=True,
     lstrip_blocks=True,
@@ -529,7 +528,7 @@ def trends_view(days: int = TREND_DAYS) -> dict:
     return {"days": days, "plots": plots}
 
 
-# Where the Airflow UI page is mounted (plugins/semantics_ui_plugin.py): a failed audit check names
+# Where the Airflow UI page is mounted (delivery_semantics.entry.airflow_plugin): a failed audit check names
 # the page that lists its events.
 UI_PREFIX = "/semantics"
 MAX_LISTED = 500  # event ids listed per audit
@@ -696,11 +695,6 @@ def proof_text(rows: list[dict]) -> str:
         for r in rows
     ]
     return text_table(header, body)
-
-
-def reports_dir() -> Path:
-    base = os.environ.get("SEMANTICS_REPORTS_DIR") or Path(__file__).resolve().parents[3] / "var" / "reports"
-    return Path(base)
 
 
 def matrix_run_ids(matrix_run: str) -> list[str]:

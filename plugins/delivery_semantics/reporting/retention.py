@@ -14,7 +14,6 @@ run, and would fill the disks.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +21,7 @@ from datetime import datetime
 import psycopg2
 import psycopg2.extras
 
+from delivery_semantics import locations
 from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import Database, java_client_config
 from delivery_semantics.reporting import dedup
@@ -47,7 +47,7 @@ def retention_days(given: int | None = None) -> int:
     if given is not None:
         days = given
     else:
-        text = os.environ.get(RETENTION_ENV, str(DEFAULT_DAYS)).strip()
+        text = (locations.setting("retention_days") or str(DEFAULT_DAYS)).strip()
         if not text.isdigit():
             raise RetentionError(f"{RETENTION_ENV}={text[:40]!r} is not a whole number of days")
         days = int(text)

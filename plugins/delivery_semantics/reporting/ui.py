@@ -1,4 +1,4 @@
-"""The FastAPI app behind the Airflow UI page (mounted by plugins/semantics_ui_plugin.py).
+"""The FastAPI app behind the Airflow UI page (mounted by delivery_semantics.entry.airflow_plugin).
 
 Every route needs an Airflow login (`get_user`). Verdicts and counts are for every viewer; an
 audit's event ids (a team's own records) only for a user whom Airflow's auth manager lets read the

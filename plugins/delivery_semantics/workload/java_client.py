@@ -21,6 +21,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from delivery_semantics import locations
 from delivery_semantics.catalog import DeliveryMode, ModeError
 from delivery_semantics.clients import java
 from delivery_semantics.files import one_line
@@ -36,7 +37,6 @@ from delivery_semantics.workload.client import (
 )
 from delivery_semantics.workload.generator import Generator
 
-SOURCE = Path(__file__).resolve().parents[3] / "clients" / "java" / "SemanticsProducer.java"
 MAIN_CLASS = "SemanticsProducer"
 # The jars the runner needs: the client and its compression codecs. No logging binding: SLF4J
 # falls back to its no-op logger, and nothing can write to the protocol's stdout.
@@ -68,7 +68,7 @@ class JavaClientError(RuntimeError):
 
 
 def classpath() -> str:
-    folder = os.environ.get("SEMANTICS_KAFKA_CLIENT_JARS")
+    folder = locations.setting("kafka_client_jars")
     if not folder:
         raise JavaClientError("SEMANTICS_KAFKA_CLIENT_JARS is not set: the folder holding kafka-clients and its jars")
     jars = [str(p) for p in sorted(Path(folder).glob("*.jar")) if p.name.startswith(_JARS)]
@@ -79,10 +79,10 @@ def classpath() -> str:
 
 def build() -> Path:
     """The compiled runner's folder, compiled now when the source or the jars changed."""
-    if os.environ.get("SEMANTICS_JAVA_CLASSES"):
-        return Path(os.environ["SEMANTICS_JAVA_CLASSES"])
+    if locations.setting("java_classes"):
+        return Path(locations.setting("java_classes"))
     try:
-        return javac.classes(SOURCE, classpath())
+        return javac.classes(locations.shipped("clients") / "java" / "SemanticsProducer.java", classpath())
     except javac.JavacError as e:
         raise JavaClientError(str(e)) from None
 

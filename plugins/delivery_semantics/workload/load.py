@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from delivery_semantics import budgets, catalog, client_settings, clients, modes
+from delivery_semantics import budgets, catalog, client_settings, clients, locations, modes
 from delivery_semantics.faults.nemesis import crash_here
 from delivery_semantics.history.ledger import Ledger, Outcome, Reports
 from delivery_semantics.plumbing import topics
@@ -52,7 +52,7 @@ DISK_BYTES_PER_EVENT = 200
 
 def require_free_disk(spec: LoadSpec) -> None:
     """Refuses a run the disks cannot hold (SEMANTICS_DATA_DISKS, else no check), in one line."""
-    folders = [f for f in os.environ.get("SEMANTICS_DATA_DISKS", "").split(os.pathsep) if f]
+    folders = [f for f in (locations.setting("data_disks") or "").split(os.pathsep) if f]
     needed = spec.messages * (3 * (spec.payload_bytes + 60) + DISK_BYTES_PER_EVENT) + DISK_MARGIN_BYTES
     for folder in folders:
         try:
