@@ -61,8 +61,7 @@ from checker.incremental import reconcile_window  # noqa: E402
 from checker.sources import InputError, Jdbc, Kafka, audit_source, platform_run_source  # noqa: E402
 from delivery_semantics import catalog  # noqa: E402
 from delivery_semantics.audit import audits, schemas, stores  # noqa: E402
-from delivery_semantics.plumbing import kafka_retry  # noqa: E402
-from delivery_semantics.plumbing.spark_clusters import load_application_env  # noqa: E402
+from delivery_semantics.plumbing import kafka_retry, spark_clusters  # noqa: E402
 
 PRINTED = (
     "reconciliation_id",
@@ -96,11 +95,15 @@ def main(argv: list[str] | None = None) -> int:
         help="platform runs reconciled side by side (threads of one application)",
     )
     args = ap.parse_args(argv)
-    load_application_env()  # YARN's cluster mode: the secrets shipped beside the application
+    spark_clusters.load_application_env()  # YARN's cluster mode: the secrets shipped beside the application
     if args.audit and not (args.reconciliation_id or args.window_end):
         ap.error("--audit needs --reconciliation-id, or --window-end for a continuous audit")
     name = f"audit-{args.reconciliation_id or args.window_end[0]}" if args.audit else f"reconcile-{args.run_id[0]}"
+    # Spark Connect (plumbing/spark_clusters.py): the server is the driver; this process sends plans.
+    remote = os.environ.get(spark_clusters.CONNECT_REMOTE)
     builder = SparkSession.builder.appName(name)
+    if remote:
+        builder = builder.remote(remote)
     audit = None
     if args.audit:
         try:
@@ -116,15 +119,23 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"reconcile: {e}", file=sys.stderr)
         return 2
-    # What the stores need of the session before it starts (Delta's extension).
-    for key, value in {**copy.session_conf, **(stores.session_conf(audit) if audit else {})}.items():
+    # What the stores need of the session before it starts (Delta's extension); through Connect the
+    # session's own settings, the server's static ones being the server's.
+    session = {**copy.session_conf, **(stores.session_conf(audit) if audit else {})}
+    if remote:
+        given = json.loads(os.environ.get(spark_clusters.CONNECT_SESSION_CONF) or "{}")
+        session = {k: v for k, v in {**given, **session}.items() if spark_clusters.session_setting(k)}
+    for key, value in session.items():
         builder = builder.config(key, value)
     # A cluster's spark.authenticate secret comes by environment (plumbing/spark.py: spark_auth_env): a driver
     # at a standalone master takes it only as a setting, given here rather than on the command line.
     if os.environ.get("_SPARK_AUTH_SECRET"):
         builder = builder.config("spark.authenticate.secret", os.environ["_SPARK_AUTH_SECRET"])
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    if remote:  # the server's Python workers import the platform from the session's artifacts
+        spark.addArtifacts(os.environ[spark_clusters.CONNECT_PY_FILES], pyfile=True)
+    else:
+        spark.sparkContext.setLogLevel("WARN")
     try:
         jdbc, kafka = Jdbc(spark), Kafka.from_env()
         if args.audit:

@@ -228,7 +228,13 @@ public final class SemanticsProducer {
                 open(conf, id).initTransactions();
             }
         } catch (KafkaException e) {
-            reply("fatal\t" + field(e.getClass().getSimpleName() + ": " + e.getMessage()));
+            // "Failed to construct kafka producer" says nothing: the cause it wraps says why.
+            Throwable root = e;
+            while (root.getCause() != null && root.getCause() != root) {
+                root = root.getCause();
+            }
+            String why = root == e ? "" : " (" + root.getClass().getSimpleName() + ": " + root.getMessage() + ")";
+            reply("fatal\t" + field(e.getClass().getSimpleName() + ": " + e.getMessage() + why));
             Runtime.getRuntime().halt(1);
         }
         reply("ready");

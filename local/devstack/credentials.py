@@ -34,8 +34,10 @@ SECRET_NAMES = (
     "OUTBOX_OWNER_PASSWORD",  # the application that writes the outbox database
     "OUTBOX_READER_PASSWORD",  # the read-only role audits read it with
     "CLIENT_KEY_PASSWORD",  # the key of the mutual-TLS client certificate
-    "SPARK_AUTH_SECRET",
-    "CONNECT_REST_PASSWORD",  # Kafka Connect's REST API (basic authentication)  # spark.authenticate between the standalone master, its worker and applications
+    "SPARK_AUTH_SECRET",  # spark.authenticate between the standalone master, its worker and applications
+    "CONNECT_REST_PASSWORD",  # Kafka Connect's REST API (basic authentication)
+    "OIDC_CLIENT_SECRET",
+    "SPARK_CONNECT_TOKEN",  # the Spark Connect server's bearer token  # the OAUTHBEARER listener's client, at the stack's token issuer
 )
 
 

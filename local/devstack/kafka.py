@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from devstack import oidc
 from devstack.base import (
     CONFIG,
     HOST,
@@ -73,6 +74,10 @@ class Broker:
     @property
     def mtls_port(self) -> int:
         return 39091 + self.node_id
+
+    @property
+    def oauth_port(self) -> int:
+        return 49091 + self.node_id
 
     @property
     def internal_port(self) -> int:
@@ -184,7 +189,11 @@ def render_hosts_file(b: Broker) -> Path:
 
 
 def _broker_jvm_flags(b: Broker) -> list[str]:
-    return [f"-Djdk.net.hosts.file={render_hosts_file(b)}"]
+    # Kafka 4 fetches no OAuth URL it is not allowed to: the issuer's keys.
+    return [
+        f"-Djdk.net.hosts.file={render_hosts_file(b)}",
+        f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={oidc.JWKS_URL}",
+    ]
 
 
 def _render_broker_config(b: Broker) -> Path:
@@ -202,6 +211,10 @@ def _render_broker_config(b: Broker) -> Path:
         secure_host=SECURE_HOST,
         secure_port=b.secure_port,
         mtls_port=b.mtls_port,
+        oauth_port=b.oauth_port,
+        jwks_url=oidc.JWKS_URL,
+        issuer=oidc.ISSUER,
+        audience=oidc.AUDIENCE,
         ca=TLS_CA,
         keystore=TLS_KEYSTORE,
         keystore_password=passwords()["TLS_STORE_PASSWORD"],
@@ -280,11 +293,12 @@ def start_broker(b: Broker) -> str:
         (b.client_port, "client"),
         (b.secure_port, "SASL_SSL"),
         (b.mtls_port, "mutual TLS"),
+        (b.oauth_port, "OAUTHBEARER"),
         (b.internal_port, "inter-broker"),
         (b.controller_port, "controller"),
     ):
         require_port_free(port, f"{b.name} ({what} listener)")
-    reserve_ports([b.client_port, b.secure_port, b.mtls_port, b.internal_port, b.controller_port])
+    reserve_ports([b.client_port, b.secure_port, b.mtls_port, b.oauth_port, b.internal_port, b.controller_port])
     config = _render_broker_config(b)
     _format_storage(b, config)
     spawn(
@@ -402,6 +416,7 @@ SERVICE = Service(
         Process(b.name, b.client_port, lambda b=b: broker_pid(b), f"{b.proxy_port}->{b.client_port}") for b in BROKERS
     ),
     connections,
-    # The brokers advertise their client listeners through the proxies; the secure ones need the certificates.
-    needs=("tls", "toxiproxy"),
+    # The brokers advertise their client listeners through the proxies; the secure ones need the
+    # certificates, and the OAUTHBEARER one the token issuer's keys.
+    needs=("tls", "toxiproxy", "oidc"),
 )

@@ -3,7 +3,7 @@ object its own module makes (service.Service). One line per service."""
 
 from __future__ import annotations
 
-from devstack import connect, credentials, kafka, mariadb, postgres, spark, toxiproxy
+from devstack import connect, credentials, kafka, mariadb, oidc, postgres, spark, spark_connect, toxiproxy
 from devstack.service import Service
 
 SERVICES: tuple[Service, ...] = (
@@ -12,8 +12,10 @@ SERVICES: tuple[Service, ...] = (
     mariadb.SERVICE,
     credentials.TLS,
     toxiproxy.SERVICE,
+    oidc.SERVICE,
     kafka.SERVICE,
     connect.SERVICE,
     spark.SERVICE,
+    spark_connect.SERVICE,
 )
 BY_NAME = {s.name: s for s in SERVICES}

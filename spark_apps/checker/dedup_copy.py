@@ -20,13 +20,13 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from delivery_semantics import catalog
 from delivery_semantics.audit.stores import lakehouse
+from delivery_semantics.audit.stores.spark_jdbc import libpq_params
 
 STORES = tuple(catalog.DEDUP_COPY_STORES)
 TABLE = catalog.DEDUP_COPY_TABLE
@@ -202,20 +202,6 @@ def copy_into(rows: DataFrame, jdbc_url: str, user: str, password: str, table: s
 
     done = as_text.mapInArrow(copy_batches, "copied long").collect()
     return sum(r["copied"] for r in done)
-
-
-def libpq_params(jdbc_url: str, user: str, password: str) -> dict:
-    """psycopg2's keywords from a PostgreSQL JDBC URL (host, port, database, and the SSL settings
-    libpq shares with pgjdbc)."""
-    if not jdbc_url.startswith("jdbc:postgresql://"):
-        raise ValueError("the postgres copy needs a PostgreSQL results database")
-    u = urlsplit(jdbc_url[len("jdbc:") :])
-    params = {"host": u.hostname, "port": u.port or 5432, "dbname": u.path.lstrip("/"), "user": user}
-    params["password"] = password
-    for k, v in parse_qsl(u.query):
-        if k in ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout"):
-            params[k] = v
-    return params
 
 
 def sql_string(text: str) -> str:

@@ -14,6 +14,7 @@ from checker.sources import (
     Source,
     committed_transactions,
     fixed_offsets,
+    parallelism,
     read_by_platform_reader,
     read_ledger,
     read_polls,
@@ -100,9 +101,7 @@ def reconcile(
             )
             # The union of the kinds has a partition per branch and shuffle partition, most of them
             # empty: one JDBC connection each on write. A few suffice for what is left.
-            disc = cache.keep(
-                anomalies.discrepancies(obs, src.reconciliation_id).coalesce(spark.sparkContext.defaultParallelism)
-            )
+            disc = cache.keep(anomalies.discrepancies(obs, src.reconciliation_id).coalesce(parallelism(spark)))
             counts = results.counts(disc, anomalies.totals(obs), obs)
         classified[iso] = (disc, counts, obs)
         summaries.append(results.summary(src, iso, counts, end))

@@ -22,7 +22,16 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from checker.sources import InputError, Jdbc, Source, outbox_ledger, read_topic, topic_offsets, typed
+from checker.sources import (
+    InputError,
+    Jdbc,
+    Source,
+    outbox_ledger,
+    parallelism,
+    read_topic,
+    topic_offsets,
+    typed,
+)
 from checker.windows import AuditWindow, discrepancies
 from delivery_semantics import catalog, modes
 from delivery_semantics.audit import audits
@@ -183,7 +192,7 @@ def reconcile_window(
             horizon=audit.dedup_horizon,
         )
 
-        disc = discrepancies(w).coalesce(spark.sparkContext.defaultParallelism).cache()
+        disc = discrepancies(w).coalesce(parallelism(spark)).cache()
         counted = {
             (r["stage"], r["kind"]): int(r["n"])
             for r in disc.groupBy("stage", "kind").agg(F.count(F.lit(1)).alias("n")).collect()

@@ -27,6 +27,7 @@ from delivery_semantics.audit.stores import Store
 from delivery_semantics.audit.stores.spark_jdbc import InputError, Jdbc
 from delivery_semantics.catalog import ISOLATIONS, READ_COMMITTED
 from delivery_semantics.plumbing import kafka_retry
+from delivery_semantics.plumbing.endpoints import librdkafka
 from delivery_semantics.records import layouts
 
 MIN_SPLIT_RECORDS = 50_000  # the fewest records per task of a split topic read
@@ -283,7 +284,7 @@ def topic_offsets(
 
     def attempt() -> dict[int, tuple[int, int, int | None]]:
         nonlocal answered
-        c = Consumer(conf)  # a new client each time: a broker's handle may be gone with it
+        c = Consumer(librdkafka(conf))  # a new client each time: a broker's handle may be gone with it
         try:
             md = c.list_topics(src.topic, timeout=15)
             answered = True
@@ -316,6 +317,15 @@ def topic_offsets(
 # --------------------------------------------------------------------------- reading
 
 
+def parallelism(spark: SparkSession) -> int:
+    """The cores the session's tasks run on: Spark's default parallelism, or through Spark Connect
+    (no SparkContext in the client) the session's shuffle partitions."""
+    try:
+        return spark.sparkContext.defaultParallelism
+    except Exception:  # PySparkNotImplementedError under Spark Connect
+        return int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
+
+
 # Source.layout values that the platform reader (spark_apps/java/PlatformTopicSource.java) reads.
 PLATFORM_READER_LAYOUTS = (layouts.VALUE_LAYOUT, layouts.HEADERS_LAYOUT)
 
@@ -334,7 +344,7 @@ def read_topic(
     or "kafka") forces one, for the test that holds them to the same rows, and so does
     SEMANTICS_TOPIC_READER=kafka for the benchmark that compares them."""
     via = via or ("platform" if read_by_platform_reader(src) else "kafka")
-    cores, offsets = spark.sparkContext.defaultParallelism, sum(end[p] - start[p] for p in end)
+    cores, offsets = parallelism(spark), sum(end[p] - start[p] for p in end)
     # One task per partition leaves cores idle when the partitions do not divide among them
     # (3 on 2 cores: two rounds, the second half empty). Each partition is split into as many
     # ranges as there are cores, once the ranges stay large.
@@ -489,7 +499,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
     into its aggregation of the topic's copies (anomalies.OutcomeLedger)."""
     spark = jdbc.spark
     literal = _run_id_literal(run_id)
-    parts = max(spark.sparkContext.defaultParallelism, min(64, messages // 250_000 + 1))
+    parts = max(parallelism(spark), min(64, messages // 250_000 + 1))
     # Events are recorded a batch at a time, as ranges of n (a hand-made ledger's as rows): merged,
     # a few islands of n, one per producer slice.
     islands = [

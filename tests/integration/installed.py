@@ -43,10 +43,11 @@ class Install:
     site: Path
     dags: Path
     env: dict[str, str]
+    bin: Path = Path(sys.executable).parent
 
     def airflow(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [str(Path(sys.executable).with_name("airflow")), *args],
+            [str(self.bin / "airflow"), *args],
             cwd=self.root,
             env=self.env,
             capture_output=True,
@@ -55,23 +56,83 @@ class Install:
         )
 
 
+def _without_a_jdk(path: str, folder: Path) -> Path:
+    """One folder of links to every program on `path` but a JDK's (java, javac, keytool, ...: those
+    whose real file lies in a JVM's folder): a worker's PATH with no JDK on it."""
+    folder.mkdir()
+    for entry in path.split(os.pathsep):
+        for program in sorted(Path(entry).glob("*")) if Path(entry).is_dir() else ():
+            target = program.resolve()
+            if (folder / program.name).exists() or "/jvm/" in str(target) or not os.access(program, os.X_OK):
+                continue
+            if program.is_file():
+                (folder / program.name).symlink_to(target)
+    return folder
+
+
 def build_wheel(out: Path) -> Path:
     subprocess.run([str(REPO / "local" / "package"), str(out)], check=True, capture_output=True, timeout=300)
     [wheel] = out.glob("delivery_semantics-*.whl")
     return wheel
 
 
-def install(root: Path, audit_files: dict[str, str], spark_connection: str | None = None) -> Install:
+def install(
+    root: Path,
+    audit_files: dict[str, str],
+    spark_connection: str | None = None,
+    fresh: bool = False,
+    no_jdk: bool = False,
+) -> Install:
     """The wheel installed under `root`, with a DAG folder of `audit_files` (name: text) and the team's
-    DAG file; `spark_connection` (an AIRFLOW_CONN_ value) as its spark_default."""
+    DAG file; `spark_connection` (an AIRFLOW_CONN_ value) as its spark_default. `fresh`: in a new
+    virtualenv of its own, Airflow and the providers installed there with a constraints file (the
+    repository's lock, as a team uses Airflow's), as docs/DEPLOY.md says; else on a path of its own
+    beside the repository's environment's Airflow. `no_jdk`: no `java` on its PATH and no JAVA_HOME,
+    as on a managed Airflow's worker."""
     wheel = build_wheel(root / "dist")
     site = root / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(site), str(wheel)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    bin_dir = Path(sys.executable).parent
+    if fresh:
+        venv = root / "venv"
+        base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        subprocess.run([str(base), "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+        bin_dir = venv / "bin"
+        airflow = next(
+            ln for ln in (REPO / "requirements.txt").read_text().splitlines() if ln.startswith("apache-airflow==")
+        )
+        subprocess.run(
+            [
+                str(bin_dir / "pip"),
+                "install",
+                "-q",
+                "--constraint",
+                str(REPO / "requirements.lock"),
+                airflow.split()[0],
+                f"delivery-semantics[airflow,spark] @ {wheel.as_uri()}",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=1800,
+        )
+        site = next((venv / "lib").glob("python3.*/site-packages"))
+    else:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--no-index",
+                "-q",
+                "--target",
+                str(site),
+                str(wheel),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     dags = root / "dags"
     (dags / "audits").mkdir(parents=True)
     (dags / "team_orders.py").write_text(TEAM_DAG_FILE)
@@ -79,12 +140,20 @@ def install(root: Path, audit_files: dict[str, str], spark_connection: str | Non
         (dags / "audits" / name).write_text(text)
     (root / "plugins").mkdir()
     env = {k: v for k, v in os.environ.items() if k not in CHECKOUT_ONLY}
+    # The repository's environment's programs (spark-submit among them) are not on its PATH.
+    env["PATH"] = os.pathsep.join(
+        [str(bin_dir), *(p for p in env.get("PATH", "").split(os.pathsep) if ".venv" not in p)]
+    )
     env.update(
-        PYTHONPATH=str(site),
+        PYTHONPATH="" if fresh else str(site),
         AIRFLOW_HOME=str(root / "airflow"),
         AIRFLOW__CORE__DAGS_FOLDER=str(dags),
         AIRFLOW__CORE__PLUGINS_FOLDER=str(root / "plugins"),
     )
     if spark_connection:
         env["AIRFLOW_CONN_SPARK_DEFAULT"] = spark_connection
-    return Install(root, wheel, site, dags, env)
+    if no_jdk:
+        env.pop("JAVA_HOME", None)
+        others = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != bin_dir)
+        env["PATH"] = os.pathsep.join([str(bin_dir), str(_without_a_jdk(others, root / "bin"))])
+    return Install(root, wheel, site, dags, env, bin_dir)

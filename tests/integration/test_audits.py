@@ -226,33 +226,65 @@ def _run_audit_dag(
     return rows[0], out, {"ps -ef": "\n".join(commands), "dags test output": out, **logs, "result tables": results}
 
 
-def test_a_teams_installed_audit_finds_every_planted_anomaly_over_sasl_ssl_on_the_spark_cluster(orders, tmp_path):
+def test_a_teams_installed_audit_with_no_jdk_finds_every_planted_anomaly_through_spark_connect(orders, tmp_path):
     """A team's install away from the repository (installed.py: the wheel on a path of its own, its
-    own AIRFLOW_HOME, a DAG folder of its audit file and a DAG file of a few lines): Airflow lists the
-    audit's DAG and none of the platform's, and `airflow dags test audit_orders` runs preflight,
-    Spark on the stack's standalone cluster over SASL_SSL and a read-only outbox, then the check,
-    which fails because the at_least_once promise (no acked loss) is broken. No secret anywhere: not
-    on a command line while Spark ran, not in the DAG test's output, not in any log of the stack or
-    the tasks, not in the result tables."""
+    own AIRFLOW_HOME, a DAG folder of its audit file and a DAG file of a few lines), on a worker with
+    no JDK: Airflow lists the audit's DAG and none of the platform's, and `airflow dags test
+    audit_orders` runs preflight, the checker through the stack's Spark Connect server (a Python
+    process, no spark-submit) over SASL_SSL and a read-only outbox, then the check, which fails
+    because the at_least_once promise (no acked loss) is broken. No secret anywhere: not on a command
+    line while it ran, not in the DAG test's output, not in any log of the stack or the tasks, not in
+    the result tables."""
     audit, expected = orders
     team = installed.install(
-        tmp_path, {"orders.yaml": ORDERS.read_text()}, spark_connection=os.environ["AIRFLOW_CONN_SPARK_STANDALONE"]
+        tmp_path,
+        {"orders.yaml": ORDERS.read_text()},
+        spark_connection=os.environ["AIRFLOW_CONN_SPARK_CONNECT"],
+        no_jdk=True,
     )
+    assert subprocess.run(["which", "java"], env=team.env, capture_output=True).returncode != 0, "java is not found"
     listed = team.airflow("dags", "list", "--local", "-o", "json", "--columns", "dag_id", timeout=300)
     assert listed.returncode == 0, listed.stderr[-3000:]
     [dags] = [json.loads(ln) for ln in listed.stdout.splitlines() if ln.startswith("[{")]
     assert [d["dag_id"] for d in dags] == ["audit_orders"], "the team's audit, none of the platform's DAGs"
     row, out, texts = _run_audit_dag(audit, expected, team)
-    # The application and its Python files are the installed package's (the jars are the stack's).
-    [submit, *_] = [c.split() for c in texts["ps -ef"].splitlines() if "SparkSubmit" in c and "reconcile.py" in c]
-    assert submit[-5].endswith("/site/delivery_semantics/_shipped/spark_apps/reconcile.py"), submit[-6:]
-    assert Path(submit[-5]).is_relative_to(team.site), submit
-    with zipfile.ZipFile(submit[submit.index("--py-files") + 1]) as py_files:
-        assert "delivery_semantics/_shipped/sql/V002__ledger.sql" in py_files.namelist(), "zipped from the install"
-    assert f"audit-{row['reconciliation_id']}" in spark_cluster_apps(), "run on the standalone cluster"
+    # The application is the installed package's, run by Python: no spark-submit, no JVM of its own.
+    apps = [c.split() for c in texts["ps -ef"].splitlines() if "spark_apps/reconcile.py" in c]
+    assert apps and not [a for a in apps if "SparkSubmit" in " ".join(a) or "spark-submit" in " ".join(a)], apps
+    [app] = {a[a.index(next(x for x in a if x.endswith("reconcile.py")))] for a in apps}
+    assert Path(app).is_relative_to(team.site) and app.endswith("/delivery_semantics/_shipped/spark_apps/reconcile.py")
     assert (row["outbox_events"], row["outbox_acked"], row["verdict"]) == (27, 25, "broken")
     assert "lost_acked" in row["broken_by"]
     assert "BrokenPromise" in out and "the at_least_once promise is broken by lost_acked" in out
+    _assert_no_secret(texts)
+
+
+@pytest.mark.slow  # a virtualenv of its own, Airflow installed in it (2 min); CI runs the same audit from the wheel above
+def test_a_fresh_virtualenv_with_airflow_its_constraints_and_the_wheel_runs_the_teams_audit(orders, tmp_path):
+    """docs/DEPLOY.md as a team follows it: a new virtualenv away from the repository, Airflow, its
+    providers and PySpark installed there with a constraints file, then the wheel; the team's DAG
+    folder; `airflow dags list` and `airflow dags test` on the stack's standalone cluster."""
+    audit, expected = orders
+    team = installed.install(
+        tmp_path,
+        {"orders.yaml": ORDERS.read_text()},
+        spark_connection=os.environ["AIRFLOW_CONN_SPARK_STANDALONE"],
+        fresh=True,
+    )
+    assert not str(team.bin).startswith(str(REPO))
+    listed = team.airflow("dags", "list", "--local", "-o", "json", "--columns", "dag_id", timeout=300)
+    [dags] = [json.loads(ln) for ln in listed.stdout.splitlines() if ln.startswith("[{")]
+    assert [d["dag_id"] for d in dags] == ["audit_orders"], listed.stderr[-2000:]
+    providers = team.airflow("providers", "list", "-o", "json", timeout=300)
+    assert '"delivery-semantics"' in providers.stdout, providers.stderr[-2000:]
+    row, _, texts = _run_audit_dag(audit, expected, team)
+    assert (row["outbox_events"], row["verdict"]) == (27, "broken")
+    # The application and its Python files are the installed package's (the jars are the stack's).
+    [submit, *_] = [c.split() for c in texts["ps -ef"].splitlines() if "SparkSubmit" in c and "reconcile.py" in c]
+    assert Path(submit[-5]).is_relative_to(team.site), "the application from the fresh virtualenv"
+    with zipfile.ZipFile(submit[submit.index("--py-files") + 1]) as py_files:
+        assert "delivery_semantics/_shipped/sql/V002__ledger.sql" in py_files.namelist(), "zipped from the install"
+    assert f"audit-{row['reconciliation_id']}" in spark_cluster_apps(), "run on the standalone cluster"
     _assert_no_secret(texts)
 
 
@@ -271,6 +303,27 @@ def test_an_audit_over_mutual_tls_finds_the_same_and_shows_no_key_or_keystore_pa
     _assert_no_secret(texts)  # CLIENT_KEY_PASSWORD among them
     keystore_password = java_client_config(conf)["ssl.keystore.password"]
     assert not [where for where, text in texts.items() if keystore_password in text], "the keystore's password"
+
+
+def test_an_audit_over_oauthbearer_finds_the_same_with_tokens_from_the_issuer(orders, tmp_path):
+    """The orders audit on the OAUTHBEARER listener (kafka_oauth: OIDC client credentials): Spark's
+    Kafka source and the driver's librdkafka fetch their own tokens, and find exactly the planted
+    discrepancies. The client secret shows on no command line and in no output."""
+    _, expected = orders
+    path = _variant(tmp_path, lambda spec: spec["connections"].update(kafka="kafka_oauth"), name="orders_oauth")
+    rid = f"audit:orders_oauth:{uuid.uuid4().hex[:6]}"
+    with watching_ps() as commands:
+        r = spark_submit.run(audit=audits.load(path), reconciliation_id=rid)
+    assert r.returncode == 0, r.error
+    got = _discrepancies(rid)
+    for iso, kinds in expected.items():
+        for kind, ids in kinds.items():
+            assert got.pop((iso, kind)) == ids, (iso, kind)
+        assert len(got.pop((iso, "malformed"))) == 1
+    assert got == {}, f"unplanted discrepancies: {got}"
+    secret = devstack.secret("OIDC_CLIENT_SECRET")
+    assert secret not in "\n".join(commands) + r.stdout + r.stderr
+    assert any("org.apache.kafka.sasl.oauthbearer.allowed.urls" in c for c in commands), "the JVMs allow the endpoint"
 
 
 def _found(rid: str) -> tuple[list, list, list]:
@@ -474,26 +527,28 @@ def test_an_audit_run_through_a_broker_fault_has_the_quiet_runs_rows(orders, hea
 
 def test_two_reconciliations_of_the_same_events_each_write_their_deduplicated_copy(orders):
     """The copy is keyed per reconciliation: the second audit run of the same topic and outbox
-    writes its own rows, not none because the first took every event id. The second runs on the
-    stack's Spark standalone cluster (`spark_standalone`), and finds what local mode found."""
+    writes its own rows, not none because the first took every event id. The first runs through the
+    stack's Spark Connect server (`spark_connect`: its Delta write of the copy too), the second on
+    its standalone cluster (`spark_standalone`), and both find the same."""
     audit, _ = orders
     tag = uuid.uuid4().hex[:6]
     first_id, second_id = f"audit:orders:first-{tag}", f"audit:orders:second-{tag}"
-    res = spark_submit.run(audit=audit, reconciliation_id=first_id)
+    res = spark_submit.run(audit=audit, reconciliation_id=first_id, spark_conn_id="spark_connect")
     assert res.returncode == 0, res.error
     res = spark_submit.run(audit=audit, reconciliation_id=second_id, spark_conn_id="spark_standalone")
     assert res.returncode == 0, res.error
     assert f"audit-{second_id}" in spark_cluster_apps() and f"audit-{first_id}" not in spark_cluster_apps()
 
-    local, cluster = _found(first_id), _found(second_id)
-    assert len(local[2]) == 26, "every event id read, the malformed record aside"
-    assert local[1], "the planted discrepancies"
-    assert cluster == local
+    connect, cluster = _found(first_id), _found(second_id)
+    assert len(connect[2]) == 26, "every event id read, the malformed record aside"
+    assert connect[1], "the planted discrepancies"
+    assert cluster == connect
 
 
 # --------------------------------------------------------------------------- platform runs over SASL_SSL
 
 
+@pytest.mark.slow  # CI's budget: test_oauth.py makes the same comparison over the OAUTHBEARER listener
 def test_platform_runs_over_sasl_ssl_reconcile_as_on_plaintext():
     """The same transactional run produced over each listener and read at both isolation levels;
     one Spark application, on the SASL_SSL listener, reconciles both."""

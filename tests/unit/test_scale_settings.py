@@ -13,8 +13,9 @@ import pytest
 import yaml
 from conftest import REPO
 
-from checker.dedup_copy import DedupCopy, libpq_params, sql_string
+from checker.dedup_copy import DedupCopy, sql_string
 from delivery_semantics.audit import audits
+from delivery_semantics.audit.stores.spark_jdbc import libpq_params
 from delivery_semantics.plumbing import endpoints, spark
 from delivery_semantics.plumbing.endpoints import EndpointError
 from delivery_semantics.plumbing.spark import spark_conf, spark_master

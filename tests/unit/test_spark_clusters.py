@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,4 +195,35 @@ def test_client_mode_keeps_the_environment_in_the_process(connections):
 
 def test_the_application_finds_the_package_in_its_zip_when_no_folder_holds_it():
     text = (REPO / "spark_apps" / "reconcile.py").read_text()
-    assert "sys.path[:] = _FOLDERS + _ZIPPED" in text and "load_application_env()" in text
+    assert "sys.path[:] = _FOLDERS + _ZIPPED" in text and "spark_clusters.load_application_env()" in text
+
+
+def test_spark_connect_runs_the_application_as_python_with_the_token_in_its_environment(connections, monkeypatch):
+    token = "connect-Token-55e1"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_CONNECT",
+        json.dumps({"conn_type": "spark", "host": "sc://localhost", "port": 15002, "password": token}),
+    )
+    monkeypatch.delenv("SEMANTICS_SPARK_JARS")  # a worker with Python only: no jars, no JDK
+    args = ["--audit", str(connections), "--reconciliation-id", "audit:orders:r1"]
+    sub = spark_submit.submission(args, _app_env(), spark_conn_id="spark_connect")
+    cmd = spark_submit.command_of(sub)
+    assert sub.connect and cmd[0] == sys.executable, "this interpreter, no spark-submit"
+    assert cmd[1].endswith("spark_apps/reconcile.py") and cmd[2:] == args, "the audit file is this worker's"
+    assert "spark-submit" not in json.dumps(cmd) and token not in json.dumps(cmd)
+    _assert_no_secret(json.dumps(cmd))
+    env = sub.process_env
+    assert env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] == token and env["SPARK_REMOTE"] == "sc://localhost:15002"
+    assert env["SEMANTICS_JDBC_PASSWORD"] == LEDGER_PASSWORD
+    assert Path(env[spark_clusters.CONNECT_PY_FILES]).name.startswith("semantics-py-")
+    session = json.loads(env[spark_clusters.CONNECT_SESSION_CONF])
+    assert session["spark.sql.session.timeZone"] == "UTC"
+    assert [k for k in session if spark_clusters.session_setting(k)] and not spark_clusters.session_setting(
+        "spark.sql.extensions"
+    )
+    with pytest.raises(EndpointError, match="password field"):
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_SPARK_CONNECT",
+            json.dumps({"conn_type": "spark", "host": "sc://h:1/;token=x", "password": token}),
+        )
+        spark_submit.submission(args, {}, spark_conn_id="spark_connect")

@@ -24,7 +24,7 @@ def test_each_service_is_named_once_and_starts_after_what_it_needs():
 def test_a_service_named_starts_with_what_it_needs_in_the_registrys_order():
     from devstack.commands import with_needs
 
-    assert [s.name for s in with_needs(["connect"])] == ["tls", "toxiproxy", "kafka", "connect"]
+    assert [s.name for s in with_needs(["connect"])] == ["tls", "toxiproxy", "oidc", "kafka", "connect"]
     assert [s.name for s in with_needs(["spark", "mariadb"])] == ["mariadb", "spark"]
 
 
@@ -37,6 +37,7 @@ def test_status_shows_every_process_of_every_service():
         "postgres-cdc",
         "mariadb",
         "toxiproxy",
+        "oidc",
         "broker-1",
         "broker-2",
         "broker-3",
@@ -46,6 +47,7 @@ def test_status_shows_every_process_of_every_service():
         "connect-eos-2",
         "spark-master",
         "spark-worker",
+        "spark-connect",
     ]
 
 

@@ -23,6 +23,7 @@ from delivery_semantics.plumbing.endpoints import (
     SPARK_CONN_ID,
     kafka_config,
     ledger_database,
+    oauth_java_options,
     pythonpath_with_package,
     spark_kafka_options,
 )
@@ -94,8 +95,18 @@ def submission(
     settings, and its environment in the process (client mode) or by reference (cluster mode)."""
     master = master or spark_master(spark_conn_id)
     conf = spark_conf(master, audit_conf, spark_conn_id)
+    # The Kafka client's JVM options (an OAUTHBEARER token endpoint allowed), in the driver's and the
+    # executors' JVMs: both read the topic.
+    jvm = oauth_java_options(json.loads(app_env.get("SEMANTICS_KAFKA_CONFIG") or "{}"))
+    for side in ("driver", "executor") if jvm else ():
+        key = f"spark.{side}.extraJavaOptions"
+        conf[key] = " ".join([conf[key], *jvm] if conf.get(key) else jvm)
     env = {**app_env, **spark_auth_env(spark_conn_id)}
-    return spark_clusters.cluster_manager(master).submission(master, env, conf, app_args)
+    manager = spark_clusters.cluster_manager(master)
+    if manager.name == "connect":
+        # The server holds the jars; the session gets the platform's Python files for its workers.
+        env[spark_clusters.CONNECT_PY_FILES] = spark_py_files()
+    return manager.submission(master, env, conf, app_args)
 
 
 def prepare_spark_submit(op) -> spark_clusters.Submission:
@@ -107,6 +118,8 @@ def prepare_spark_submit(op) -> spark_clusters.Submission:
     sub = submission(list(op.application_args or ()), app_env, audit_conf=op.audit_conf, spark_conn_id=op._conn_id)
     op.application = str(spark_apps_dir() / op.application)
     op.application_args = sub.app_args
+    if sub.connect:  # run by run_connect: no spark-submit, no jars here
+        return sub
     op.jars = op.jars or spark_jars(reads_platform_topics(sub.app_args))
     op.conf = {**sub.conf, **(op.conf or {})}
     op.py_files = op.py_files or spark_py_files()
@@ -150,6 +163,8 @@ def command(
 
 
 def command_of(sub: spark_clusters.Submission, conf: dict | None = None, app: str = "reconcile.py") -> list[str]:
+    if sub.connect:  # a Python process: the server is the driver (conf, if any, is the session's)
+        return [sys.executable, str(spark_apps_dir() / app), *sub.app_args]
     over = dataclasses.replace(sub, conf={**sub.conf, **(conf or {})})
     jars = spark_jars(reads_platform_topics(sub.app_args))
     return ["spark-submit", *over.arguments(str(spark_apps_dir() / app), jars, spark_py_files())]
@@ -189,10 +204,20 @@ def run(
     else:
         args = reconcile_args([run_id] if isinstance(run_id, str) else list(run_id), dedup_copy)
         app_env = spark_application_env()
+    app_env = {**app_env, **(env or {})}
     sub = submission(args, app_env, master, audit.spark_conf if audit is not None else None, spark_conn_id)
     cmd = command_of(sub, conf)
     with spark_clusters.submitted(sub):
-        return _run_watched(cmd, {**os.environ, **sub.process_env, **sub.plain_env, **(env or {})}, timeout, on_result)
+        return _run_watched(cmd, {**os.environ, **sub.process_env, **sub.plain_env}, timeout, on_result)
+
+
+def run_connect(application: str, sub: spark_clusters.Submission, timeout: float, log) -> Reconciled:
+    """A Spark Connect application as an Airflow task runs it: a Python process with the
+    submission's environment, its output into the task's log."""
+    done = _run_watched([sys.executable, application, *sub.app_args], {**os.environ, **sub.process_env}, timeout, None)
+    for line in (done.stdout + done.stderr).splitlines():
+        log.info("%s", line)
+    return done
 
 
 def _run_watched(cmd: list[str], env: dict, timeout: float, on_result) -> Reconciled:

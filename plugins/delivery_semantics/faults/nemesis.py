@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 
 from delivery_semantics import locations
 from delivery_semantics.plumbing import topics
-from delivery_semantics.plumbing.endpoints import TOXIPROXY_CONN_ID, get_connection
+from delivery_semantics.plumbing.endpoints import TOXIPROXY_CONN_ID, get_connection, librdkafka
 
 
 class NemesisError(RuntimeError):
@@ -360,7 +360,9 @@ class Nemesis:
 
         ids = poison_ids(topic)
         failed: list[str] = []
-        producer = Producer({**self.kafka_conf, "acks": "all", "enable.idempotence": "true", "log_level": 4})
+        producer = Producer(
+            librdkafka({**self.kafka_conf, "acks": "all", "enable.idempotence": "true", "log_level": 4})
+        )
         for i, event_id in enumerate(ids):
             producer.produce(
                 topic,

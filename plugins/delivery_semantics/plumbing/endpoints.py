@@ -94,8 +94,9 @@ def _ours(conn_id: str, c, extra: dict | None = None) -> Connection:
 def kafka_config(conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
     """librdkafka client settings from the connection. Its extra holds librdkafka keys as-is
     (`security.protocol`, `sasl.mechanism`, `ssl.ca.location`, `ssl.certificate.location`,
-    `ssl.key.location`, ...), its login the SASL user, and its password field the one secret: the
-    SASL password, or under security.protocol SSL the client key's password."""
+    `ssl.key.location`, `sasl.oauthbearer.token.endpoint.url`, ...), its login the SASL user (under
+    OAUTHBEARER the OIDC client id), and its password field the one secret: the SASL password, under
+    OAUTHBEARER the OIDC client secret, or under security.protocol SSL the client key's password."""
     c = get_connection(conn_id)
     if c.conn_type != "kafka":
         # A database's or a notifier's password must never become a SASL password sent to a broker.
@@ -105,13 +106,76 @@ def kafka_config(conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
         if not c.host:
             raise EndpointError(f"connection {conn_id!r} names no bootstrap.servers (extra) or host")
         conf["bootstrap.servers"] = f"{c.host}:{c.port or 9092}"
+    oauth = _mechanism(conf) == "OAUTHBEARER"
     if c.login:
-        conf.setdefault("sasl.username", c.login)
+        conf.setdefault("sasl.oauthbearer.client.id" if oauth else "sasl.username", c.login)
     if c.password and conf.get("security.protocol", "").upper() == "SSL":
         conf["ssl.key.password"] = c.password
     elif c.password:
-        conf["sasl.password"] = c.password
+        conf["sasl.oauthbearer.client.secret" if oauth else "sasl.password"] = c.password
     return conf
+
+
+def _mechanism(conf: dict[str, str]) -> str:
+    return (conf.get("sasl.mechanism") or conf.get("sasl.mechanisms") or "GSSAPI").upper()
+
+
+# Amazon MSK's IAM login (`sasl.mechanism: AWS_MSK_IAM`, `aws.region`, optionally `aws.role.arn`): what
+# apache-airflow-providers-apache-kafka does, the connection's extra naming the region instead of a
+# callback. librdkafka signs a token with aws-msk-iam-sasl-signer-python (the `msk` extra) under
+# OAUTHBEARER; the JVMs take the MSK IAM login module (the aws-msk-iam-auth jar on their class path).
+MSK_IAM = "AWS_MSK_IAM"
+MSK_IAM_KEYS = ("aws.region", "aws.role.arn")
+MSK_IAM_JAVA = {
+    "sasl.mechanism": MSK_IAM,
+    "sasl.client.callback.handler.class": "software.amazon.msk.auth.iam.IAMClientCallbackHandler",
+}
+
+
+def librdkafka(conf: dict) -> dict:
+    """A connection's settings as librdkafka takes them, where a client is made: MSK IAM becomes
+    OAUTHBEARER with a token callback (a callable, which no environment or JSON carries); any other
+    login is librdkafka's own already."""
+    if _mechanism(conf) != MSK_IAM:
+        return conf
+    region, role = conf.get("aws.region"), conf.get("aws.role.arn")
+    if not region:
+        raise EndpointError("sasl.mechanism AWS_MSK_IAM needs aws.region in the connection's extra")
+
+    def token(_config: str) -> tuple[str, float]:
+        try:
+            from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
+        except ImportError:
+            raise EndpointError(
+                "AWS_MSK_IAM needs aws-msk-iam-sasl-signer-python (pip install 'delivery-semantics[msk]')"
+            ) from None
+        if role:
+            signed, expiry_ms = MSKAuthTokenProvider.generate_auth_token_from_role_arn(region, role)
+        else:
+            signed, expiry_ms = MSKAuthTokenProvider.generate_auth_token(region)
+        return signed, expiry_ms / 1000
+
+    out = {k: v for k, v in conf.items() if k not in MSK_IAM_KEYS and k not in ("sasl.mechanism", "sasl.mechanisms")}
+    return {**out, "sasl.mechanism": "OAUTHBEARER", "oauth_cb": token}
+
+
+OAUTH_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+OAUTH_LOGIN_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+# The JVM system property without which Kafka 4's clients fetch no token (KIP-1139's allowlist).
+OAUTH_ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+
+
+def oauth_java_options(conf: dict[str, str]) -> list[str]:
+    """The JVM options a Java client of this connection needs (the token endpoint allowed), or none."""
+    url = conf.get("sasl.oauthbearer.token.endpoint.url")
+    if _mechanism(conf) != "OAUTHBEARER" or not url:
+        return []
+    if not _URL.fullmatch(url):
+        raise EndpointError("sasl.oauthbearer.token.endpoint.url is not an http(s) URL without spaces or commas")
+    return [f"-D{OAUTH_ALLOWED_URLS}={url}"]
+
+
+_URL = re.compile(r"https?://[A-Za-z0-9._~:/?#\[\]@!$&'()*+;=%-]+")
 
 
 _JAAS_MODULES = {
@@ -152,7 +216,15 @@ def java_client_config(conf: dict[str, str]) -> dict[str, str]:
             )
         )
     protocol = conf.get("security.protocol", "PLAINTEXT").upper()
-    if protocol.startswith("SASL"):
+    if protocol.startswith("SASL") and _mechanism(conf) == "OAUTHBEARER":
+        out.update(_oauth_java(conf))
+    elif protocol.startswith("SASL") and _mechanism(conf) == MSK_IAM:
+        role = conf.get("aws.role.arn")
+        if role and not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", role):
+            raise EndpointError("aws.role.arn is not an IAM role ARN")
+        module = "software.amazon.msk.auth.iam.IAMLoginModule required"
+        out.update(MSK_IAM_JAVA, **{"sasl.jaas.config": f'{module} awsRoleArn="{role}";' if role else f"{module};"})
+    elif protocol.startswith("SASL"):
         mechanism = conf.get("sasl.mechanism", "GSSAPI").upper()
         if mechanism not in _JAAS_MODULES:
             raise EndpointError(f"sasl.mechanism {mechanism} is not supported: use one of {', '.join(_JAAS_MODULES)}")
@@ -161,6 +233,44 @@ def java_client_config(conf: dict[str, str]) -> dict[str, str]:
         user, password = (conf[k].replace("\\", "\\\\").replace('"', '\\"') for k in ("sasl.username", "sasl.password"))
         out["sasl.jaas.config"] = f'{_JAAS_MODULES[mechanism]} required username="{user}" password="{password}";'
     return out
+
+
+def _oauth_java(conf: dict[str, str]) -> dict[str, str]:
+    """OIDC client credentials (librdkafka's `sasl.oauthbearer.method=oidc` settings) as the Java
+    client's: the login callback handler fetches the token from the same endpoint with the same
+    client; the secret is in the JAAS config, built here."""
+    if (conf.get("sasl.oauthbearer.method") or "").lower() != "oidc":
+        raise EndpointError(
+            "sasl.mechanism OAUTHBEARER is supported with sasl.oauthbearer.method oidc (client credentials)"
+        )
+    missing = [
+        k
+        for k in ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret")
+        if not conf.get(k)
+    ]
+    if missing:
+        raise EndpointError(
+            f"OAUTHBEARER needs {', '.join(missing)} (the client id is the connection's login, its secret the password)"
+        )
+    oauth_java_options(conf)  # the endpoint is a plain URL
+    quoted = lambda v: v.replace("\\", "\\\\").replace('"', '\\"')
+    options = {"clientId": conf["sasl.oauthbearer.client.id"], "clientSecret": conf["sasl.oauthbearer.client.secret"]}
+    if conf.get("sasl.oauthbearer.scope"):
+        options["scope"] = conf["sasl.oauthbearer.scope"]
+    # librdkafka's `key=value,key=value` extensions (Confluent Cloud's logicalCluster and identityPoolId)
+    # are the JAAS config's extension_<key> options.
+    for pair in filter(None, (conf.get("sasl.oauthbearer.extensions") or "").split(",")):
+        key, _, value = pair.partition("=")
+        if not re.fullmatch(r"[A-Za-z]+", key.strip()):
+            raise EndpointError("sasl.oauthbearer.extensions: each is key=value, the key letters only")
+        options[f"extension_{key.strip()}"] = value.strip()
+    jaas = " ".join(f'{k}="{quoted(v)}"' for k, v in options.items())
+    return {
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.login.callback.handler.class": OAUTH_LOGIN_HANDLER,
+        "sasl.oauthbearer.token.endpoint.url": conf["sasl.oauthbearer.token.endpoint.url"],
+        "sasl.jaas.config": f"{OAUTH_LOGIN_MODULE} required {jaas};",
+    }
 
 
 def private_dir(name: str, path: Path | None = None) -> Path:

@@ -57,6 +57,8 @@ def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
         return "local[2]"
     host = c.host or "local[2]"
     master = f"{host}:{c.port}" if c.port and not host.startswith(("local", "yarn")) else host
+    if master.startswith("sc://") and c.password and "token=" in master:
+        raise EndpointError(f"connection {conn_id!r}: the Connect token is the password field, not in the URL")
     try:
         spark_clusters.cluster_manager(master)
     except EndpointError as e:
@@ -193,13 +195,18 @@ def _zip_digest(path: Path) -> str | None:
 
 
 def spark_auth_env(conn_id: str = SPARK_CONN_ID) -> dict[str, str]:
-    """A cluster's spark.authenticate secret, from the Spark connection's password, as the
-    environment variable Spark's driver reads it from (never a --conf: `ps` shows those)."""
+    """A cluster's spark.authenticate secret, or a Spark Connect server's bearer token, from the
+    Spark connection's password, as the environment variable Spark's driver (or Connect's client)
+    reads it from (never a --conf: `ps` shows those)."""
     try:
-        password = get_connection(conn_id).password
+        c = get_connection(conn_id)
     except EndpointError:
         return {}
-    return {"_SPARK_AUTH_SECRET": password} if password else {}
+    if not c.password:
+        return {}
+    if (c.host or "").startswith("sc://"):
+        return {"SPARK_CONNECT_AUTHENTICATE_TOKEN": c.password}
+    return {"_SPARK_AUTH_SECRET": c.password}
 
 
 def lakehouse() -> str:

@@ -5,6 +5,11 @@ without ever being on a command line. One object per cluster manager, picked by 
 - local and standalone (`local[...]`, `spark://`): client mode. The driver is spark-submit's own JVM
   on this worker, and reads the environment of its process. (A standalone master runs no Python
   application in cluster mode: spark-submit refuses it.)
+- Spark Connect (`sc://HOST:PORT`): the driver is the Connect server; the application runs here as
+  a Python process (no spark-submit, no JDK on the worker), reads the environment of its process,
+  sends its plans over gRPC with the connection's password as the bearer token
+  (SPARK_CONNECT_AUTHENTICATE_TOKEN), and adds the platform's Python files to its session for the
+  server's Python workers.
 - YARN (`yarn`): cluster mode. The secrets go in a credentials file, private to this worker until
   spark-submit uploads it to the application's staging folder, shipped with --files; the driver
   reads it from its working directory (SEMANTICS_APPLICATION_ENV names the file, no secret).
@@ -41,6 +46,11 @@ APPLICATION_ENV = "SEMANTICS_APPLICATION_ENV"
 APPLICATION_ENV_FILE = "semantics-application-env.json"
 # Arguments of the checker that name a file on this worker, shipped in cluster mode.
 FILE_ARGS = ("--audit",)
+# What a Connect application reads besides the platform's environment: the server, its Python files
+# and the session's settings (none of them a secret; the token is SPARK_CONNECT_AUTHENTICATE_TOKEN).
+CONNECT_REMOTE = "SPARK_REMOTE"
+CONNECT_PY_FILES = "SEMANTICS_PY_FILES"
+CONNECT_SESSION_CONF = "SEMANTICS_SPARK_SESSION_CONF"
 
 
 @dataclass(frozen=True)
@@ -61,8 +71,14 @@ class Submission:
     # YARN's credentials file, removed after the submission.
     credentials_file: Path | None = None
 
+    @property
+    def connect(self) -> bool:
+        return self.deploy_mode == "connect"
+
     def arguments(self, application: str, jars: str, py_files: str) -> list[str]:
         """spark-submit's arguments, as `spark_submit.command` runs it outside Airflow."""
+        if self.connect:
+            raise ValueError("a Spark Connect application runs as a Python process, not through spark-submit")
         cmd = ["--master", self.master, "--deploy-mode", self.deploy_mode, "--jars", jars, "--py-files", py_files]
         if self.files:
             cmd += ["--files", ",".join(self.files)]
@@ -93,6 +109,9 @@ class ClusterManager:
         missing = [f"{k} ({why})" for k, why in self.required_conf.items() if not conf.get(k)]
         if missing:
             raise EndpointError(f"a {self.name} master needs in the Spark connection's conf: {'; '.join(missing)}")
+        if self.name == "connect":
+            env = {**env, CONNECT_REMOTE: master, CONNECT_SESSION_CONF: json.dumps(conf)}
+            return Submission(master, "connect", {}, [], env, {}, list(app_args))
         if not self.cluster_mode:
             return Submission(master, "client", conf, [], env, {}, list(app_args))
         files, args = _shipped_files(app_args)
@@ -142,6 +161,7 @@ class _Kubernetes(ClusterManager):
 CLUSTER_MANAGERS: tuple[ClusterManager, ...] = (
     ClusterManager("local", "local", cluster_mode=False),
     ClusterManager("standalone", "spark://", cluster_mode=False),
+    ClusterManager("connect", "sc://", cluster_mode=False),
     _Yarn("yarn", "yarn", cluster_mode=True),
     _Kubernetes(
         "kubernetes",
@@ -163,7 +183,7 @@ def cluster_manager(master: str) -> ClusterManager:
     ambiguous = [w for w in ("yarn", "k8s") if w in lowered and not (found and found[0].name in ("yarn", "kubernetes"))]
     if not found or ambiguous:
         raise EndpointError(
-            f"Spark master {master[:80]!r}: not local[...], spark://HOST:PORT, yarn or k8s://URL"
+            f"Spark master {master[:80]!r}: not local[...], spark://HOST:PORT, sc://HOST:PORT, yarn or k8s://URL"
             + (f" (the Spark provider would take it for {ambiguous[0]})" if ambiguous else "")
         )
     return found[0]
@@ -233,6 +253,14 @@ def _kubernetes_core(conn_id: str):
     except config.ConfigException:
         config.load_kube_config()
     return client.CoreV1Api()
+
+
+def session_setting(key: str) -> bool:
+    """Whether a Spark setting is a session's own, which a Connect client may set: SQL's and Delta's
+    runtime settings, not the server's static ones (its extensions, catalogs, JVMs, jars)."""
+    if key == "spark.sql.extensions" or key.startswith("spark.sql.catalog."):
+        return False
+    return key.startswith(("spark.sql.", "spark.databricks.delta."))
 
 
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")

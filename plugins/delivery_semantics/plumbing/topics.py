@@ -10,6 +10,8 @@ import time
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
+from delivery_semantics.plumbing.endpoints import librdkafka
+
 _LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
@@ -28,7 +30,7 @@ def validate_topic_name(name: str) -> str:
 def admin_client(kafka_conf: dict) -> AdminClient:
     conf = {k: v for k, v in kafka_conf.items() if not k.startswith(("acks", "enable.idempotence"))}
     conf.setdefault("socket.timeout.ms", 10000)
-    return AdminClient(conf)
+    return AdminClient(librdkafka(conf))
 
 
 def check_reachable(kafka_conf: dict, timeout: float = 10.0) -> int:

@@ -25,6 +25,7 @@ from delivery_semantics.catalog import DeliveryMode
 from delivery_semantics.clients.librdkafka import NAME
 from delivery_semantics.errors import ModeError
 from delivery_semantics.history.ledger import Outcome, Report, Reports
+from delivery_semantics.plumbing.endpoints import librdkafka
 from delivery_semantics.records.event import event_id
 from delivery_semantics.workload.generator import Generator
 
@@ -276,7 +277,7 @@ class LibrdkafkaClient(ProducerClient):
             raise ModeError("a transactional producer needs enable.idempotence=true (transactions are built on it)")
         probe = {**conf, "bootstrap.servers": "127.0.0.1:1", "log_level": 0, "error_cb": lambda _e: None}
         try:
-            Producer({**probe, "transactional.id": "validate"} if mode.transactional else probe)
+            Producer(librdkafka({**probe, "transactional.id": "validate"} if mode.transactional else probe))
         except KafkaException as e:
             raise ModeError(f"librdkafka refused the producer settings: {e.args[0].str()}") from None
         except (TypeError, ValueError) as e:
@@ -286,6 +287,7 @@ class LibrdkafkaClient(ProducerClient):
     def __init__(self, conf: dict, topic: str, gen: Generator, *, transactional: bool):
         super().__init__(topic, gen, transactional=transactional, acks0=conf.get("acks") == "0")
         # When transactional, the producer of the current or next transaction, one of `_turns`.
+        conf = librdkafka(conf)
         self.producer = Producer({**conf, "error_cb": self._on_error})
         self._turns = [self.producer]
         # A batch refused in part for a full queue would leave the order of its records to the

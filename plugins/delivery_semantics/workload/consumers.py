@@ -32,7 +32,7 @@ from delivery_semantics import catalog
 from delivery_semantics.catalog import Strategy
 from delivery_semantics.faults.nemesis import crash_here
 from delivery_semantics.history.ledger import Ledger
-from delivery_semantics.plumbing.endpoints import Database, kafka_config, ledger_database
+from delivery_semantics.plumbing.endpoints import Database, kafka_config, ledger_database, librdkafka
 from delivery_semantics.records.layouts import H_EVENT_ID, record_fields, with_payload
 from delivery_semantics.workload.sink import Sink, SinkRecord
 
@@ -68,7 +68,7 @@ class _Input:
         self.topic, self.batch_size = run["input_topic"], int(run["batch_size"])
         self.open_parts = {int(p) for p in run["input_end_offsets"]}
         self.deadline = time.monotonic() + timeout
-        self.consumer = Consumer(consumer_config(kafka_conf, run))
+        self.consumer = Consumer(librdkafka(consumer_config(kafka_conf, run)))
         self.consumer.subscribe([self.topic])
 
     def batches(self):
@@ -165,7 +165,7 @@ def run_copier_session(
 ) -> dict:
     producer = Producer(
         {
-            **kafka_conf,
+            **librdkafka(kafka_conf),
             "transactional.id": run["transactional_id"],
             "enable.idempotence": True,
             "acks": "all",

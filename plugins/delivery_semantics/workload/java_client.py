@@ -27,7 +27,7 @@ from delivery_semantics.clients import java
 from delivery_semantics.files import one_line
 from delivery_semantics.history.ledger import Outcome
 from delivery_semantics.plumbing import javac
-from delivery_semantics.plumbing.endpoints import java_client_config
+from delivery_semantics.plumbing.endpoints import java_client_config, oauth_java_options
 from delivery_semantics.workload.client import (
     AbortRequired,
     ProducerClient,
@@ -38,9 +38,20 @@ from delivery_semantics.workload.client import (
 from delivery_semantics.workload.generator import Generator
 
 MAIN_CLASS = "SemanticsProducer"
-# The jars the runner needs: the client and its compression codecs. No logging binding: SLF4J
+# The jars the runner needs: the client, its compression codecs, and for an OAUTHBEARER login jose4j
+# and Jackson (the token endpoint's answer). No logging binding: SLF4J
 # falls back to its no-op logger, and nothing can write to the protocol's stdout.
-_JARS = ("kafka-clients-", "lz4-java-", "snappy-java-", "zstd-jni-", "slf4j-api-")
+_JARS = (
+    "kafka-clients-",
+    "lz4-java-",
+    "snappy-java-",
+    "zstd-jni-",
+    "slf4j-api-",
+    "jose4j-",
+    "jackson-databind-",
+    "jackson-core-",
+    "jackson-annotations-",
+)
 # Exceptions after which the record certainly is not in the log (client.py's list, in the Java
 # client's names). Anything else, a TimeoutException above all, may have been written.
 _NOT_WRITTEN = {
@@ -96,6 +107,7 @@ def command(subcommand: str, conf: dict | None = None) -> list[str]:
         heap,
         "-Xss512k",
         "-XX:+UseSerialGC",
+        *oauth_java_options(conf or {}),
         "-cp",
         f"{build()}{os.pathsep}{classpath()}",
         MAIN_CLASS,
@@ -155,7 +167,7 @@ def topic_sizes(conf: dict[str, str], names: list[str]) -> dict[str, int]:
     body = _conf_lines(conf) + "".join(f"topic\t{field(n)}\n" for n in names) + "start\n"
     try:
         done = subprocess.run(
-            command("sizes"), input=body.encode("ascii"), capture_output=True, timeout=180, check=False
+            command("sizes", conf), input=body.encode("ascii"), capture_output=True, timeout=180, check=False
         )
     except (FileNotFoundError, subprocess.TimeoutExpired) as e:
         raise JavaClientError(f"the brokers' log sizes could not be read: {type(e).__name__}") from None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from delivery_semantics.plumbing.endpoints import librdkafka
 from delivery_semantics.records.layouts import record_fields
 
 
@@ -65,7 +66,7 @@ def read_topic(
     reach it."""
     consumer = Consumer(
         {
-            **kafka_conf,
+            **librdkafka(kafka_conf),
             "group.id": f"readback-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -105,7 +106,9 @@ def read_topic(
 def end_offsets(kafka_conf: dict, topic: str, timeout: float = 15.0, covering: dict | None = None) -> dict[int, int]:
     """The log end (high watermark) of each partition of the topic; with `covering`, once they
     reach it (high_watermarks)."""
-    consumer = Consumer({**kafka_conf, "group.id": f"end-offsets-{uuid.uuid4().hex}", "enable.auto.commit": False})
+    consumer = Consumer(
+        {**librdkafka(kafka_conf), "group.id": f"end-offsets-{uuid.uuid4().hex}", "enable.auto.commit": False}
+    )
     try:
         md = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         if md is None or md.error is not None:
@@ -128,7 +131,7 @@ def committed_positions(
         by_part.setdefault(p, []).append(o)
     consumer = Consumer(
         {
-            **kafka_conf,
+            **librdkafka(kafka_conf),
             "group.id": f"in-doubt-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,

@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 
 from delivery_semantics.history import schema
 from delivery_semantics.plumbing import topics
-from delivery_semantics.plumbing.endpoints import kafka_config, ledger_database
+from delivery_semantics.plumbing.endpoints import kafka_config, ledger_database, librdkafka
 
 
 def topic_for_run(run_id: str) -> str:
@@ -24,7 +24,7 @@ def produce(messages: int, run_id: str) -> dict:
     conf = kafka_config()
     topic = topic_for_run(run_id)
     topics.ensure_topic(conf, topic, partitions=3)
-    producer = Producer({**conf, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer(librdkafka({**conf, "acks": "all", "enable.idempotence": True, "linger.ms": 5}))
     failures = []
 
     def on_delivery(err, _msg):

@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import zlib
+from urllib.parse import parse_qsl, urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -27,6 +28,7 @@ _GONE_STATES = re.compile(r"^(08...|57P0[123])$")
 _GONE_TEXT = re.compile(
     r"An I/O error occurred while sending to the backend|Connection to \S+ refused|This connection has been closed"
     r"|terminating connection due to administrator command|the database system is (shutting down|starting up)"
+    r"|port \d+ failed: Connection refused|server closed the connection unexpectedly"  # libpq's (psycopg2)
 )
 
 
@@ -35,6 +37,8 @@ def database_gone(e: BaseException) -> str | None:
     through a Java exception's causes, or a Spark job's failure text, which names its task's."""
     if isinstance(e, DatabaseGone):
         return str(e)
+    if getattr(e, "pgcode", None) and _GONE_STATES.match(e.pgcode):  # psycopg2's
+        return f"SQLSTATE {e.pgcode}: {str(e).strip().splitlines()[0]}"
     cause = getattr(e, "java_exception", None) or getattr(e, "_origin", None)  # Py4J's, or PySpark's converted
     seen = 0
     while cause is not None and seen < 16:
@@ -69,6 +73,9 @@ class Jdbc:
         except KeyError as e:
             raise InputError(f"{e.args[0]} is not set") from None
         self.spark, self.read_only, self.driver = spark, read_only, driver
+        # Through Spark Connect there is no driver JVM here to run statements in (Py4J's
+        # DriverManager): they go through the database's Python driver instead, same SQL, same binds.
+        self.python = type(spark).__module__.startswith("pyspark.sql.connect")
         self.answered = False  # once it has, a lost connection is the database restarting, not bad input
         self.props = {"user": self.user, "password": self.password, "driver": driver}
         if driver == "org.postgresql.Driver":
@@ -144,7 +151,52 @@ class Jdbc:
         """Why `e` is this database restarting after it had answered, or None (retrying.riding_over)."""
         return database_gone(e) if self.answered else None
 
+    def python_connection(self):
+        """The database through its Python driver (psycopg2, pymysql), read-only when this one is."""
+        try:
+            if self.driver == "org.postgresql.Driver":
+                import psycopg2
+
+                conn = psycopg2.connect(**libpq_params(self.url, self.user, self.password))
+                conn.set_session(readonly=self.read_only)
+            else:
+                import pymysql
+
+                u = urlsplit(self.url[len("jdbc:") :])
+                conn = pymysql.connect(
+                    host=u.hostname,
+                    port=u.port or 3306,
+                    user=self.user,
+                    password=self.password,
+                    database=u.path.lstrip("/"),
+                )
+                if self.read_only:
+                    with conn.cursor() as cur:
+                        cur.execute("SET SESSION TRANSACTION READ ONLY")
+        except Exception as e:
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            if self.answered and database_gone(e):
+                raise DatabaseGone(f"the database at {self.url} cannot be reached: {why}") from None
+            raise InputError(f"the database at {self.url} cannot be reached: {why}") from None
+        self.answered = True
+        return conn
+
+    def _python_execute(self, cur, sql: str, params: list) -> None:
+        # The JDBC placeholders as the Python drivers' (a literal % doubled once there are binds).
+        if params:
+            cur.execute(sql.replace("%", "%%").replace("?", "%s"), list(params))
+        else:
+            cur.execute(sql)
+
     def scalar_rows(self, sql: str, params: list) -> list[list]:
+        if self.python:
+            conn = self.python_connection()
+            try:
+                with conn.cursor() as cur:
+                    self._python_execute(cur, sql, params)
+                    return [list(r) for r in cur.fetchall()]
+            finally:
+                conn.close()
         conn = self.connection()
         try:
             st = conn.prepareStatement(sql)
@@ -160,6 +212,19 @@ class Jdbc:
             conn.close()
 
     def execute_in_transaction(self, statements: list[tuple[str, list]]) -> None:
+        if self.python:
+            conn = self.python_connection()
+            try:
+                with conn.cursor() as cur:
+                    for sql, params in statements:
+                        self._python_execute(cur, sql, params)
+                conn.commit()
+            except Exception:
+                conn.rollback()
+                raise
+            finally:
+                conn.close()
+            return
         conn = self.connection()
         try:
             conn.setAutoCommit(False)
@@ -189,6 +254,20 @@ class Jdbc:
         if left:
             self.execute_in_transaction([(f'DROP TABLE IF EXISTS "{t}"', []) for (t,) in left])
         return f"{tag}_{secrets.token_hex(6)}"
+
+
+def libpq_params(jdbc_url: str, user: str, password: str) -> dict:
+    """psycopg2's keywords from a PostgreSQL JDBC URL (host, port, database, and the SSL settings
+    libpq shares with pgjdbc)."""
+    if not jdbc_url.startswith("jdbc:postgresql://"):
+        raise ValueError("the postgres copy needs a PostgreSQL results database")
+    u = urlsplit(jdbc_url[len("jdbc:") :])
+    params = {"host": u.hostname, "port": u.port or 5432, "dbname": u.path.lstrip("/"), "user": user}
+    params["password"] = password
+    for k, v in parse_qsl(u.query):
+        if k in ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout"):
+            params[k] = v
+    return params
 
 
 def _java_message(e: Exception) -> str:
