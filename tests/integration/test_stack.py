@@ -249,8 +249,9 @@ def test_second_start_changes_nothing():
     before = {name: pid for name, _, _, pid in devstack.status_rows()}
     res = run([STACK, "start"], timeout=300)
     assert res.returncode == 0, res.stderr
-    # PostgreSQL, its change-data-capture cluster, MariaDB, Toxiproxy, 3 brokers, Kafka Connect, Spark
-    assert res.stdout.count("already running") == 9
+    # PostgreSQL, its change-data-capture cluster, MariaDB, Toxiproxy, the token issuer, 3 brokers,
+    # Kafka Connect, Spark, Spark Connect
+    assert res.stdout.count("already running") == 11
     assert "connect      already running; connect (exactly.once.source.support=disabled)" in res.stdout
     assert "spark        spark://127.0.0.1:7077, 1 worker of 2 cores and 2g (already running)" in res.stdout
     assert "already migrated" in res.stdout
@@ -263,6 +264,8 @@ def test_second_start_changes_nothing():
         "connect-eos-2",
         "spark-master",
         "spark-worker",
+        "oidc",
+        "spark-connect",
     )
     assert {n: rows[n] for n in services} == dict.fromkeys(services, "up")
     assert {name: pid for name, _, _, pid in devstack.status_rows()} == before
