@@ -227,6 +227,13 @@ def _run_audit_dag(
     return rows[0], out, {"ps -ef": "\n".join(commands), "dags test output": out, **logs, "result tables": results}
 
 
+def _lists_the_teams_audit_alone(team: installed.Install) -> None:
+    listed = team.airflow("dags", "list", "--local", "-o", "json", "--columns", "dag_id", timeout=300)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    [dags] = [json.loads(ln) for ln in listed.stdout.splitlines() if ln.startswith("[{")]
+    assert [d["dag_id"] for d in dags] == ["audit_orders"], "the team's audit, none of the platform's DAGs"
+
+
 def test_a_teams_installed_audit_with_no_jdk_finds_every_planted_anomaly_through_spark_connect(orders, tmp_path):
     """A team's install away from the repository (installed.py: the wheel on a path of its own, its
     own AIRFLOW_HOME, a DAG folder of its audit file and a DAG file of a few lines), on a worker with
@@ -244,10 +251,7 @@ def test_a_teams_installed_audit_with_no_jdk_finds_every_planted_anomaly_through
         no_jdk=True,
     )
     assert subprocess.run(["which", "java"], env=team.env, capture_output=True).returncode != 0, "java is not found"
-    listed = team.airflow("dags", "list", "--local", "-o", "json", "--columns", "dag_id", timeout=300)
-    assert listed.returncode == 0, listed.stderr[-3000:]
-    [dags] = [json.loads(ln) for ln in listed.stdout.splitlines() if ln.startswith("[{")]
-    assert [d["dag_id"] for d in dags] == ["audit_orders"], "the team's audit, none of the platform's DAGs"
+    _lists_the_teams_audit_alone(team)
     row, out, texts = _run_audit_dag(audit, expected, team)
     # The application is the installed package's, run by Python: no spark-submit, no JVM of its own.
     apps = [c.split() for c in texts["ps -ef"].splitlines() if "spark_apps/reconcile.py" in c]
@@ -273,9 +277,7 @@ def test_a_fresh_virtualenv_with_airflow_its_constraints_and_the_wheel_runs_the_
         fresh=True,
     )
     assert not str(team.bin).startswith(str(REPO))
-    listed = team.airflow("dags", "list", "--local", "-o", "json", "--columns", "dag_id", timeout=300)
-    [dags] = [json.loads(ln) for ln in listed.stdout.splitlines() if ln.startswith("[{")]
-    assert [d["dag_id"] for d in dags] == ["audit_orders"], listed.stderr[-2000:]
+    _lists_the_teams_audit_alone(team)
     providers = team.airflow("providers", "list", "-o", "json", timeout=300)
     assert '"delivery-semantics"' in providers.stdout, providers.stderr[-2000:]
     row, _, texts = _run_audit_dag(audit, expected, team)

@@ -183,3 +183,6 @@ def test_msk_iam_gives_librdkafka_a_token_callback_signed_by_the_region(monkeypa
     assert endpoints.librdkafka({"bootstrap.servers": "x:9092"}) == {"bootstrap.servers": "x:9092"}
     with pytest.raises(EndpointError, match=r"aws\.region"):
         endpoints.librdkafka({"sasl.mechanism": "AWS_MSK_IAM"})
+    for hostile in ("eu-west-1\nX", "eu-west-1.evil.example", "../../etc", "eu-west-1 -Dx=y"):
+        with pytest.raises(EndpointError, match="not an AWS region name"):
+            endpoints.librdkafka({"sasl.mechanism": "AWS_MSK_IAM", "aws.region": hostile})

@@ -141,6 +141,8 @@ def librdkafka(conf: dict) -> dict:
     region, role = conf.get("aws.region"), conf.get("aws.role.arn")
     if not region:
         raise EndpointError("sasl.mechanism AWS_MSK_IAM needs aws.region in the connection's extra")
+    if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d{1,2}", region):
+        raise EndpointError("aws.region is not an AWS region name (eu-west-1, us-gov-west-1, ...)")
 
     def token(_config: str) -> tuple[str, float]:
         try:
@@ -225,7 +227,7 @@ def java_client_config(conf: dict[str, str]) -> dict[str, str]:
         module = "software.amazon.msk.auth.iam.IAMLoginModule required"
         out.update(MSK_IAM_JAVA, **{"sasl.jaas.config": f'{module} awsRoleArn="{role}";' if role else f"{module};"})
     elif protocol.startswith("SASL"):
-        mechanism = conf.get("sasl.mechanism", "GSSAPI").upper()
+        mechanism = _mechanism(conf)
         if mechanism not in _JAAS_MODULES:
             raise EndpointError(f"sasl.mechanism {mechanism} is not supported: use one of {', '.join(_JAAS_MODULES)}")
         if not conf.get("sasl.username") or not conf.get("sasl.password"):

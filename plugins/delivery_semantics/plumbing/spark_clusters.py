@@ -109,9 +109,6 @@ class ClusterManager:
         missing = [f"{k} ({why})" for k, why in self.required_conf.items() if not conf.get(k)]
         if missing:
             raise EndpointError(f"a {self.name} master needs in the Spark connection's conf: {'; '.join(missing)}")
-        if self.name == "connect":
-            env = {**env, CONNECT_REMOTE: master, CONNECT_SESSION_CONF: json.dumps(conf)}
-            return Submission(master, "connect", {}, [], env, {}, list(app_args))
         if not self.cluster_mode:
             return Submission(master, "client", conf, [], env, {}, list(app_args))
         files, args = _shipped_files(app_args)
@@ -121,6 +118,12 @@ class ClusterManager:
 
     def _by_reference(self, master, conf, files, plain, secrets, args) -> Submission:
         raise NotImplementedError
+
+
+class _Connect(ClusterManager):
+    def submission(self, master: str, env: dict[str, str], conf: dict[str, str], app_args: list[str]) -> Submission:
+        env = {**env, CONNECT_REMOTE: master, CONNECT_SESSION_CONF: json.dumps(conf)}
+        return Submission(master, "connect", {}, [], env, {}, list(app_args))
 
 
 class _Yarn(ClusterManager):
@@ -161,7 +164,7 @@ class _Kubernetes(ClusterManager):
 CLUSTER_MANAGERS: tuple[ClusterManager, ...] = (
     ClusterManager("local", "local", cluster_mode=False),
     ClusterManager("standalone", "spark://", cluster_mode=False),
-    ClusterManager("connect", "sc://", cluster_mode=False),
+    _Connect("connect", "sc://", cluster_mode=False),
     _Yarn("yarn", "yarn", cluster_mode=True),
     _Kubernetes(
         "kubernetes",

@@ -189,16 +189,12 @@ class Jdbc:
             cur.execute(sql)
 
     def scalar_rows(self, sql: str, params: list) -> list[list]:
-        if self.python:
-            conn = self.python_connection()
-            try:
+        conn = self.python_connection() if self.python else self.connection()
+        try:
+            if self.python:
                 with conn.cursor() as cur:
                     self._python_execute(cur, sql, params)
                     return [list(r) for r in cur.fetchall()]
-            finally:
-                conn.close()
-        conn = self.connection()
-        try:
             st = conn.prepareStatement(sql)
             for i, p in enumerate(params, 1):
                 st.setObject(i, p)
@@ -212,28 +208,20 @@ class Jdbc:
             conn.close()
 
     def execute_in_transaction(self, statements: list[tuple[str, list]]) -> None:
-        if self.python:
-            conn = self.python_connection()
-            try:
+        conn = self.python_connection() if self.python else self.connection()
+        try:
+            if self.python:  # psycopg2 and pymysql open a transaction with the first statement
                 with conn.cursor() as cur:
                     for sql, params in statements:
                         self._python_execute(cur, sql, params)
-                conn.commit()
-            except Exception:
-                conn.rollback()
-                raise
-            finally:
-                conn.close()
-            return
-        conn = self.connection()
-        try:
-            conn.setAutoCommit(False)
-            for sql, params in statements:
-                st = conn.prepareStatement(sql)
-                for i, p in enumerate(params, 1):
-                    st.setObject(i, p)
-                st.execute()
-                st.close()
+            else:
+                conn.setAutoCommit(False)
+                for sql, params in statements:
+                    st = conn.prepareStatement(sql)
+                    for i, p in enumerate(params, 1):
+                        st.setObject(i, p)
+                    st.execute()
+                    st.close()
             conn.commit()
         except Exception:
             conn.rollback()
