@@ -36,8 +36,8 @@ SECRET_NAMES = (
     "CLIENT_KEY_PASSWORD",  # the key of the mutual-TLS client certificate
     "SPARK_AUTH_SECRET",  # spark.authenticate between the standalone master, its worker and applications
     "CONNECT_REST_PASSWORD",  # Kafka Connect's REST API (basic authentication)
-    "OIDC_CLIENT_SECRET",
-    "SPARK_CONNECT_TOKEN",  # the Spark Connect server's bearer token  # the OAUTHBEARER listener's client, at the stack's token issuer
+    "OIDC_CLIENT_SECRET",  # the OAUTHBEARER listener's client, at the stack's token issuer
+    "SPARK_CONNECT_TOKEN",  # the Spark Connect server's bearer token
 )
 
 

@@ -81,7 +81,7 @@ OPTIONS: dict[str, tuple[str, str]] = {
     ),
     "spark_reader_jar": (
         "the checker's platform-topic reader, built (no JDK needed where it is given)",
-        "compiled on first use",
+        "the installed package's jar, else compiled on first use",
     ),
     "spark_class_archive": (
         "the JVM class archive that shortens a local Spark driver's start",
@@ -93,7 +93,10 @@ OPTIONS: dict[str, tuple[str, str]] = {
         "none: the Java client cannot run",
     ),
     "java_build": ("where the Java load client is compiled", "java in var"),
-    "java_classes": ("the Java load client, built (a JRE is then enough)", "compiled on first use"),
+    "java_classes": (
+        "the Java load client, built (a JRE is then enough)",
+        "the installed package's jar, else compiled on first use",
+    ),
     "nemesis_backend": (
         "how faults reach brokers: docker (compose), or a class as module:Class",
         "the local stack's processes",

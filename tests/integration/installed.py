@@ -56,14 +56,16 @@ class Install:
         )
 
 
-def _without_a_jdk(path: str, folder: Path) -> Path:
+def _without_a_jdk(path: str, folder: Path, keep: tuple[str, ...] = ()) -> Path:
     """One folder of links to every program on `path` but a JDK's (java, javac, keytool, ...: those
-    whose real file lies in a JVM's folder): a worker's PATH with no JDK on it."""
+    whose real file lies in a JVM's folder) other than those named in `keep`: a worker's PATH with no
+    JDK on it, or with a JRE's `java` alone."""
     folder.mkdir()
     for entry in path.split(os.pathsep):
         for program in sorted(Path(entry).glob("*")) if Path(entry).is_dir() else ():
             target = program.resolve()
-            if (folder / program.name).exists() or "/jvm/" in str(target) or not os.access(program, os.X_OK):
+            jdk = "/jvm/" in str(target) and program.name not in keep
+            if (folder / program.name).exists() or jdk or not os.access(program, os.X_OK):
                 continue
             if program.is_file():
                 (folder / program.name).symlink_to(target)
@@ -82,13 +84,14 @@ def install(
     spark_connection: str | None = None,
     fresh: bool = False,
     no_jdk: bool = False,
+    jre_only: bool = False,
 ) -> Install:
     """The wheel installed under `root`, with a DAG folder of `audit_files` (name: text) and the team's
     DAG file; `spark_connection` (an AIRFLOW_CONN_ value) as its spark_default. `fresh`: in a new
     virtualenv of its own, Airflow and the providers installed there with a constraints file (the
     repository's lock, as a team uses Airflow's), as docs/DEPLOY.md says; else on a path of its own
     beside the repository's environment's Airflow. `no_jdk`: no `java` on its PATH and no JAVA_HOME,
-    as on a managed Airflow's worker."""
+    as on a managed Airflow's worker; `jre_only`: `java` alone of the JDK's programs (no `javac`)."""
     wheel = build_wheel(root / "dist")
     site = root / "site"
     bin_dir = Path(sys.executable).parent
@@ -152,8 +155,9 @@ def install(
     )
     if spark_connection:
         env["AIRFLOW_CONN_SPARK_DEFAULT"] = spark_connection
-    if no_jdk:
+    if no_jdk or jre_only:
         env.pop("JAVA_HOME", None)
         others = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != bin_dir)
-        env["PATH"] = os.pathsep.join([str(bin_dir), str(_without_a_jdk(others, root / "bin"))])
+        kept = ("java",) if jre_only else ()
+        env["PATH"] = os.pathsep.join([str(bin_dir), str(_without_a_jdk(others, root / "bin", kept))])
     return Install(root, wheel, site, dags, env, bin_dir)

@@ -4,6 +4,11 @@ runner turns into the wrong outcome, or a position it records wrong, fails here.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+
+import installed
 import pytest
 from direct_check import written_ends
 
@@ -88,6 +93,61 @@ def test_acks_carry_the_exact_positions_and_a_refused_topic_fails_every_record(k
     assert sorted((o.n, o.status, o.error) for o in failed) == [
         (n, "failed", "InvalidTopicException") for n in range(10)
     ]
+
+
+# A team's worker running the Java client from the installed package: the runner is the wheel's jar.
+_INSTALLED_RUN = """
+import json, sys
+from delivery_semantics.plumbing import javac
+from delivery_semantics.plumbing.endpoints import java_client_config
+from delivery_semantics.records.event import event_id
+from delivery_semantics.workload.generator import Generator, new_run_id
+from delivery_semantics.workload.java_client import JavaClient, build
+
+kafka_conf, topic = json.load(sys.stdin)
+gen = Generator(new_run_id(), keys=4, payload_bytes=30, seed=1)
+client = JavaClient({**java_client_config(kafka_conf), "acks": "all", "enable.idempotence": "true"}, topic, gen,
+                    transactional=False)
+try:
+    client.send([(n, 1_700_000_000_000 + n) for n in range(120)])
+    assert client.flush(60) == 0
+    outcomes = client.drain().outcomes()
+finally:
+    client.close()
+print(json.dumps({"runner": str(build()), "prebuilt": str(javac.prebuilt()), "outcomes": [
+    [event_id(gen.run_id, o.n), o.status, o.partition, o.offset] for o in outcomes]}))
+"""
+
+
+def test_the_installed_package_runs_the_java_client_from_its_jar_with_a_jre_and_no_javac(
+    kafka_conf, fresh_topic, tmp_path
+):
+    """The wheel ships the runner built by Maven (local/maven/jvm): on a worker with `java` and no
+    `javac`, a load through the installed package's Java client acks every event at the position the
+    topic holds it, and the runner it started is the wheel's jar (nothing was compiled)."""
+    team = installed.install(tmp_path, {}, jre_only=True)
+    assert subprocess.run(["which", "javac"], env=team.env, capture_output=True).returncode != 0, "no javac"
+    assert subprocess.run(["which", "java"], env=team.env, capture_output=True).returncode == 0, "a JRE's java"
+    topic = fresh_topic("java-installed")
+    env = {**team.env, "SEMANTICS_KAFKA_CLIENT_JARS": os.environ["SEMANTICS_KAFKA_CLIENT_JARS"]}
+    done = subprocess.run(
+        [str(team.bin / "python"), "-c", _INSTALLED_RUN],
+        input=json.dumps([kafka_conf, topic]),
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer["runner"] == answer["prebuilt"]
+    assert answer["runner"].startswith(str(team.site)) and answer["runner"].endswith(".jar")
+    assert "/_shipped/jvm/delivery-semantics-jvm-" in answer["runner"]
+    assert not list((tmp_path / "airflow").rglob("*.class")), "nothing compiled"
+    acked = {eid: (p, o) for eid, status, p, o in answer["outcomes"] if status == "acked"}
+    assert len(acked) == 120 == len(answer["outcomes"])
+    assert {r.event_id: (r.partition, r.offset) for r in readback.read_topic(kafka_conf, topic)} == acked
 
 
 def test_a_java_transactional_run_records_every_abort_and_every_commit_at_its_position(kafka_conf):

@@ -5,6 +5,7 @@ source lies (a copy in a managed Airflow's plugins folder has none of the reposi
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -42,6 +43,14 @@ def test_the_wheel_ships_what_the_platform_reads_at_run_time(wheel):
     ):
         assert must in names, must
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    version = re.search(r'^version = "(.+)"', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    jar = f"{shipped}jvm/delivery-semantics-jvm-{version}.jar"
+    assert jar in names, "the Java sources built once by Maven, at the package's version"
+    with zipfile.ZipFile(io.BytesIO(zipfile.ZipFile(wheel).read(jar))) as built:
+        classes = set(built.namelist())
+        manifest = built.read("META-INF/MANIFEST.MF").decode()
+    assert {"SemanticsProducer.class", "deliverysemantics/PlatformTopicSource.class"} <= classes
+    assert f"Implementation-Version: {version}" in manifest
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     requires = [ln for ln in zipfile.ZipFile(wheel).read(meta).decode().splitlines() if ln.startswith("Requires-Dist:")]
     core = [r for r in requires if "extra ==" not in r]

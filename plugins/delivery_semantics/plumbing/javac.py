@@ -1,5 +1,7 @@
-"""The project's Java sources compiled on first use: the Java load client's runner
-(clients/java) and the checker's platform topic reader (spark_apps/java). Each build is kept under
+"""The project's Java sources: the Java load client's runner (clients/java) and the checker's platform
+topic reader (spark_apps/java). The installed package ships them built by Maven as one versioned jar
+(`prebuilt`, made by local/package), so a worker with a JRE compiles nothing; a checkout, or a
+package built without it, compiles them on first use. Each such build is kept under
 SEMANTICS_JAVA_BUILD (var/java unless set) in a folder named by a hash of the source and the
 classpath, so a changed source or jar builds again and an unchanged one never does. Needs a JDK;
 an image with a JRE only builds them when it is built and names the results in its environment.
@@ -20,6 +22,16 @@ from delivery_semantics import locations
 
 class JavacError(RuntimeError):
     """A source cannot be compiled; the message says why."""
+
+
+def prebuilt() -> Path | None:
+    """The Maven-built jar of both sources the installed package ships, or None where it has none."""
+    try:
+        folder = locations.shipped("jvm")
+    except locations.LocationError:
+        return None
+    jars = sorted(folder.glob("delivery-semantics-jvm-*.jar"))
+    return jars[-1] if jars else None
 
 
 def _root() -> Path:

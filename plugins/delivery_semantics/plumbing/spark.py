@@ -110,8 +110,8 @@ def spark_class_archive() -> Path:
 def spark_jars(platform_reader: bool = True) -> str:
     """Comma-separated jars for spark-submit: the Kafka source, Delta, Avro, the JDBC drivers
     (fetched once, or the jars or folder in SEMANTICS_SPARK_JARS), and for the platform's own runs
-    the checker's platform topic reader (spark_apps/java, compiled against them on first use unless
-    SEMANTICS_SPARK_READER_JAR names it). An audit reads its topic with Spark's Kafka source: a
+    the checker's platform topic reader (spark_apps/java: SEMANTICS_SPARK_READER_JAR, else the
+    installed package's jar, else compiled against them on first use). An audit reads its topic with Spark's Kafka source: a
     team's worker needs no JDK for it."""
     given = locations.setting("spark_jars")
     if given and Path(given).is_dir():
@@ -132,14 +132,16 @@ def reads_platform_topics(app_args: list[str]) -> bool:
 
 
 def platform_reader_jar(jars: list[str]) -> str:
-    """The checker's reader of platform runs' topics, as a jar, compiled against Spark's own jars
-    (pyspark's) and the Kafka client among `jars`."""
+    """The checker's reader of platform runs' topics, as a jar: given, shipped, or compiled against
+    Spark's own jars (pyspark's) and the Kafka client among `jars`."""
+    from delivery_semantics.plumbing import javac
+
     given = locations.setting("spark_reader_jar")
     if given:
         return given
+    if prebuilt := javac.prebuilt():
+        return str(prebuilt)
     import pyspark
-
-    from delivery_semantics.plumbing import javac
 
     spark_own = sorted(str(p) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
     kafka = [j for j in jars if Path(j).name.startswith("kafka-clients-")]

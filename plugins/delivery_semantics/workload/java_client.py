@@ -3,9 +3,10 @@ JVM of its own, driven over its stdin and stdout (the protocol is in that file).
 is the same as librdkafka's: every event is in the ledger before it is asked for here, and each
 report becomes an outcome with its partition and offset.
 
-The runner is compiled on first use (plumbing/javac.py) against the
-kafka-clients jars in SEMANTICS_KAFKA_CLIENT_JARS (a folder), which needs a JDK; an image with a
-JRE only compiles it when it is built and names the folder in SEMANTICS_JAVA_CLASSES.
+The runner runs against the kafka-clients jars in SEMANTICS_KAFKA_CLIENT_JARS (a folder). The
+installed package ships it built (plumbing/javac.py's Maven-built jar), so a JRE is enough; a
+checkout compiles it on first use with the JDK's javac, and SEMANTICS_JAVA_CLASSES names a build
+made elsewhere.
 The JVM is a child of the load process: when that process dies, its stdin closes and the JVM halts
 at once, with nothing more sent or committed, as a crash of the producer's process would.
 """
@@ -89,9 +90,12 @@ def classpath() -> str:
 
 
 def build() -> Path:
-    """The compiled runner's folder, compiled now when the source or the jars changed."""
+    """The built runner: a folder of classes or the package's jar, compiled now where neither is
+    given and the source or the jars changed."""
     if locations.setting("java_classes"):
         return Path(locations.setting("java_classes"))
+    if prebuilt := javac.prebuilt():
+        return prebuilt
     try:
         return javac.classes(locations.shipped("clients") / "java" / "SemanticsProducer.java", classpath())
     except javac.JavacError as e:
