@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from delivery_semantics.faults import nemesis
 from devstack import oidc
 from devstack.base import (
     CONFIG,
@@ -143,15 +144,13 @@ LINKS = tuple(
 
 
 def links_of(node_id: int) -> list[str]:
-    """The proxies of every link into and out of a broker: the ones a network partition cuts."""
-    return [link.name for link in LINKS if node_id in (link.source.node_id, link.target.node_id)]
+    """The proxies of every link into and out of a broker, by the nemesis's naming (the stack's
+    proxies are made from LINKS; test_stack holds the two together)."""
+    return nemesis.link_proxies(node_id, BROKER_IDS)
 
 
 def fetches_from(node_id: int) -> list[str]:
-    """The proxies its followers fetch its partitions' records through (their links into its
-    inter-broker listener): cut, its followers fall out of its ISR while the broker itself stays
-    in touch with the controllers."""
-    return [link.name for link in LINKS if link.target.node_id == node_id and link.listener == "internal"]
+    return nemesis.fetch_proxies(node_id, BROKER_IDS)
 
 
 def bootstrap_servers() -> str:

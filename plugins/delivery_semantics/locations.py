@@ -101,7 +101,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
         "how faults reach brokers: docker (compose), or a class as module:Class",
         "the local stack's processes",
     ),
-    "compose_dir": ("the compose project's folder, for the docker nemesis", "."),
+    "compose_project": ("the compose project the docker nemesis acts on (its containers' labels)", "none"),
+    "docker_socket": ("the Docker Engine's socket, for the docker nemesis", "/var/run/docker.sock"),
 }
 
 

@@ -63,6 +63,8 @@ def test_brokers_reach_their_peers_only_through_their_own_links():
     assert "INTERNAL://kafka-1:19192" in server
     cut = devstack.links_of(1)
     assert len(cut) == 8 and not any(n.startswith(("link-2-3", "link-3-2")) for n in cut)
+    # The nemesis's names for the link proxies are the proxies the stack made.
+    assert {n for i in (1, 2, 3) for n in devstack.links_of(i)} == {link.name for link in devstack.kafka.LINKS}
 
 
 def test_topic_is_created_with_rf3_and_min_insync_2(kafka_conf, fresh_topic):

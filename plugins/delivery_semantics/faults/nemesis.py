@@ -2,7 +2,9 @@
 
 - the local stack's processes (kill -9, restart, SIGSTOP/SIGCONT by pid), in
   local/devstack/nemesis_backend.py, which SEMANTICS_NEMESIS_BACKEND names;
-- docker: a docker compose deployment (kill, start, pause, unpause of the kafka-N services).
+- docker: the docker-compose.yaml deployment, through the Docker Engine's API on its socket (kill,
+  start, pause, unpause and stop of the kafka-N services, the Connect workers and the outbox
+  database), with the same link proxies as the local stack.
 
 Both reach Toxiproxy through its HTTP API (connection `toxiproxy_default`). Every action is
 appended to a timeline with its time, so a run records what was actually done to it.
@@ -10,13 +12,15 @@ appended to a timeline with its time, so a run records what was actually done to
 
 from __future__ import annotations
 
+import http.client
 import importlib
 import json
 import os
 import signal
-import subprocess
+import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
@@ -101,41 +105,128 @@ class Backend:
         return self.link_proxies(node_id)  # refused the same way
 
 
+def link_proxies(node_id: int, broker_ids: tuple[int, ...]) -> list[str]:
+    """The Toxiproxy proxies of every link into and out of a broker (one per direction and listener,
+    named `link-<from>-<to>-<internal|controller>`): the ones a network partition cuts. The local
+    stack and docker-compose.yaml name their link proxies so."""
+    return [
+        f"link-{s}-{t}-{listener}"
+        for s in broker_ids
+        for t in broker_ids
+        if s != t and node_id in (s, t)
+        for listener in ("internal", "controller")
+    ]
+
+
+def fetch_proxies(node_id: int, broker_ids: tuple[int, ...]) -> list[str]:
+    """The link proxies its followers fetch its partitions' records through (their links into its
+    inter-broker listener): cut, they fall out of its ISR while it stays in touch with the controllers."""
+    return [f"link-{s}-{node_id}-internal" for s in broker_ids if s != node_id]
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
 class DockerComposeBackend(Backend):
-    """Drives `docker compose` for the deployment in docker-compose.yaml."""
+    """The deployment of docker-compose.yaml, through the Docker Engine's API on its socket (mounted
+    into the container that runs the nemesis; no docker CLI needed). A container is found by its
+    compose project and service labels, and is acted on only when its `semantics.nemesis` label
+    gives it the role the fault needs: a file or form can name no other container."""
 
     name = "docker"
+    ROLE = "semantics.nemesis"
 
-    def __init__(self, project_dir: str | None = None, compose: tuple[str, ...] = ("docker", "compose")):
-        self.project_dir = project_dir or (locations.setting("compose_dir") or ".")
-        self.compose = compose
+    def __init__(self, socket_path: str | None = None, project: str | None = None):
+        self.socket_path = socket_path or locations.setting("docker_socket") or "/var/run/docker.sock"
+        self.project = project or locations.setting("compose_project") or ""
+        if not self.project:
+            raise NemesisError("SEMANTICS_COMPOSE_PROJECT is not set: the compose project the brokers run in")
 
-    def _run(self, *args: str) -> str:
-        res = subprocess.run([*self.compose, *args], cwd=self.project_dir, capture_output=True, text=True, timeout=120)
-        if res.returncode != 0:
-            raise NemesisError(f"{' '.join(self.compose)} {' '.join(args)}: {res.stderr.strip()[-500:]}")
-        return res.stdout
+    def _call(self, method: str, path: str, timeout: float = 30) -> object:
+        conn = _UnixHTTPConnection(self.socket_path, timeout)
+        try:
+            conn.request(method, path)
+            res = conn.getresponse()
+            body = res.read()
+        except OSError as e:
+            raise NemesisError(f"the Docker Engine at {self.socket_path}: {e}") from None
+        finally:
+            conn.close()
+        if res.status >= 400:
+            detail = body.decode("utf-8", "replace").strip()[:300]
+            raise NemesisError(f"the Docker Engine refused {method} {path.split('?')[0]}: {res.status} {detail}")
+        return json.loads(body) if body.strip() else None
+
+    def _container(self, service: str, role: str) -> str:
+        labels = [f"com.docker.compose.project={self.project}", f"com.docker.compose.service={service}"]
+        query = urllib.parse.urlencode({"all": "1", "filters": json.dumps({"label": labels})})
+        found = self._call("GET", f"/containers/json?{query}")
+        if not found:
+            raise NemesisError(f"no container of service {service!r} in compose project {self.project!r}")
+        [container] = found[:1]
+        if container.get("Labels", {}).get(self.ROLE) != role:
+            raise NemesisError(f"service {service!r} is not a {role} (its {self.ROLE} label): the nemesis leaves it be")
+        return container["Id"]
+
+    def _broker(self, node_id: int) -> str:
+        return self._container(f"kafka-{int(node_id)}", "broker")
+
+    def _state(self, container: str) -> dict:
+        return self._call("GET", f"/containers/{container}/json")["State"]
 
     def kill(self, node_id: int) -> None:
-        self._run("kill", "-s", "SIGKILL", f"kafka-{node_id}")
+        container = self._broker(node_id)
+        self._call("POST", f"/containers/{container}/kill?signal=SIGKILL")
+        deadline = time.monotonic() + 10
+        while self._state(container)["Running"] and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def start(self, node_id: int) -> None:
-        self._run("start", f"kafka-{node_id}")
+        self._call("POST", f"/containers/{self._broker(node_id)}/start")
 
     def pause(self, node_id: int) -> None:
-        self._run("pause", f"kafka-{node_id}")
+        self._call("POST", f"/containers/{self._broker(node_id)}/pause")
 
     def resume(self, node_id: int) -> None:
-        state = self._run("ps", "--all", "--format", "json", f"kafka-{node_id}")
-        if '"paused"' in state.lower():
-            self._run("unpause", f"kafka-{node_id}")
+        container = self._broker(node_id)
+        if self._state(container)["Paused"]:
+            self._call("POST", f"/containers/{container}/unpause")
 
     def is_running(self, node_id: int) -> bool:
-        out = self._run("ps", "--format", "json", f"kafka-{node_id}")
-        return '"running"' in out.lower()
+        return bool(self._state(self._broker(node_id))["Running"])
 
     def stop(self, node_id: int) -> None:
-        self._run("stop", "-t", "60", f"kafka-{node_id}")
+        self._call("POST", f"/containers/{self._broker(node_id)}/stop?t=60", timeout=120)
+
+    def _worker(self, worker_id: str) -> str:
+        """A Connect worker by its REST id (`connect-1:8083`): the compose service is its host name."""
+        return self._container(worker_id.partition(":")[0], "connect-worker")
+
+    def kill_worker(self, worker_id: str) -> None:
+        self._call("POST", f"/containers/{self._worker(worker_id)}/kill?signal=SIGKILL")
+
+    def stop_worker(self, worker_id: str) -> None:
+        self._call("POST", f"/containers/{self._worker(worker_id)}/stop?t=30", timeout=90)
+
+    def start_worker(self, worker_id: str) -> None:
+        self._call("POST", f"/containers/{self._worker(worker_id)}/start")
+
+    def restart_outbox_db(self) -> None:
+        self._call("POST", f"/containers/{self._container('postgres-cdc', 'outbox-db')}/restart?t=10", timeout=90)
+
+    def link_proxies(self, node_id: int) -> list[str]:
+        return link_proxies(node_id, self.broker_ids)
+
+    def fetch_proxies(self, node_id: int) -> list[str]:
+        return fetch_proxies(node_id, self.broker_ids)
 
 
 def backend_from_env() -> Backend:
