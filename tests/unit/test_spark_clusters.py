@@ -153,6 +153,30 @@ def test_on_yarn_the_secrets_travel_in_a_private_credentials_file_the_driver_loa
     assert not Path(credentials).exists(), "removed once the application was submitted"
 
 
+def test_a_packed_environment_for_native_dependencies_reaches_yarn_by_the_connections_conf(
+    connections, monkeypatch
+):
+    """docs/DEPLOY.md: an environment packed once (venv-pack) with the package's native requirements,
+    named by `spark.archives` and `spark.pyspark.python` in the Spark connection's conf, is what the
+    driver and executors run; this worker's own Python is not sent."""
+    archive = "hdfs:///envs/delivery-semantics-0.67.0.tar.gz#environment"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_YARN",
+        json.dumps(
+            {
+                "conn_type": "spark",
+                "host": "yarn",
+                "extra": {"conf": {"spark.archives": archive, "spark.pyspark.python": "./environment/bin/python"}},
+            }
+        ),
+    )
+    monkeypatch.setenv("PYSPARK_PYTHON", "/home/airflow/.venv/bin/python")
+    sub = spark_submit.submission(["--audit", str(connections)], _app_env(), spark_conn_id="spark_yarn")
+    cmd = spark_submit.command_of(sub)
+    assert f"spark.archives={archive}" in cmd and "spark.pyspark.python=./environment/bin/python" in cmd
+    assert not [a for a in cmd if "/home/airflow/.venv" in a], "the worker's Python stays on the worker"
+
+
 def test_the_spark_providers_own_hook_builds_a_yarn_command_with_no_secret(connections):
     """Through Airflow: the audit DAG's operator, completed as its task would be, then the command
     the provider's SparkSubmitHook runs, and the environment it gives that process."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from delivery_semantics import locations, teams
+from delivery_semantics.audit.audits import NOTIFIERS
 
 DISTRIBUTION = "delivery-semantics"
 
@@ -51,4 +52,9 @@ def get_provider_info() -> dict:
         # Not Airflow's schema: the connection types a team's files may name, by role (teams.ROLE_TYPES),
         # for an operator writing SEMANTICS_TEAMS.
         "connection-roles": {role: list(types) for role, types in teams.ROLE_TYPES.items()},
+        # Nor this: the notifiers an audit file's alerts may name, each another provider's class.
+        "audit-notifiers": {
+            kind: {"notifier-class": f"{module}.{cls}", "provider": provider}
+            for kind, (module, cls, provider) in NOTIFIERS.items()
+        },
     }
