@@ -153,9 +153,7 @@ def test_on_yarn_the_secrets_travel_in_a_private_credentials_file_the_driver_loa
     assert not Path(credentials).exists(), "removed once the application was submitted"
 
 
-def test_a_packed_environment_for_native_dependencies_reaches_yarn_by_the_connections_conf(
-    connections, monkeypatch
-):
+def test_a_packed_environment_for_native_dependencies_reaches_yarn_by_the_connections_conf(connections, monkeypatch):
     """docs/DEPLOY.md: an environment packed once (venv-pack) with the package's native requirements,
     named by `spark.archives` and `spark.pyspark.python` in the Spark connection's conf, is what the
     driver and executors run; this worker's own Python is not sent."""
