@@ -17,7 +17,7 @@ package_dir = {"": "plugins"}
 package_data = {
     "delivery_semantics": ["*.json", "py.typed"],
     "delivery_semantics.audit": ["*.json"],
-    "delivery_semantics.reporting": ["templates/*"],
+    "delivery_semantics.reporting": ["templates/*", "*.json"],
 }
 for folder in SHIPPED:
     name = f"delivery_semantics._shipped.{folder}"

@@ -212,6 +212,17 @@ def run(cmd: list[str], timeout: float = 600, env: dict | None = None, check: bo
     return res
 
 
+def assert_judged(res) -> list[dict]:
+    """A judging command's exit code is its verdict's (docs/OPERATIONS.md): 1 when a summary's promise,
+    or its sink's, is broken, else 0; its summaries, one JSON line each."""
+    summaries = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
+    broken = any("broken" in (s.get("verdict"), s.get("sink_verdict")) for s in summaries)
+    assert summaries and res.returncode == (1 if broken else 0), (res.returncode, res.stderr[-3000:])
+    if broken:
+        assert res.stderr.rstrip().endswith("verdict broken (exit 1)"), res.stderr[-500:]
+    return summaries
+
+
 @pytest.fixture
 def healthy_cluster_after(kafka_conf):
     """For tests that stop brokers: bring every broker back through `stack start` and assert the

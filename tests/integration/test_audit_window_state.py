@@ -24,7 +24,7 @@ import psycopg2
 import pytest
 import yaml
 from confluent_kafka import Producer
-from conftest import REPO, recreate_topic, run
+from conftest import REPO, assert_judged, recreate_topic, run
 
 import devstack
 from delivery_semantics.audit import audits
@@ -130,7 +130,7 @@ def test_each_window_judges_its_events_with_the_earlier_windows_state(planted):
         + [a for t in (t1, t2) for a in ("--window-end", t.isoformat())],
         timeout=900,
     )
-    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-3000:]
+    assert_judged(res)
 
     assert _found(t1) == {}
     assert _found(t2) == {

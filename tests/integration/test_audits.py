@@ -20,12 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import installed
+import jsonschema
 import psycopg2
 import pytest
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from conftest import REPO, recreate_topic, run, spark_cluster_apps
+from conftest import REPO, assert_judged, recreate_topic, run, spark_cluster_apps
 
 import devstack
 from delivery_semantics.audit import audits
@@ -37,7 +38,7 @@ from delivery_semantics.plumbing.endpoints import (
     kafka_config,
     ledger_database,
 )
-from delivery_semantics.reporting import dedup, report
+from delivery_semantics.reporting import dedup, report, results_file
 from delivery_semantics.workload import load
 
 ORDERS = REPO / "audits" / "orders.yaml"
@@ -186,6 +187,24 @@ def test_the_outbox_role_is_read_only():
         cur.execute("CREATE TABLE public.not_allowed (x int)")
 
 
+def _airflow_xcom(dag_id: str, task_id: str, key: str):
+    """The newest value of an XCom, from the stack's Airflow database."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    try:
+        with engine.connect() as c:
+            value = c.execute(
+                text(
+                    "SELECT value FROM xcom WHERE dag_id = :d AND task_id = :t AND key = :k ORDER BY timestamp DESC LIMIT 1"
+                ),
+                {"d": dag_id, "t": task_id, "k": key},
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
 def _run_audit_dag(
     audit: audits.Audit, expected: dict, team: installed.Install | None = None
 ) -> tuple[dict, str, dict[str, str]]:
@@ -216,6 +235,11 @@ def _run_audit_dag(
         assert len(got.pop((iso, "malformed"))) == 1
     assert got == {}, f"unplanted discrepancies: {got}"
     assert any("spark" in c and "reconcile.py" in c for c in commands), "the Spark job was not seen running"
+    if not team:  # the check task's XCom `results`: the results file's document, pushed before it failed
+        doc = _airflow_xcom(audit.dag_id, "check", "results")
+        jsonschema.validate(doc, results_file.schema())
+        assert [r["reconciliation_id"] for r in doc["results"]] == [rid]
+        assert (doc["verdict"], doc["exit_code"]) == (rows[0]["verdict"], 0 if rows[0]["verdict"] == "kept" else 1)
     logs = {str(p): p.read_text(errors="replace") for p in devstack.LOGS.rglob("*") if p.is_file()}
     results = json.dumps(
         [
@@ -591,11 +615,23 @@ def _variant(tmp_path: Path, edit, name: str = "variant") -> Path:
     return path
 
 
-def _audit_run(path: Path, rid: str) -> subprocess.CompletedProcess:
+def _audit_run(path: Path, rid: str, *more: str) -> subprocess.CompletedProcess:
     """`semantics audit run` through the stack's Spark Connect server (`spark_connect`): no JVM of its
     own to start (CI's budget), and the Connect path's stores and copies with it."""
     cli = [sys.executable, "-m", "delivery_semantics.entry.cli", "audit", "run", str(path), "--reconciliation-id", rid]
+    cli += more
     return run(cli, env={"AIRFLOW_CONN_SPARK_DEFAULT": os.environ["AIRFLOW_CONN_SPARK_CONNECT"]})
+
+
+def _assert_results_file(path: Path, rid: str | None, verdict: str) -> dict:
+    """The results file a real audit wrote: valid against the package's schema, with its verdict and
+    the exit code that verdict gives."""
+    doc = json.loads(path.read_text())
+    jsonschema.validate(doc, results_file.schema())
+    assert (doc["verdict"], doc["exit_code"]) == (verdict, 0 if verdict == "kept" else 1)
+    if rid:
+        assert {r["reconciliation_id"] for r in doc["results"]} == {rid}
+    return doc
 
 
 def _summary(rid: str) -> dict:
@@ -620,7 +656,8 @@ def test_an_audit_whose_file_cannot_find_the_event_id_says_so_plainly(
     path = _variant(tmp_path, lambda s: s.update(dedup_copy={"store": store}) or s["record"].update(event_id=event_id))
     rid = f"audit:variant:mapping-{uuid.uuid4().hex[:6]}"
     res = _audit_run(path, rid)
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert_judged(res)
+    assert res.returncode == 1, "every acked outbox row lost: the promise is broken"
     row = _summary(rid)
     assert row["malformed"] == row["records_read"] > 0 and row["delivered_once"] == 0
     assert (row["lost_acked"], row["lost_unacked"]) == (25, 2), "every outbox row, as the file reads the topic"
@@ -682,14 +719,30 @@ def test_an_audit_of_an_empty_topic_against_an_empty_outbox_keeps_its_promise(
     counts = ("records_read", "outbox_due" if kind == "window" else "outbox_events", "lost_acked", "malformed")
     if kind == "batch":
         rid = f"audit:variant:empty-{uuid.uuid4().hex[:6]}"
-        res = _audit_run(path, rid)
+        output = tmp_path / "results.json"
+        res = _audit_run(path, rid, "--output", str(output))
         assert res.returncode == 0, res.stderr[-2000:]
         row = _summary(rid)
         assert row["delivered_once"] == 0
+        _assert_results_file(output, rid, "kept")
     else:
         end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
-        res = run([str(REPO / "local" / "semantics"), "audit", "run", str(path), "--window-end", end.isoformat()])
+        output = tmp_path / "window.json"
+        res = run(
+            [
+                str(REPO / "local" / "semantics"),
+                "audit",
+                "run",
+                str(path),
+                "--window-end",
+                end.isoformat(),
+                "--output",
+                str(output),
+            ]
+        )
         assert res.returncode == 0, res.stderr[-2000:]
+        doc = _assert_results_file(output, None, "kept")
+        assert doc["results"][0]["window"]["end"] == end.strftime("%Y-%m-%dT%H:%M:%S+00:00")
         [row] = report.query("SELECT * FROM audit_windows WHERE audit = %s AND window_end = %s", (path.stem, end))
         assert (row["delivered"], row["pending_outbox"], row["open_discrepancies"]) == (0, 0, 0)
     assert {k: row[k] for k in counts} == dict.fromkeys(counts, 0) and row["verdict"] == "kept"
@@ -872,7 +925,7 @@ def test_every_audit_file_in_the_docs_is_a_file_in_the_repo_and_runs(orders, tmp
             continue  # run by its DAG above, and by `audit run orders` in the docs' commands
         rid = f"audit:{path.stem}:docs-{uuid.uuid4().hex[:6]}"
         res = _audit_run(path, rid)
-        assert res.returncode == 0, res.stderr[-2000:]
+        assert_judged(res)
         assert f"audit run 1/1: {rid}: " in res.stderr, "its progress line, on stderr"
         s = {
             r["isolation"]: r
@@ -901,10 +954,13 @@ def test_every_command_in_the_docs_runs(orders):
         if line in RUN_ELSEWHERE:
             continue
         res = run(["bash", "-c", line], timeout=900)
-        assert res.returncode == 0, (line, res.stderr[-2000:])
+        if re.search(r"\b(audit run|reconcile|pipeline run)\b", line):
+            assert_judged(res)  # a documented audit may find its file's planted anomalies
+        else:
+            assert res.returncode == 0, (line, res.stderr[-2000:])
 
 
-def test_the_readme_tour_audits_its_sample_and_finds_exactly_the_planted_loss_and_duplicate():
+def test_the_readme_tour_audits_its_sample_and_finds_exactly_the_planted_loss_and_duplicate(tmp_path):
     """The README's second step, as a newcomer runs it after `make demo`: its files are the repo's,
     `local/stack sample` fills the quickstart pipeline, and the audit finds what was planted."""
     text = (REPO / "README.md").read_text()
@@ -914,8 +970,18 @@ def test_the_readme_tour_audits_its_sample_and_finds_exactly_the_planted_loss_an
         assert (REPO / path).read_text() == block, f"{path} and its copy in the README differ"
     filled = run([str(REPO / "local" / "stack"), "sample"], check=True)
     planted = json.loads(filled.stdout.split("planted: ", 1)[1])
-    res = run([str(REPO / "local" / "semantics"), "audit", "run", "quickstart"], timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
+    output = tmp_path / "quickstart.json"
+    res = run([str(REPO / "local" / "semantics"), "audit", "run", "quickstart", "--output", str(output)], timeout=600)
+    # The planted loss breaks at_least_once's promise: the command fails as a CI step should.
+    assert res.returncode == 1 and assert_judged(res), res.stderr[-3000:]
+    doc = _assert_results_file(output, None, "broken")
+    [judged] = [r for r in doc["results"] if r["isolation"] == "read_uncommitted"]
+    assert (judged["counts"]["lost_acked"], judged["counts"]["duplicate_events"]) == (1, 1)
+    assert judged["broken_by"] == ["lost_acked"] and judged["subject"] == {
+        "kind": "audit",
+        "name": "quickstart",
+        "judged_as": "at_least_once",
+    }
     summaries = {s["isolation"]: s for s in map(json.loads, res.stdout.splitlines())}
     s = summaries["read_uncommitted"]  # at_least_once is judged as its consumers read
     assert (s["records_read"], s["delivered_once"], s["lost_acked"], s["duplicate_events"], s["malformed"]) == (

@@ -21,7 +21,7 @@ def test_the_docker_backend_by_name(monkeypatch):
     assert isinstance(nemesis.backend_from_env(), nemesis.DockerComposeBackend)
     monkeypatch.delenv("SEMANTICS_COMPOSE_PROJECT")
     with pytest.raises(nemesis.NemesisError, match="SEMANTICS_COMPOSE_PROJECT is not set"):
-        nemesis.backend_from_env()
+        nemesis.backend_from_env().kill(1)
 
 
 class _Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

@@ -192,6 +192,27 @@ def _consumer_session(args) -> int:
     return 0
 
 
+def _judging_options(ap) -> None:
+    """What every command that judges takes: its results file and the kinds that fail it."""
+    ap.add_argument("--output", metavar="FILE", help="write the results file here (JSON, docs/OPERATIONS.md)")
+    ap.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="KIND",
+        help="exit 1 when this kind is seen, even if no promise is broken (repeatable)",
+    )
+
+
+def _judging(args) -> tuple:
+    """The results file's path and the --fail-on kinds, refused in one line before anything runs."""
+    from delivery_semantics.reporting import results_file
+
+    for kind in args.fail_on:
+        results_file.kind_columns(kind)
+    return results_file.check_output(args.output), args.fail_on
+
+
 def _reconcile_parser(sub) -> None:
     ap = sub.add_parser("reconcile", help="the Spark checker, with spark-submit")
     g = ap.add_mutually_exclusive_group(required=True)
@@ -205,16 +226,23 @@ def _reconcile_parser(sub) -> None:
         help="with --run-id: where the deduplicated copy goes (default lakehouse; an audit names its own)",
     )
     ap.add_argument("--no-dedup-copy", dest="dedup_copy", action="store_const", const="off", help="--dedup-copy off")
+    _judging_options(ap)
 
 
 def _reconcile(args) -> int:
     from delivery_semantics.entry import spark_submit
+    from delivery_semantics.reporting.results_file import ResultsFileError
 
+    try:
+        output, fail_on = _judging(args)
+    except ResultsFileError as e:
+        print(f"reconcile: {e}", file=sys.stderr)
+        return 2
     if args.mapping:
         if args.dedup_copy:
             print("reconcile: --dedup-copy is for --run-id; an audit names its own in dedup_copy:", file=sys.stderr)
             return 2
-        return _audit_run(args.mapping, args.reconciliation_id, args.master)
+        return _audit_run(args.mapping, args.reconciliation_id, args.master, output=output, fail_on=fail_on)
     with _progress(len(args.run_id), "reconciled run") as on_result:
         result = spark_submit.run(
             run_id=args.run_id,
@@ -222,7 +250,7 @@ def _reconcile(args) -> int:
             dedup_copy=args.dedup_copy or catalog.DEFAULT_DEDUP_COPY,
             on_result=on_result,
         )
-    return _reconciled(result)
+    return _reconciled(result, "reconcile", output, fail_on)
 
 
 @contextlib.contextmanager
@@ -250,13 +278,23 @@ def _progress(total: int, what: str):
         progress.close()
 
 
-def _reconciled(r) -> int:
+def _reconciled(r, command: str, output=None, fail_on=()) -> int:
+    """The summaries as JSON lines, the results file, and the exit code of their judgement."""
+    from delivery_semantics.reporting import results_file
+
     if r.returncode != 0:
         print(r.error, file=sys.stderr)
         return r.returncode
     for s in r.summaries:
         print(json.dumps(s))
-    return 0
+    doc = results_file.document(
+        command, [results_file.result(s, results_file.subject_of(s)) for s in r.summaries], fail_on
+    )
+    results_file.write(output, doc)
+    if doc["exit_code"]:
+        seen = f"; --fail-on kinds seen: {', '.join(doc['fail_on_seen'])}" if doc["fail_on_seen"] else ""
+        print(f"{command}: verdict {doc['verdict']}{seen} (exit 1)", file=sys.stderr)
+    return doc["exit_code"]
 
 
 def _audit_parser(sub) -> None:
@@ -271,6 +309,7 @@ def _audit_parser(sub) -> None:
         help="a continuous audit: reconcile the window ending at this ISO 8601 time (repeatable, run in order)",
     )
     run.add_argument("--master", help="where Spark runs (default: the spark_default connection's master, or local[2])")
+    _judging_options(run)
     val = cmds.add_parser("validate", help="validate audit files against the schema (default: every one)")
     val.add_argument("audits", nargs="*")
     val.add_argument("--endpoints", action="store_true", help="also check the connections, Kafka and the outbox")
@@ -290,7 +329,14 @@ def _audit(args) -> int:
     from delivery_semantics.audit import preflight as audit_preflight
 
     if args.action == "run":
-        return _audit_run(args.audit, args.reconciliation_id, args.master, args.window_end)
+        from delivery_semantics.reporting.results_file import ResultsFileError
+
+        try:
+            output, fail_on = _judging(args)
+        except ResultsFileError as e:
+            print(f"audit: {e}", file=sys.stderr)
+            return 2
+        return _audit_run(args.audit, args.reconciliation_id, args.master, args.window_end, output, fail_on)
     if args.action == "forget":
         return _audit_forget(args.audit)
     if args.action == "list":
@@ -342,8 +388,11 @@ def _audit_forget(name: str) -> int:
     return 0
 
 
-def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str, window_ends=None) -> int:
-    """Refused with one line and exit 2 before Spark starts when the file or an endpoint is bad."""
+def _audit_run(
+    name_or_path: str, reconciliation_id: str | None, master: str, window_ends=None, output=None, fail_on=()
+) -> int:
+    """Refused with one line and exit 2 before Spark starts when the file or an endpoint is bad; 1 when
+    a promise is broken."""
     from delivery_semantics.audit import audits
     from delivery_semantics.audit import preflight as audit_preflight
     from delivery_semantics.entry import spark_submit
@@ -371,7 +420,7 @@ def _audit_run(name_or_path: str, reconciliation_id: str | None, master: str, wi
     except (audits.AuditError, EndpointError) as e:
         print(f"audit: {e}", file=sys.stderr)
         return 2
-    return _reconciled(result)
+    return _reconciled(result, "audit run", output, fail_on)
 
 
 def _pipeline_parser(sub) -> None:
@@ -385,18 +434,22 @@ def _pipeline_parser(sub) -> None:
     run.add_argument("--rate", type=int, help="events a second (default: paced over 30 s under a fault)")
     run.add_argument("--master", help="where Spark runs (default: the spark_default connection's master, or local[2])")
     run.add_argument("--json", action="store_true")
+    _judging_options(run)
 
 
 def _pipeline(args) -> int:
-    """Refused with one line and exit 2 before anything is made; 1 when the run failed."""
+    """Refused with one line and exit 2 before anything is made; 1 when the run failed or its promise
+    is broken."""
     from delivery_semantics.entry import pipeline
     from delivery_semantics.plumbing.endpoints import EndpointError
+    from delivery_semantics.reporting import results_file
 
     spec = pipeline.PipelineSpec(args.pipeline, args.scenario, args.events, args.txn_size, args.rate)
     try:
+        output, fail_on = _judging(args)
         p, _, _ = pipeline.validate(spec)
         pipeline.preflight(p)
-    except (ValueError, EndpointError) as e:
+    except (ValueError, EndpointError) as e:  # ResultsFileError is a ValueError
         print(f"pipeline: {e}", file=sys.stderr)
         return 2
     try:
@@ -405,7 +458,9 @@ def _pipeline(args) -> int:
         print(f"pipeline: {e}", file=sys.stderr)
         return 1
     print(json.dumps(row, default=str) if args.json else pipeline.summary_line(row))
-    return 0
+    doc = results_file.document("pipeline run", [results_file.result(row, "pipeline")], fail_on)
+    results_file.write(output, doc)
+    return doc["exit_code"]
 
 
 def _dedup_parser(sub) -> None:
@@ -719,6 +774,7 @@ def _report_parser(sub) -> None:
     ap.add_argument("--runs", help="comma-separated run ids (default: the latest run of every pair)")
     ap.add_argument("--matrix-run", help="the runs of one semantics_matrix DAG run (its Airflow run id)")
     ap.add_argument("--html", help="write the HTML report here")
+    ap.add_argument("--json", action="store_true", help="the results file's document on stdout (it reports: exit 0)")
     ap.add_argument("--proofs", action="store_true", help="the newest proof of each subject: predicted beside observed")
     ap.add_argument(
         "--expectations", action="store_true", help="what each subject promises and each fault is expected to do"
@@ -745,6 +801,13 @@ def _report(args) -> int:
             print(f"report: no runs for matrix run {args.matrix_run!r}", file=sys.stderr)
             return 2
     rows = report.matrix_rows(run_ids) if run_ids or not (args.runs or args.matrix_run) else []
+    if args.json:
+        from delivery_semantics.reporting import results_file
+
+        results = [results_file.result(r, "run") for r in rows]
+        results += [results_file.result(p, "pipeline") for p in pipelines]
+        print(json.dumps(results_file.document("report", results), indent=2, default=str))
+        return 0
     if rows:
         print(report.matrix_text(rows))
     if pipelines:

@@ -18,6 +18,7 @@ module is imported only by the factory that reads its files."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pendulum
@@ -292,14 +293,22 @@ def audit_dag(audit):
         )
 
         @task(retries=0)
-        def check(run_id=None, data_interval_end=None, dag_run=None) -> dict:
+        def check(run_id=None, data_interval_end=None, dag_run=None, ti=None) -> dict:
+            """The verdict, and the results file's document as the XCom `results` (pushed before a
+            broken promise fails the task)."""
             from delivery_semantics.audit import audits as a
-            from delivery_semantics.reporting import report
+            from delivery_semantics.reporting import report, results_file
+
+            def record(row: dict) -> None:
+                doc = results_file.document(
+                    f"{ti.dag_id} check", [results_file.result(row, results_file.subject_of(row))]
+                )
+                ti.xcom_push(key="results", value=json.loads(json.dumps(doc, default=str)))
 
             rid = reconciled_as(a, run_id, data_interval_end, dag_run)
             if windowed:
-                return report.window_verdict(audit.name, rid, audit.alerts.get("max_open_discrepancies"))
-            return report.audit_verdict(rid)
+                return report.window_verdict(audit.name, rid, audit.alerts.get("max_open_discrepancies"), record)
+            return report.audit_verdict(rid, record)
 
         reconciled >> check()
 

@@ -147,8 +147,6 @@ class DockerComposeBackend(Backend):
     def __init__(self, socket_path: str | None = None, project: str | None = None):
         self.socket_path = socket_path or locations.setting("docker_socket") or "/var/run/docker.sock"
         self.project = project or locations.setting("compose_project") or ""
-        if not self.project:
-            raise NemesisError("SEMANTICS_COMPOSE_PROJECT is not set: the compose project the brokers run in")
 
     def _call(self, method: str, path: str, timeout: float = 30) -> object:
         conn = _UnixHTTPConnection(self.socket_path, timeout)
@@ -166,6 +164,8 @@ class DockerComposeBackend(Backend):
         return json.loads(body) if body.strip() else None
 
     def _container(self, service: str, role: str) -> str:
+        if not self.project:
+            raise NemesisError("SEMANTICS_COMPOSE_PROJECT is not set: the compose project the brokers run in")
         labels = [f"com.docker.compose.project={self.project}", f"com.docker.compose.service={service}"]
         query = urllib.parse.urlencode({"all": "1", "filters": json.dumps({"label": labels})})
         found = self._call("GET", f"/containers/json?{query}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -726,13 +727,15 @@ class BrokenPromise(RuntimeError):
     own alerting (on_failure_callback, notifiers) fires."""
 
 
-def audit_verdict(reconciliation_id: str) -> dict:
-    """An audit run's row of v_audit_results (at its mode's isolation level), printed; raises
-    BrokenPromise when the verdict is broken."""
+def audit_verdict(reconciliation_id: str, record: Callable[[dict], None] | None = None) -> dict:
+    """An audit run's row of v_audit_results (at its mode's isolation level), printed and handed to
+    `record` (the results file); raises BrokenPromise when the verdict is broken."""
     rows = query("SELECT * FROM v_audit_results WHERE reconciliation_id = %s", (reconciliation_id,))
     if not rows:
         raise RuntimeError(f"no results for {reconciliation_id!r}: did the reconcile task run?")
     row = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in rows[0].items()}
+    if record:
+        record(row)
     counts = ", ".join(
         f"{k}={row[k]}"
         for k in ("outbox_events", "records_read", "delivered_once", "lost_acked", "lost_unacked", "duplicate_events")
@@ -795,14 +798,19 @@ WINDOW_COUNTS = (
 )
 
 
-def window_verdict(audit: str, window_end: str, max_open: int | None = None) -> dict:
-    """A continuous audit window's row of audit_windows, printed; raises BrokenPromise when the
+def window_verdict(
+    audit: str, window_end: str, max_open: int | None = None, record: Callable[[dict], None] | None = None
+) -> dict:
+    """A continuous audit window's row of audit_windows, printed and handed to `record` (the results
+    file); raises BrokenPromise when the
     mode's or the sink's promise is broken, or when more discrepancies are open than `max_open`.
     Pending events alone never fail it: they are not yet past the grace."""
     rows = query("SELECT * FROM audit_windows WHERE audit = %s AND window_end = %s::timestamptz", (audit, window_end))
     if not rows:
         raise RuntimeError(f"no window of {audit} ends at {window_end}: did the reconcile task run?")
     row = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in rows[0].items()}
+    if record:
+        record(row)
     counts = ", ".join(f"{k}={row[k]}" for k in WINDOW_COUNTS if row[k] is not None)
     print(f"{audit} window ending {row['window_end']}: {row['verdict']}, sink {row['sink_verdict'] or '-'} ({counts})")
     broken = []
