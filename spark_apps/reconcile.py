@@ -63,14 +63,26 @@ from delivery_semantics import catalog  # noqa: E402
 from delivery_semantics.audit import audits, schemas, stores  # noqa: E402
 from delivery_semantics.plumbing import kafka_retry, spark_clusters  # noqa: E402
 
+# A summary's line on stdout: what the results file (reporting/results_file.py) is made of.
 PRINTED = (
     "reconciliation_id",
+    "audit",
+    "topic",
+    "judged_as",
+    "scenario",
     "isolation",
     "records_read",
+    "ledger_events",
+    "ledger_acked",
+    "distinct_events",
     "delivered_once",
+    "duplicate_copies",
     *catalog.summary_columns(),
+    "promise",
     "verdict",
     "broken_by",
+    "expectation",
+    "meets_expectation",
 )
 
 

@@ -6,9 +6,11 @@ bad input is refused with one line and exit 2 before anything is written."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -187,21 +189,27 @@ def test_the_outbox_role_is_read_only():
         cur.execute("CREATE TABLE public.not_allowed (x int)")
 
 
-def _airflow_xcom(dag_id: str, task_id: str, key: str):
-    """The newest value of an XCom, from the stack's Airflow database."""
+def _airflow_query(sql: str, **params) -> list[dict]:
+    """Rows of the stack's Airflow database."""
     from sqlalchemy import create_engine, text
 
     engine = create_engine(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
     try:
         with engine.connect() as c:
-            value = c.execute(
-                text(
-                    "SELECT value FROM xcom WHERE dag_id = :d AND task_id = :t AND key = :k ORDER BY timestamp DESC LIMIT 1"
-                ),
-                {"d": dag_id, "t": task_id, "k": key},
-            ).scalar_one()
+            return [dict(r._mapping) for r in c.execute(text(sql), params)]
     finally:
         engine.dispose()
+
+
+def _airflow_xcom(dag_id: str, task_id: str, key: str):
+    """The newest value of an XCom."""
+    [row] = _airflow_query(
+        "SELECT value FROM xcom WHERE dag_id = :d AND task_id = :t AND key = :k ORDER BY timestamp DESC LIMIT 1",
+        d=dag_id,
+        t=task_id,
+        k=key,
+    )
+    value = row["value"]
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
@@ -693,13 +701,8 @@ def test_an_audit_whose_file_cannot_find_the_event_id_says_so_plainly(
         ),
     ],
 )
-def test_an_audit_of_an_empty_topic_against_an_empty_outbox_keeps_its_promise(
-    orders, tmp_path, fresh_topic, store, kind
-):
-    """The first scheduled audit of a new pipeline, before any traffic, as a batch or as a
-    continuous window: exit 0, every count 0, the promise kept, and no mapping_suspect (nothing was
-    read to suspect). A window keeps no deduplicated copy, and runs the same whichever store the
-    file names."""
+def _empty_pipeline(fresh_topic) -> tuple[str, str]:
+    """A new topic and a new, empty outbox table: a pipeline before any traffic."""
     table = f"empty_{uuid.uuid4().hex[:8]}"
     with _outbox_owner() as c, c.cursor() as cur:
         cur.execute(
@@ -707,7 +710,106 @@ def test_an_audit_of_an_empty_topic_against_an_empty_outbox_keeps_its_promise(
             "version int, created_at timestamptz NOT NULL DEFAULT now(), state text NOT NULL)"
         )
         cur.execute(f"GRANT SELECT ON public.{table} TO PUBLIC")
-    topic = fresh_topic("empty")
+    return fresh_topic("empty"), table
+
+
+DOWNSTREAM_DAG = """from airflow.sdk import Asset, dag, task
+
+VERIFIED = Asset({uri!r})
+
+
+@dag(dag_id={dag_id!r}, schedule=[VERIFIED])
+def downstream():
+    @task
+    def build(triggering_asset_events=None):
+        print("built on", [e.extra for e in (triggering_asset_events or {{}}).get(VERIFIED, [])])
+
+    build()
+
+
+downstream()
+"""
+
+
+def test_a_kept_audits_dag_emits_its_topics_asset_its_lineage_and_its_metrics(orders, tmp_path, fresh_topic):
+    """A team's DAG folder (its audit file, the five-line DAG file, and a DAG scheduled on the audit's
+    Asset): `airflow dags test` of the audit keeps its promise, so its check task emits an event on
+    `kafka://<first bootstrap server>/<topic>` with the verdict in its extra, and the downstream DAG is
+    queued on it; OpenLineage (the provider, to a file) gets the reconcile task's inputs and outputs
+    and the promise's guarantee as a successful assertion on the topic; StatsD gets the gauges."""
+    topic, table = _empty_pipeline(fresh_topic)
+    name = f"kept_{uuid.uuid4().hex[:6]}"
+    dags = tmp_path / "dags"
+    (dags / "audits").mkdir(parents=True)
+    (dags / "team.py").write_text(installed.TEAM_DAG_FILE)
+    spec = yaml.safe_load(ORDERS.read_text())
+    spec.update(topic=topic, dedup_copy={"store": "off"})
+    spec["outbox"].update(table=f"public.{table}")
+    (dags / "audits" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    servers = json.loads(os.environ["AIRFLOW_CONN_KAFKA_SECURE"])["extra"]["bootstrap.servers"]
+    uri = f"kafka://{servers.split(',')[0]}/{topic}"
+    (dags / "downstream.py").write_text(DOWNSTREAM_DAG.format(uri=uri, dag_id=f"after_{name}"))
+    lineage_file = tmp_path / "openlineage.jsonl"
+    statsd = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    statsd.bind(("127.0.0.1", 0))
+    statsd.settimeout(0.5)
+    env = {
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW_CONN_SPARK_DEFAULT": os.environ["AIRFLOW_CONN_SPARK_CONNECT"],
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(lineage_file), "append": True}
+        ),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "semantics-test",
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.getsockname()[1]),
+    }
+    airflow = str(REPO / ".venv" / "bin" / "airflow")
+    try:
+        first = run([airflow, "dags", "test", f"after_{name}"], env=env, timeout=300)  # the consumer, in the database
+        assert first.returncode == 0, first.stderr[-3000:]
+        res = run([airflow, "dags", "test", f"audit_{name}"], env=env, timeout=900)
+        assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+        packets = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                packets.append(statsd.recv(65536).decode())
+    finally:
+        statsd.close()
+    gauges = dict(ln.rsplit("|", 1)[0].rsplit(":", 1) for p in packets for ln in p.splitlines() if ln.endswith("|g"))
+    assert gauges[f"airflow.semantics.audit.{name}.guarantee.no_acked_loss"] == "1"
+    assert gauges[f"airflow.semantics.audit.{name}.lost_acked"] == "0"
+
+    event = _airflow_query(
+        "SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri = :uri", uri=uri
+    )
+    assert [e["extra"]["verdict"] for e in event] == ["kept"], event
+    assert event[0]["extra"]["audit"] == name and event[0]["extra"]["counts"]["lost_acked"] == 0
+    queued = _airflow_query(
+        "SELECT q.target_dag_id FROM asset_dag_run_queue q JOIN asset a ON a.id = q.asset_id WHERE a.uri = :uri",
+        uri=uri,
+    )
+    assert [q["target_dag_id"] for q in queued] == [f"after_{name}"], "the downstream DAG is queued on it"
+
+    events = [json.loads(ln) for ln in lineage_file.read_text().splitlines()]
+    [done] = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"] == f"audit_{name}.reconcile"]
+    inputs = {(d["namespace"], d["name"]): d for d in done["inputs"]}
+    topic_in = inputs[(f"kafka://{servers.split(',')[0]}", topic)]
+    checks = topic_in["inputFacets"]["dataQualityAssertions"]["assertions"]
+    assert [(a["assertion"], a["success"]) for a in checks] == [("no_acked_loss", True)]
+    outbox = json.loads(os.environ["AIRFLOW_CONN_OUTBOX_DB"])
+    assert (f"postgres://{outbox['host']}:{outbox['port']}", f"{outbox['schema']}.public.{table}") in inputs
+    assert {d["name"].rsplit(".", 1)[-1] for d in done["outputs"]} == {"reconcile_summary", "reconcile_discrepancies"}
+
+
+def test_an_audit_of_an_empty_topic_against_an_empty_outbox_keeps_its_promise(
+    orders, tmp_path, fresh_topic, store, kind
+):
+    """The first scheduled audit of a new pipeline, before any traffic, as a batch or as a
+    continuous window: exit 0, every count 0, the promise kept, and no mapping_suspect (nothing was
+    read to suspect). A window keeps no deduplicated copy, and runs the same whichever store the
+    file names."""
+    topic, table = _empty_pipeline(fresh_topic)
 
     def edit(spec: dict) -> None:
         spec.update(topic=topic, dedup_copy={"store": store})

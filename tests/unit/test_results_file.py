@@ -170,3 +170,31 @@ def test_a_bad_output_or_fail_on_is_refused_before_anything_runs(argv, message, 
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1, err
+
+
+class _Recorder:
+    def __init__(self):
+        self.gauges = []
+
+    def gauge(self, name, value, tags=None):
+        self.gauges.append((name, value, tags))
+
+
+def test_a_windows_metrics_name_each_kind_each_guarantee_the_sink_and_the_delays():
+    from delivery_semantics.reporting import metrics
+
+    doc = _doc([_window(lost_acked=2, sink_duplicates=1, verdict="broken", broken_by="lost_acked")])
+    stats = _Recorder()
+    delays = {"outbox_topic_p50_ms": 120.0, "outbox_topic_p99_ms": 900.5, "outbox_sink_p99_ms": 2000.0}
+    assert metrics.emit(doc, lambda r: delays, stats) == len(stats.gauges)
+    got = {name: value for name, value, _ in stats.gauges}
+    assert got["semantics.audit.orders_stream.lost_acked"] == 2
+    assert got["semantics.audit.orders_stream.duplicate"] == 1, "the topic's and the sink's stages summed"
+    assert got["semantics.audit.orders_stream.guarantee.no_acked_loss"] == 0
+    assert got["semantics.audit.orders_stream.sink_kept"] == 1
+    assert got["semantics.audit.orders_stream.delay.outbox_topic_p99_ms"] == 900.5
+    assert "semantics.audit.orders_stream.delay.topic_sink_p50_ms" not in got, "no delay measured, no gauge"
+    assert {tuple(sorted(t)) for _, _, t in stats.gauges} == {("audit", "isolation", "judged_as", "window_end")}
+    # Every guarantee at_least_once keeps in force has its gauge; a kept audit's are all 1.
+    kept = {n: v for n, v, _ in metrics.gauges(_doc([_summary()])["results"][0]) if ".guarantee." in n}
+    assert kept and set(kept.values()) == {1}

@@ -161,6 +161,7 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
         source_conn_id: str | None = None,
         sink_conn_id: str | None = None,
         audit_conf: dict | None = None,
+        audit_file: str | None = None,
         **kwargs,
     ):
         kwargs.setdefault("execution_timeout", SPARK_TASK)
@@ -168,6 +169,7 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
         self.ledger_conn_id, self.kafka_conn_id = ledger_conn_id, kafka_conn_id
         self.source_conn_id, self.sink_conn_id = source_conn_id, sink_conn_id
         self.audit_conf = audit_conf  # an audit's `spark:` section, under the connection's settings
+        self.audit_file = audit_file  # an audit's file: its lineage (get_openlineage_facets_on_complete)
 
     def execute(self, context):
         from delivery_semantics.entry import spark_submit
@@ -186,6 +188,22 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
                 return super().execute(context)
         except AirflowException as e:
             raise spark_failure(e) from None
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """An audit's inputs and outputs, and its promise's guarantees as assertions on the topic, for
+        apache-airflow-providers-openlineage (which alone calls this; reporting/lineage.py)."""
+        if not self.audit_file:
+            return None
+        from delivery_semantics import locations
+        from delivery_semantics.audit import audits
+        from delivery_semantics.plumbing.endpoints import get_connection
+        from delivery_semantics.reporting import lineage, report, results_file
+
+        audit = audits.load(self.audit_file)
+        row = report.judged_row(audit, self.application_args[-1])  # the reconciliation id, or the window's end
+        result = results_file.result(row, results_file.subject_of(row)) if row else None
+        inputs, outputs = lineage.audit_datasets(audit, get_connection, locations.lakehouse(), result)
+        return lineage.operator_lineage(inputs, outputs)
 
 
 def spark_failure(e: Exception) -> Exception:
@@ -289,21 +307,35 @@ def audit_dag(audit):
             source_conn_id=audit.outbox_conn_id,
             sink_conn_id=audit.sink_conn_id,
             audit_conf=audit.spark_conf,
+            audit_file=str(audit.path),
             depends_on_past=windowed,
         )
 
-        @task(retries=0)
-        def check(run_id=None, data_interval_end=None, dag_run=None, ti=None) -> dict:
-            """The verdict, and the results file's document as the XCom `results` (pushed before a
-            broken promise fails the task)."""
+        verified = verified_asset(audit)
+
+        @task(retries=0, outlets=[verified])
+        def check(run_id=None, data_interval_end=None, dag_run=None, ti=None, outlet_events=None) -> dict:
+            """The verdict; the results file's document as the XCom `results` and its metrics, both
+            before a broken promise fails the task; and, when every promise is kept, an event on the
+            topic's Asset with the verdict in its extra."""
             from delivery_semantics.audit import audits as a
-            from delivery_semantics.reporting import report, results_file
+            from delivery_semantics.reporting import metrics, report, results_file
 
             def record(row: dict) -> None:
                 doc = results_file.document(
                     f"{ti.dag_id} check", [results_file.result(row, results_file.subject_of(row))]
                 )
-                ti.xcom_push(key="results", value=json.loads(json.dumps(doc, default=str)))
+                doc = json.loads(json.dumps(doc, default=str))
+                ti.xcom_push(key="results", value=doc)
+                metrics.emit(doc, report.window_delays if windowed else lambda r: None)
+                [judged] = doc["results"]
+                outlet_events[verified].extra = {
+                    "verdict": doc["verdict"],
+                    "audit": audit.name,
+                    "reconciliation_id": judged["reconciliation_id"],
+                    "window_end": (judged["window"] or {}).get("end"),
+                    "counts": judged["counts"],
+                }
 
             rid = reconciled_as(a, run_id, data_interval_end, dag_run)
             if windowed:
@@ -313,6 +345,20 @@ def audit_dag(audit):
         reconciled >> check()
 
     return audit_run()
+
+
+def verified_asset(audit) -> Asset:
+    """What an audit's check verifies: its topic, named as OpenLineage names a Kafka topic and Airflow's
+    lineage with it (`kafka://<first bootstrap server>/<topic>`). Where the connection cannot be read
+    while the file is parsed, its id stands for the cluster (`kafka://<conn_id>/<topic>`)."""
+    from delivery_semantics.plumbing.endpoints import EndpointError, get_connection
+
+    try:
+        servers = str(get_connection(audit.kafka_conn_id).extra.get("bootstrap.servers") or "")
+    except (EndpointError, RuntimeError, OSError):
+        servers = ""
+    cluster = servers.split(",")[0].strip() or audit.kafka_conn_id
+    return Asset(f"kafka://{cluster}/{audit.topic}", group="delivery-semantics")
 
 
 # --------------------------------------------------------------------------- mode files

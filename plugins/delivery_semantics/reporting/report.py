@@ -798,6 +798,25 @@ WINDOW_COUNTS = (
 )
 
 
+def judged_row(audit, key: str) -> dict | None:
+    """An audit run's row of v_audit_results (`key` its reconciliation id), or a continuous audit's
+    window (`key` its end), or None before it is judged."""
+    if audit.windowed:
+        rows = query("SELECT * FROM audit_windows WHERE audit = %s AND window_end = %s::timestamptz", (audit.name, key))
+    else:
+        rows = query("SELECT * FROM v_audit_results WHERE reconciliation_id = %s", (key,))
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in rows[0].items()} if rows else None
+
+
+def window_delays(result: dict) -> dict | None:
+    """A window's end-to-end delay percentiles (v_audit_delays), for its metrics."""
+    rows = query(
+        "SELECT * FROM v_audit_delays WHERE audit = %s AND window_end = %s::timestamptz",
+        (result["subject"]["name"], result["window"]["end"]),
+    )
+    return rows[0] if rows else None
+
+
 def window_verdict(
     audit: str, window_end: str, max_open: int | None = None, record: Callable[[dict], None] | None = None
 ) -> dict:

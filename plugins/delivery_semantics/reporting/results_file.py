@@ -17,6 +17,9 @@ from pathlib import Path
 
 from delivery_semantics import catalog, locations
 
+# A continuous audit's window is judged under the audit scenario (audits.AUDIT_SCENARIO), as a batch
+# audit's summary says.
+AUDIT_SCENARIO = "audit"
 SCHEMA = "delivery-semantics/results"
 VERSION = 1
 KEPT, BROKEN_PROMISE, BAD_INPUT, TRANSIENT = 0, 1, 2, 75
@@ -24,10 +27,10 @@ KEPT, BROKEN_PROMISE, BAD_INPUT, TRANSIENT = 0, 1, 2, 75
 _NOT_COUNTS = frozenset({"grace_seconds", "dedup_horizon_seconds", "loss_rate", "duplicate_rate"})
 # What each subject's rows are keyed by in the results database (docs/SQL.md).
 _ROWS = {
-    "run": ("v_run_results", "reconcile_summary", "discrepancies"),
-    "audit": ("v_audit_results", "reconcile_summary", "discrepancies"),
+    "run": ("v_run_results", "reconcile_summary", "reconcile_discrepancies"),
+    "audit": ("v_audit_results", "reconcile_summary", "reconcile_discrepancies"),
     "window": ("v_audit_window_kinds", "audit_windows", "audit_discrepancies"),
-    "pipeline": ("v_pipeline_matrix", "pipeline_runs", "discrepancies"),
+    "pipeline": ("v_pipeline_matrix", "pipeline_runs", "audit_discrepancies"),
 }
 
 
@@ -97,7 +100,7 @@ def result(s: dict, subject: str) -> dict:
     return {
         "subject": _subject(s, subject),
         "topic": s.get("topic"),
-        "scenario": s.get("scenario"),
+        "scenario": s.get("scenario") or (AUDIT_SCENARIO if subject == "window" else None),
         "window": {"start": s.get("window_start"), "end": s["window_end"]} if subject == "window" else None,
         "isolation": s.get("isolation"),
         "reconciliation_id": s.get("reconciliation_id"),
