@@ -685,22 +685,6 @@ def test_an_audit_whose_file_cannot_find_the_event_id_says_so_plainly(
 
 # CI keeps the batch with the lakehouse copy, the default, which crashed on nothing to copy; the
 # window (which writes no copy) and the other stores are in the slow suite.
-@pytest.mark.parametrize(
-    ("kind", "store"),
-    [
-        ("batch", "lakehouse"),
-        *(
-            pytest.param(k, s, marks=pytest.mark.slow)
-            for k, s in [
-                ("batch", "postgres"),
-                ("batch", "off"),
-                ("window", "lakehouse"),
-                ("window", "postgres"),
-                ("window", "off"),
-            ]
-        ),
-    ],
-)
 def _empty_pipeline(fresh_topic) -> tuple[str, str]:
     """A new topic and a new, empty outbox table: a pipeline before any traffic."""
     table = f"empty_{uuid.uuid4().hex[:8]}"
@@ -768,6 +752,10 @@ def test_a_kept_audits_dag_emits_its_topics_asset_its_lineage_and_its_metrics(or
     try:
         first = run([airflow, "dags", "test", f"after_{name}"], env=env, timeout=300)  # the consumer, in the database
         assert first.returncode == 0, first.stderr[-3000:]
+        unpaused = run(
+            [airflow, "dags", "unpause", f"after_{name}"], env=env, timeout=300
+        )  # a paused DAG is not queued
+        assert unpaused.returncode == 0, unpaused.stderr[-3000:]
         res = run([airflow, "dags", "test", f"audit_{name}"], env=env, timeout=900)
         assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
         packets = []
@@ -802,6 +790,22 @@ def test_a_kept_audits_dag_emits_its_topics_asset_its_lineage_and_its_metrics(or
     assert {d["name"].rsplit(".", 1)[-1] for d in done["outputs"]} == {"reconcile_summary", "reconcile_discrepancies"}
 
 
+@pytest.mark.parametrize(
+    ("kind", "store"),
+    [
+        ("batch", "lakehouse"),
+        *(
+            pytest.param(k, s, marks=pytest.mark.slow)
+            for k, s in [
+                ("batch", "postgres"),
+                ("batch", "off"),
+                ("window", "lakehouse"),
+                ("window", "postgres"),
+                ("window", "off"),
+            ]
+        ),
+    ],
+)
 def test_an_audit_of_an_empty_topic_against_an_empty_outbox_keeps_its_promise(
     orders, tmp_path, fresh_topic, store, kind
 ):

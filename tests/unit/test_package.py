@@ -38,6 +38,7 @@ def test_the_wheel_ships_what_the_platform_reads_at_run_time(wheel):
         f"{shipped}clients/java/SemanticsProducer.java",
         "delivery_semantics/mode.schema.json",
         "delivery_semantics/audit/audit.schema.json",
+        "delivery_semantics/reporting/results.schema.json",
         "delivery_semantics/reporting/templates/page.html",
         "delivery_semantics/entry/dag_factory.py",
     ):
