@@ -212,6 +212,30 @@ def run(cmd: list[str], timeout: float = 600, env: dict | None = None, check: bo
     return res
 
 
+def airflow_query(sql: str, **params) -> list[dict]:
+    """Rows of the stack's Airflow database."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    try:
+        with engine.connect() as c:
+            return [dict(r._mapping) for r in c.execute(text(sql), params)]
+    finally:
+        engine.dispose()
+
+
+def airflow_xcom(dag_id: str, task_id: str, key: str):
+    """The newest value of an XCom."""
+    [row] = airflow_query(
+        "SELECT value FROM xcom WHERE dag_id = :d AND task_id = :t AND key = :k ORDER BY timestamp DESC LIMIT 1",
+        d=dag_id,
+        t=task_id,
+        k=key,
+    )
+    value = row["value"]
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
 def assert_judged(res) -> list[dict]:
     """A judging command's exit code is its verdict's (docs/OPERATIONS.md): 1 when a summary's promise,
     or its sink's, is broken, else 0; its summaries, one JSON line each."""

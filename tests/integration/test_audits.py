@@ -28,7 +28,7 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from conftest import REPO, assert_judged, recreate_topic, run, spark_cluster_apps
+from conftest import REPO, airflow_query, airflow_xcom, assert_judged, recreate_topic, run, spark_cluster_apps
 
 import devstack
 from delivery_semantics.audit import audits
@@ -189,30 +189,6 @@ def test_the_outbox_role_is_read_only():
         cur.execute("CREATE TABLE public.not_allowed (x int)")
 
 
-def _airflow_query(sql: str, **params) -> list[dict]:
-    """Rows of the stack's Airflow database."""
-    from sqlalchemy import create_engine, text
-
-    engine = create_engine(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
-    try:
-        with engine.connect() as c:
-            return [dict(r._mapping) for r in c.execute(text(sql), params)]
-    finally:
-        engine.dispose()
-
-
-def _airflow_xcom(dag_id: str, task_id: str, key: str):
-    """The newest value of an XCom."""
-    [row] = _airflow_query(
-        "SELECT value FROM xcom WHERE dag_id = :d AND task_id = :t AND key = :k ORDER BY timestamp DESC LIMIT 1",
-        d=dag_id,
-        t=task_id,
-        k=key,
-    )
-    value = row["value"]
-    return json.loads(value) if isinstance(value, str | bytes) else value
-
-
 def _run_audit_dag(
     audit: audits.Audit, expected: dict, team: installed.Install | None = None
 ) -> tuple[dict, str, dict[str, str]]:
@@ -244,7 +220,7 @@ def _run_audit_dag(
     assert got == {}, f"unplanted discrepancies: {got}"
     assert any("spark" in c and "reconcile.py" in c for c in commands), "the Spark job was not seen running"
     if not team:  # the check task's XCom `results`: the results file's document, pushed before it failed
-        doc = _airflow_xcom(audit.dag_id, "check", "results")
+        doc = airflow_xcom(audit.dag_id, "check", "results")
         jsonschema.validate(doc, results_file.schema())
         assert [r["reconciliation_id"] for r in doc["results"]] == [rid]
         assert (doc["verdict"], doc["exit_code"]) == (rows[0]["verdict"], 0 if rows[0]["verdict"] == "kept" else 1)
@@ -768,12 +744,12 @@ def test_a_kept_audits_dag_emits_its_topics_asset_its_lineage_and_its_metrics(or
     assert gauges[f"airflow.semantics.audit.{name}.guarantee.no_acked_loss"] == "1"
     assert gauges[f"airflow.semantics.audit.{name}.lost_acked"] == "0"
 
-    event = _airflow_query(
+    event = airflow_query(
         "SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri = :uri", uri=uri
     )
     assert [e["extra"]["verdict"] for e in event] == ["kept"], event
     assert event[0]["extra"]["audit"] == name and event[0]["extra"]["counts"]["lost_acked"] == 0
-    queued = _airflow_query(
+    queued = airflow_query(
         "SELECT q.target_dag_id FROM asset_dag_run_queue q JOIN asset a ON a.id = q.asset_id WHERE a.uri = :uri",
         uri=uri,
     )

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 
-from conftest import REPO, run
+import jsonschema
+from conftest import REPO, airflow_xcom, run
 
+from delivery_semantics.reporting import results_file
 from delivery_semantics.reporting.report import query
 
 # acks=1 declared as no acked loss: the contradiction is a finding, not a refusal, and the isolated
@@ -58,6 +60,16 @@ def test_mode_file_dag_runs_its_scenario_and_its_verdict_names_the_setting(tmp_p
     assert r["lost_acked"] > 0, "writes acked by the isolated leader alone die with it"
     assert (r["verdict"], r["broken_by"], r["broken_settings"]) == ("broken", "lost_acked", "acks=1")
     assert r["inconsistent_offsets"] > 0
+    # The check task pushed the results file's document before it failed.
+    doc = airflow_xcom("semantics_mode_team_acks_one", "check", "results")
+    jsonschema.validate(doc, results_file.schema())
+    assert (doc["verdict"], doc["exit_code"]) == ("broken", 1)
+    [judged] = [x for x in doc["results"] if x["verdict"] == "broken"]
+    assert (judged["subject"], judged["broken_by"]) == (
+        {"kind": "run", "name": r["run_id"], "judged_as": "team_acks_one"},
+        ["lost_acked"],
+    )
+    assert judged["counts"]["lost_acked"] == r["lost_acked"]
 
 
 def test_bad_settings_and_clients_are_refused_with_one_line_and_nothing_written(tmp_path, kafka_conf):

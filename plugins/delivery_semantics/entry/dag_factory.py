@@ -459,10 +459,16 @@ def mode_dag(f):
         )
 
         @task(retries=0)
-        def check(run_ids: list[str]) -> list[dict]:
-            from delivery_semantics.reporting import report
+        def check(run_ids: list[str], ti=None) -> list[dict]:
+            """The verdicts; the results file's document as the XCom `results`, pushed before a broken
+            promise fails the task."""
+            from delivery_semantics.reporting import report, results_file
 
-            return report.mode_verdict(list(run_ids))
+            def record(rows: list[dict]) -> None:
+                doc = results_file.document(f"{ti.dag_id} check", [results_file.result(r, "run") for r in rows])
+                ti.xcom_push(key="results", value=json.loads(json.dumps(doc, default=str)))
+
+            return report.mode_verdict(list(run_ids), record)
 
         reconciled >> check(run_ids)
 

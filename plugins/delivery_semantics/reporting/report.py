@@ -753,15 +753,18 @@ def audit_verdict(reconciliation_id: str, record: Callable[[dict], None] | None 
     return row
 
 
-def mode_verdict(run_ids: list[str]) -> list[dict]:
-    """A mode's runs (its DAG's, one per scenario), each printed with its settings and findings;
-    raises BrokenPromise naming every broken run and the settings that contradict what broke."""
+def mode_verdict(run_ids: list[str], record: Callable[[list[dict]], None] | None = None) -> list[dict]:
+    """A mode's runs (its DAG's, one per scenario), each printed with its settings and findings, and
+    handed to `record` (the results file); raises BrokenPromise naming every broken run and the
+    settings that contradict what broke."""
     rows = _ordered(
         query(f"SELECT {', '.join(MATRIX_COLUMNS)}, findings FROM v_run_results WHERE run_id = ANY(%s)", (run_ids,))
     )
     missing = set(run_ids) - {r["run_id"] for r in rows}
     if missing:
         raise RuntimeError(f"no results for {', '.join(sorted(missing))}: did the reconcile task run?")
+    if record:
+        record(rows)
     broken = []
     for r in rows:
         counts = f"lost acked {r['lost_acked']}, lost unacked {r['lost_unacked']}, duplicates {r['duplicate_events']}"
