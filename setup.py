@@ -17,6 +17,7 @@ package_dir = {"": "plugins"}
 package_data = {
     "delivery_semantics": ["*.json", "py.typed"],
     "delivery_semantics.audit": ["*.json"],
+    "delivery_semantics.clients": ["*.json"],
     "delivery_semantics.reporting": ["templates/*", "*.json"],
 }
 for folder in SHIPPED:

@@ -649,6 +649,7 @@ def _predict_parser(sub) -> None:
 
 def _predict(args) -> int:
     from delivery_semantics import rules
+    from delivery_semantics.clients import known_keys
     from delivery_semantics.plumbing import endpoints, topics
 
     try:
@@ -672,6 +673,9 @@ def _predict(args) -> int:
             family, dot, key = name.partition(".")
             if not sep or not dot or not key:
                 raise rules.RuleError(f"--set {pair[:80]!r} is not FAMILY.KEY=VALUE")
+            why = known_keys.refusal(family, key, client or catalog.DEFAULT_CLIENT)
+            if why:  # a misspelt key read as unset would give the findings of its default
+                raise rules.RuleError(f"--set {why}")
             given.setdefault(family, {})[key] = value
         unknown = [g for g in args.fail_on if g not in rules.GUARANTEES]
         if unknown:
