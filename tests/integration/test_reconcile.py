@@ -7,18 +7,19 @@ import json
 import time
 import uuid
 
+import jsonschema
 import psycopg2
 import psycopg2.extras
 import pytest
 from confluent_kafka import Producer
-from conftest import spark_cluster_apps
+from conftest import REPO, assert_judged, run, spark_cluster_apps
 
 from delivery_semantics.entry import spark_submit
 from delivery_semantics.history.ledger import Ledger, Outcome
 from delivery_semantics.plumbing import topics
 from delivery_semantics.plumbing.endpoints import ledger_database
 from delivery_semantics.records.event import Event
-from delivery_semantics.reporting import dedup
+from delivery_semantics.reporting import dedup, results_file
 from delivery_semantics.workload import load
 
 
@@ -183,10 +184,19 @@ def _snapshot(rid: str) -> dict[str, list]:
     return out
 
 
-def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted):
-    r = spark_submit.run(run_id=planted["run_id"])
-    assert r.returncode == 0, r.error
+def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted, tmp_path):
+    """`reconcile --run-id` as a CI step runs it: it exits 1, the transactional promise being broken,
+    and its results file says by what."""
     e, rid = planted["e"], planted["run_id"]
+    output = tmp_path / "results.json"
+    res = run([str(REPO / "local" / "semantics"), "reconcile", "--run-id", rid, "--output", str(output)], timeout=900)
+    assert res.returncode == 1 and assert_judged(res), res.stderr[-3000:]
+    doc = json.loads(output.read_text())
+    jsonschema.validate(doc, results_file.schema())
+    [judged] = [r for r in doc["results"] if r["verdict"] == "broken"]
+    assert (judged["subject"]["kind"], judged["subject"]["name"], judged["isolation"]) == ("run", rid, "read_committed")
+    assert judged["broken_by"] == ["duplicate", "lost_acked", "torn_transaction"]
+    assert (judged["counts"]["lost_acked"], judged["counts"]["torn_events"]) == (2, 1)
     d = _discrepancies(rid)
     for iso in ("read_committed", "read_uncommitted"):
         assert d[(iso, "lost_acked")] == {e(12): 0, e(22): 0}
@@ -299,8 +309,9 @@ def test_a_clean_run_is_all_zeros_and_kept_with_or_without_the_dedup_copy():
         assert row["verdict"] == ("kept" if iso == "read_uncommitted" else "n/a")
         assert row["meets_expectation"] is True
     assert _discrepancies(s.run_id) == {}
-    r = spark_submit.run(run_id=s.run_id)
-    assert r.returncode == 0, r.error
+    # Again from the command line, with the copy: every promise kept, exit 0.
+    res = run([str(REPO / "local" / "semantics"), "reconcile", "--run-id", s.run_id], timeout=900)
+    assert res.returncode == 0 and assert_judged(res), res.stderr[-3000:]
     counted = ("records_read", "delivered_once", "duplicate_events", "lost_acked", "verdict", "meets_expectation")
     assert {i: [row[k] for k in counted] for i, row in _summary(s.run_id).items()} == {
         i: [row[k] for k in counted] for i, row in without.items()

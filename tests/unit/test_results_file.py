@@ -198,3 +198,44 @@ def test_a_windows_metrics_name_each_kind_each_guarantee_the_sink_and_the_delays
     # Every guarantee at_least_once keeps in force has its gauge; a kept audit's are all 1.
     kept = {n: v for n, v, _ in metrics.gauges(_doc([_summary()])["results"][0]) if ".guarantee." in n}
     assert kept and set(kept.values()) == {1}
+
+
+def test_report_json_is_the_same_document_for_the_matrixs_runs(monkeypatch, capsys):
+    """`report --json`: the matrix's rows (v_run_results' columns) and its pipelines as one document;
+    it reports, so it exits 0 even with broken promises in it."""
+    from delivery_semantics.reporting import report
+
+    run_row = {
+        "mode": "at_least_once_all",
+        "client": "librdkafka",
+        "scenario": "leader_kill",
+        "run_id": "r20261202t060000_aaaaaa",
+        "messages": 3000,
+        **{c: 0 for c in catalog.summary_columns(in_matrix=True)},
+        "duplicate_events": 4,
+        "verdict": "kept",
+        "broken_by": None,
+        "broken_settings": None,
+        "settings": {},
+        "expectation": "duplicates possible",
+        "meets_expectation": True,
+    }
+    broken = run_row | {
+        "run_id": "r20261202t060000_bbbbbb",
+        "lost_acked": 3,
+        "verdict": "broken",
+        "broken_by": "lost_acked",
+    }
+    monkeypatch.setattr(report, "matrix_rows", lambda run_ids=None: [run_row, broken])
+    monkeypatch.setattr(report, "pipeline_rows", lambda run_ids=None, matrix_run=None: [_pipeline_row()])
+    assert cli.main(["report", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, results_file.schema())
+    assert (doc["command"], doc["verdict"], doc["exit_code"]) == ("report", "broken", 1)
+    assert [(r["subject"]["kind"], r["subject"]["name"], r["verdict"]) for r in doc["results"]] == [
+        ("run", "r20261202t060000_aaaaaa", "kept"),
+        ("run", "r20261202t060000_bbbbbb", "broken"),
+        ("pipeline", "p20261202t060000_1a2b3c", "kept"),
+    ]
+    assert doc["results"][0]["subject"]["judged_as"] == "at_least_once_all"
+    assert doc["results"][0]["rows"]["key"] == {"run_id": "r20261202t060000_aaaaaa"}
