@@ -98,6 +98,15 @@ def judged_rows() -> list[tuple[str, str, str, str]]:
     )
 
 
+def guarantees_kept(name: str, scenario: str, broken_by: list[str]) -> list[tuple[str, bool]]:
+    """(guarantee, kept) for each guarantee the subject's promise holds in force under the scenario,
+    given the kinds that broke it."""
+    subject = judged(name)
+    if subject is None:
+        return []
+    return [(g, BROKEN_BY[g][0] not in broken_by) for g in subject.promise.in_force(scenario)]
+
+
 def verdict(name: str, scenario: str, isolation: str, counts: Mapping) -> tuple[str, list[str]]:
     """('kept' | 'broken' | 'n/a', the kinds that broke it), judged on the mode's or strategy's
     own isolation level with the guarantees the scenario leaves in force."""

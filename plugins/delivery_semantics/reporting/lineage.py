@@ -42,18 +42,12 @@ def path(location: str) -> Dataset:
     return Dataset("file", parts.path or location)
 
 
-def assertions(judged_as: str, scenario: str, broken_by: list[str]) -> tuple[tuple[str, bool], ...]:
-    """(guarantee, kept) for each guarantee the subject's promise holds in force."""
-    subject = modes.judged(judged_as)
-    if subject is None:
-        return ()
-    return tuple((g, catalog.BROKEN_BY[g][0] not in broken_by) for g in subject.promise.in_force(scenario))
-
-
 def audit_datasets(audit, connection, lakehouse: str, result: dict | None) -> tuple[list[Dataset], list[Dataset]]:
     """(inputs, outputs) of an audit's reconcile task; `connection(conn_id)` reads a connection, and
     `result` (the results file's result, when the run was judged) gives the topic's assertions."""
-    checks = assertions(audit.judged_as, result["scenario"] or "", result["broken_by"]) if result else ()
+    checks = (
+        tuple(modes.guarantees_kept(audit.judged_as, result["scenario"] or "", result["broken_by"])) if result else ()
+    )
     kafka_servers = str(connection(audit.kafka_conn_id).extra.get("bootstrap.servers", ""))
     inputs = [
         Dataset(**{**kafka(kafka_servers, audit.topic).__dict__, "assertions": checks}),

@@ -34,10 +34,8 @@ def gauges(result: dict, delays: dict | None = None) -> list[tuple[str, float, d
         values = [counts[c] for c in {kind.summary, *kind.windows.values()} if c and counts.get(c) is not None]
         if values:
             out.append((f"{PREFIX}.{name}.{kind.name}", sum(values), tags))
-    subject = modes.judged(judged_as or "")
-    if subject is not None and result["verdict"] != "n/a":
-        for guarantee in subject.promise.in_force(result["scenario"] or ""):
-            kept = catalog.BROKEN_BY[guarantee][0] not in result["broken_by"]
+    if result["verdict"] != "n/a":
+        for guarantee, kept in modes.guarantees_kept(judged_as or "", result["scenario"] or "", result["broken_by"]):
             out.append((f"{PREFIX}.{name}.guarantee.{guarantee}", int(kept), tags))
     if result["sink"]:
         out.append((f"{PREFIX}.{name}.sink_kept", int(result["sink"]["verdict"] != "broken"), tags))

@@ -730,10 +730,9 @@ class BrokenPromise(RuntimeError):
 def audit_verdict(reconciliation_id: str, record: Callable[[dict], None] | None = None) -> dict:
     """An audit run's row of v_audit_results (at its mode's isolation level), printed and handed to
     `record` (the results file); raises BrokenPromise when the verdict is broken."""
-    rows = query("SELECT * FROM v_audit_results WHERE reconciliation_id = %s", (reconciliation_id,))
-    if not rows:
+    row = audit_row(reconciliation_id)
+    if row is None:
         raise RuntimeError(f"no results for {reconciliation_id!r}: did the reconcile task run?")
-    row = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in rows[0].items()}
     if record:
         record(row)
     counts = ", ".join(
@@ -801,14 +800,24 @@ WINDOW_COUNTS = (
 )
 
 
-def judged_row(audit, key: str) -> dict | None:
-    """An audit run's row of v_audit_results (`key` its reconciliation id), or a continuous audit's
-    window (`key` its end), or None before it is judged."""
-    if audit.windowed:
-        rows = query("SELECT * FROM audit_windows WHERE audit = %s AND window_end = %s::timestamptz", (audit.name, key))
-    else:
-        rows = query("SELECT * FROM v_audit_results WHERE reconciliation_id = %s", (key,))
+def _row(sql: str, args: tuple) -> dict | None:
+    rows = query(sql, args)
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in rows[0].items()} if rows else None
+
+
+def audit_row(reconciliation_id: str) -> dict | None:
+    """An audit run's row of v_audit_results, or None before it is judged."""
+    return _row("SELECT * FROM v_audit_results WHERE reconciliation_id = %s", (reconciliation_id,))
+
+
+def window_row(audit: str, window_end: str) -> dict | None:
+    """A continuous audit window's row of audit_windows, or None before it is judged."""
+    return _row("SELECT * FROM audit_windows WHERE audit = %s AND window_end = %s::timestamptz", (audit, window_end))
+
+
+def judged_row(audit, key: str) -> dict | None:
+    """An audit's judged row: its run's (`key` its reconciliation id) or its window's (`key` its end)."""
+    return window_row(audit.name, key) if audit.windowed else audit_row(key)
 
 
 def window_delays(result: dict) -> dict | None:
@@ -827,10 +836,9 @@ def window_verdict(
     file); raises BrokenPromise when the
     mode's or the sink's promise is broken, or when more discrepancies are open than `max_open`.
     Pending events alone never fail it: they are not yet past the grace."""
-    rows = query("SELECT * FROM audit_windows WHERE audit = %s AND window_end = %s::timestamptz", (audit, window_end))
-    if not rows:
+    row = window_row(audit, window_end)
+    if row is None:
         raise RuntimeError(f"no window of {audit} ends at {window_end}: did the reconcile task run?")
-    row = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in rows[0].items()}
     if record:
         record(row)
     counts = ", ".join(f"{k}={row[k]}" for k in WINDOW_COUNTS if row[k] is not None)
