@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -210,6 +211,29 @@ def run(cmd: list[str], timeout: float = 600, env: dict | None = None, check: bo
     if check and res.returncode != 0:
         raise AssertionError(f"{cmd} exited {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     return res
+
+
+# Where a test's subject is not how Spark starts, its Spark applications go to the stack's Spark
+# Connect server, whose driver is already running: no JVM start of 40-55 s each (CI's budget). Local
+# mode (the demo, the DAG files' own tests), spark-submit to the standalone cluster and a killed
+# checker keep tests of their own.
+def through_spark_connect() -> dict[str, str]:
+    """The environment that makes `spark_default` the Spark Connect server, for a command."""
+    return {"AIRFLOW_CONN_SPARK_DEFAULT": os.environ["AIRFLOW_CONN_SPARK_CONNECT"]}
+
+
+@contextlib.contextmanager
+def spark_connect_default():
+    """`spark_default` as the Spark Connect server in this process (and the commands it runs)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in through_spark_connect().items():
+            patch.setenv(name, value)
+        yield
+
+
+def semantics(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """The product's command line (as `local/semantics` runs it) with its Spark on the Connect server."""
+    return run([sys.executable, "-m", "delivery_semantics.entry.cli", *args], timeout, through_spark_connect())
 
 
 def airflow_query(sql: str, **params) -> list[dict]:

@@ -24,7 +24,7 @@ import psycopg2
 import pytest
 import yaml
 from confluent_kafka import Producer
-from conftest import REPO, assert_judged, recreate_topic, run
+from conftest import assert_judged, recreate_topic, semantics, spark_connect_default
 
 import devstack
 from delivery_semantics.audit import audits
@@ -125,11 +125,7 @@ def _found(t: datetime) -> dict:
 
 def test_each_window_judges_its_events_with_the_earlier_windows_state(planted):
     (t1, t2), e = planted["T"], planted["e"]
-    res = run(
-        [str(REPO / "local" / "semantics"), "audit", "run", planted["path"]]
-        + [a for t in (t1, t2) for a in ("--window-end", t.isoformat())],
-        timeout=900,
-    )
+    res = semantics("audit", "run", planted["path"], *[a for t in (t1, t2) for a in ("--window-end", t.isoformat())])
     assert_judged(res)
 
     assert _found(t1) == {}
@@ -204,7 +200,8 @@ def test_a_window_rides_over_a_restart_of_the_results_database_between_its_read_
     again, and exits 0, with every row of the window state and results the quiet run's."""
     audit = audits.load(planted["path"])
     ends = [planted["T"][0].isoformat()]
-    quiet = spark_submit.run(audit=audit, window_ends=ends)
+    with spark_connect_default():  # the quiet run's rows; the restart is the checker's own, below
+        quiet = spark_submit.run(audit=audit, window_ends=ends)
     assert quiet.returncode == 0, quiet.error
     before = _snapshot()
     assert before["audit_windows"] and before["audit_sightings"]

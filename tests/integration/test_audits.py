@@ -12,7 +12,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -28,7 +27,17 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from conftest import REPO, airflow_query, airflow_xcom, assert_judged, recreate_topic, run, spark_cluster_apps
+from conftest import (
+    REPO,
+    airflow_query,
+    airflow_xcom,
+    assert_judged,
+    recreate_topic,
+    run,
+    semantics,
+    spark_cluster_apps,
+    through_spark_connect,
+)
 
 import devstack
 from delivery_semantics.audit import audits
@@ -604,9 +613,7 @@ def _variant(tmp_path: Path, edit, name: str = "variant") -> Path:
 def _audit_run(path: Path, rid: str, *more: str) -> subprocess.CompletedProcess:
     """`semantics audit run` through the stack's Spark Connect server (`spark_connect`): no JVM of its
     own to start (CI's budget), and the Connect path's stores and copies with it."""
-    cli = [sys.executable, "-m", "delivery_semantics.entry.cli", "audit", "run", str(path), "--reconciliation-id", rid]
-    cli += more
-    return run(cli, env={"AIRFLOW_CONN_SPARK_DEFAULT": os.environ["AIRFLOW_CONN_SPARK_CONNECT"]})
+    return semantics("audit", "run", str(path), "--reconciliation-id", rid, *more, timeout=600)
 
 
 def _assert_results_file(path: Path, rid: str | None, verdict: str) -> dict:
@@ -717,7 +724,7 @@ def test_a_kept_audits_dag_emits_its_topics_asset_its_lineage_and_its_metrics(or
     statsd.settimeout(0.5)
     env = {
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-        "AIRFLOW_CONN_SPARK_DEFAULT": os.environ["AIRFLOW_CONN_SPARK_CONNECT"],
+        **through_spark_connect(),
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
             {"type": "file", "log_file_path": str(lineage_file), "append": True}
         ),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from conftest import spark_connect_default
 
 from delivery_semantics.entry import spark_submit
 from delivery_semantics.history.ledger import Ledger
@@ -48,7 +49,8 @@ def consumed(input_run) -> dict:
         s = consumer_workload.start(ConsumerSpec(strategy, input_run, scenario=scenario, crashes=crashes))
         assert s.status == "completed", name
         runs[name] = query("SELECT * FROM consumer_runs WHERE consumer_run_id = %s", (s.consumer_run_id,))[0]
-    r = spark_submit.run(run_id=[run["consumer_run_id"] for run in runs.values()])
+    with spark_connect_default():
+        r = spark_submit.run(run_id=[run["consumer_run_id"] for run in runs.values()])
     assert r.returncode == 0, r.error
     out = {}
     for name, run in runs.items():

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg2
 import pytest
 from confluent_kafka import Consumer, Producer
-from conftest import REPO, assert_judged, recreate_topic, run
+from conftest import REPO, assert_judged, recreate_topic, run, semantics, spark_connect_default, through_spark_connect
 
 from delivery_semantics.audit import audits
 from delivery_semantics.entry import spark_submit
@@ -189,7 +189,7 @@ AIRFLOW = [str(REPO / ".venv" / "bin" / "airflow")]
 
 
 def _dags_test(t: datetime):
-    return run([*AIRFLOW, "dags", "test", AUDIT.dag_id, t.isoformat()], timeout=900)
+    return run([*AIRFLOW, "dags", "test", AUDIT.dag_id, t.isoformat()], timeout=900, env=through_spark_connect())
 
 
 @pytest.fixture(scope="module")
@@ -269,11 +269,7 @@ def test_five_windows_find_exactly_what_was_planted(pipeline):
     minutes = 60_000
 
     # Windows 1 to 4: one Spark application, from the command line.
-    res = run(
-        [str(REPO / "local" / "semantics"), "audit", "run", AUDIT.name]
-        + [a for t in T[1:5] for a in ("--window-end", t.isoformat())],
-        timeout=900,
-    )
+    res = semantics("audit", "run", AUDIT.name, *[a for t in T[1:5] for a in ("--window-end", t.isoformat())])
     assert_judged(res)
 
     w1 = _window(T[1])
@@ -326,7 +322,7 @@ def test_five_windows_find_exactly_what_was_planted(pipeline):
     # Window 4 holds only pending events (P's record, Q's row): the DAG's check task passes.
     # Window 5: Z is lost past the grace; the check fails and the notifier mails on-call.
     with stack_mail.catcher() as mails:
-        ok = run([*AIRFLOW, "tasks", "test", AUDIT.dag_id, "check", T[4].isoformat()], timeout=300)
+        ok = run([*AIRFLOW, "tasks", "test", AUDIT.dag_id, "check", T[4].isoformat()], 300, through_spark_connect())
         w4 = _window(T[4])
         assert _found(T[4]) == {}, ok.stdout[-3000:]
         assert (w4["pending_records"], w4["pending_outbox"], w4["open_discrepancies"]) == (1, 1, 0)
@@ -372,7 +368,8 @@ def test_five_windows_find_exactly_what_was_planted(pipeline):
     # end), the third (a late record, a consumer crash) and the fifth (a carried record resolved,
     # a loss), in one application, after the windows that followed them.
     before = _snapshot()
-    again = spark_submit.run(audit=AUDIT, window_ends=[T[1].isoformat(), T[3].isoformat(), T[5].isoformat()])
+    with spark_connect_default():
+        again = spark_submit.run(audit=AUDIT, window_ends=[T[1].isoformat(), T[3].isoformat(), T[5].isoformat()])
     assert again.returncode == 0, again.error
     assert _snapshot() == before
 

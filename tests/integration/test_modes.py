@@ -8,7 +8,7 @@ import json
 import os
 
 import jsonschema
-from conftest import REPO, airflow_xcom, run
+from conftest import REPO, airflow_xcom, run, through_spark_connect
 
 from delivery_semantics.reporting import results_file
 from delivery_semantics.reporting.report import query
@@ -34,7 +34,7 @@ load:
 
 def test_mode_file_dag_runs_its_scenario_and_its_verdict_names_the_setting(tmp_path):
     (tmp_path / "team_acks_one.yaml").write_text(ACKS_ONE)
-    env = {**os.environ, "SEMANTICS_MODES_DIR": str(tmp_path)}
+    env = {**os.environ, "SEMANTICS_MODES_DIR": str(tmp_path), **through_spark_connect()}
     conf = {"producer_settings": {"linger.ms": 10}}
     res = run(
         ["airflow", "dags", "test", "semantics_mode_team_acks_one", "-c", json.dumps(conf)], timeout=1200, env=env

@@ -12,7 +12,7 @@ from collections import Counter
 import psycopg2
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from conftest import run
+from conftest import run, spark_connect_default
 
 from delivery_semantics import catalog
 from delivery_semantics.audit import audits
@@ -105,7 +105,8 @@ def check_against_independent_reads(row: dict) -> tuple[Counter, Counter]:
 
 
 def run_pipeline(name: str, scenario: str, events: int = 3000) -> dict:
-    row = pipeline.run(pipeline.PipelineSpec(name, scenario, events))
+    with spark_connect_default():  # the pipeline's audit windows
+        row = pipeline.run(pipeline.PipelineSpec(name, scenario, events))
     print(pipeline.summary_line(row))
     return row
 

@@ -4,9 +4,6 @@ malformed input, unreachable endpoints. Real Kafka, PostgreSQL and spark-submit.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import uuid
 
@@ -15,7 +12,7 @@ import psycopg2
 import psycopg2.extras
 import pytest
 from confluent_kafka import Producer
-from conftest import assert_judged, run, spark_cluster_apps
+from conftest import assert_judged, semantics, spark_cluster_apps
 
 from delivery_semantics.entry import spark_submit
 from delivery_semantics.history.ledger import Ledger, Outcome
@@ -187,18 +184,12 @@ def _snapshot(rid: str) -> dict[str, list]:
     return out
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    """The command line through the stack's Spark Connect server: no JVM of its own to start."""
-    cli = [sys.executable, "-m", "delivery_semantics.entry.cli", *args]
-    return run(cli, timeout=900, env={"AIRFLOW_CONN_SPARK_DEFAULT": os.environ["AIRFLOW_CONN_SPARK_CONNECT"]})
-
-
 def test_planted_anomalies_are_found_with_exact_counts_and_event_ids(planted, tmp_path):
     """`reconcile --run-id` as a CI step runs it: it exits 1, the transactional promise being broken,
     and its results file says by what."""
     e, rid = planted["e"], planted["run_id"]
     output = tmp_path / "results.json"
-    res = _cli("reconcile", "--run-id", rid, "--output", str(output))
+    res = semantics("reconcile", "--run-id", rid, "--output", str(output))
     assert res.returncode == 1 and assert_judged(res), res.stderr[-3000:]
     doc = json.loads(output.read_text())
     jsonschema.validate(doc, results_file.schema())
@@ -319,7 +310,7 @@ def test_a_clean_run_is_all_zeros_and_kept_with_or_without_the_dedup_copy():
         assert row["meets_expectation"] is True
     assert _discrepancies(s.run_id) == {}
     # Again from the command line, with the copy: every promise kept, exit 0.
-    res = _cli("reconcile", "--run-id", s.run_id)
+    res = semantics("reconcile", "--run-id", s.run_id)
     assert res.returncode == 0 and assert_judged(res), res.stderr[-3000:]
     counted = ("records_read", "delivered_once", "duplicate_events", "lost_acked", "verdict", "meets_expectation")
     assert {i: [row[k] for k in counted] for i, row in _summary(s.run_id).items()} == {

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import psycopg2
 import pytest
 from confluent_kafka import Producer
-from conftest import REPO, assert_judged, recreate_topic, run
+from conftest import REPO, assert_judged, recreate_topic, run, through_spark_connect
 
 from delivery_semantics.audit import audits, schemas
 from delivery_semantics.plumbing.endpoints import database, kafka_config
@@ -115,7 +115,7 @@ def test_an_audit_of_each_format_finds_every_planted_case_by_id(name):
     malformed = set(positions)
 
     before = {r["reconciliation_id"] for r in report.query("SELECT reconciliation_id FROM v_audit_results")}
-    res = run([str(REPO / ".venv" / "bin" / "airflow"), "dags", "test", audit.dag_id], timeout=900)
+    res = run([str(REPO / ".venv" / "bin" / "airflow"), "dags", "test", audit.dag_id], 900, through_spark_connect())
     out = res.stdout + res.stderr
     rows = [
         r

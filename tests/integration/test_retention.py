@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from conftest import REPO, run
+from conftest import REPO, run, spark_connect_default
 
 from delivery_semantics.entry import spark_submit
 from delivery_semantics.plumbing import topics
@@ -96,9 +96,10 @@ def old_runs(stack_env):
     pg = load.start(load.LoadSpec(mode="at_least_once", messages=500, seed=6)).run_id
     names = {rid: query("SELECT topic FROM runs WHERE run_id = %s", (rid,))[0]["topic"] for rid in (lake, pg)}
     _copy_first_record_again(conf, names[lake])
-    r = spark_submit.run(run_id=lake, dedup_copy="lakehouse")
-    assert r.returncode == 0, r.error
-    r = spark_submit.run(run_id=pg, dedup_copy="postgres")
+    with spark_connect_default():
+        r = spark_submit.run(run_id=lake, dedup_copy="lakehouse")
+        assert r.returncode == 0, r.error
+        r = spark_submit.run(run_id=pg, dedup_copy="postgres")
     assert r.returncode == 0, r.error
     _made_30_days_ago([lake, pg])
     return {"lake": lake, "pg": pg, "topics": names, "conf": conf}

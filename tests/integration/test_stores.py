@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from confluent_kafka import Producer
-from conftest import REPO, assert_judged, recreate_topic, run
+from conftest import REPO, assert_judged, recreate_topic, run, semantics, through_spark_connect
 
 from delivery_semantics.audit import audits
 from delivery_semantics.audit.stores.mysql import MysqlStore
@@ -133,7 +133,7 @@ def planted():
 
 def test_a_mariadb_outbox_a_topic_and_a_delta_sink_audited_in_windows(planted):
     T, e = planted["T"], planted["e"]
-    res = run([str(REPO / "local" / "semantics"), "audit", "run", AUDIT.name, "--window-end", T[1].isoformat()])
+    res = semantics("audit", "run", AUDIT.name, "--window-end", T[1].isoformat())
     assert res.returncode == 1 and assert_judged(res), "the planted loss breaks the promise and the sink's"
     assert _found(T[1]) == {
         (OT, "lost_acked"): {e("L"): 0},
@@ -144,7 +144,7 @@ def test_a_mariadb_outbox_a_topic_and_a_delta_sink_audited_in_windows(planted):
     w1 = _window(T[1])
     assert (w1["outbox_due"], w1["delivered"], w1["verdict"]) == (9, 8, "broken")
 
-    failed = run([AIRFLOW, "dags", "test", AUDIT.dag_id, T[2].isoformat()], timeout=900)
+    failed = run([AIRFLOW, "dags", "test", AUDIT.dag_id, T[2].isoformat()], 900, through_spark_connect())
     out = failed.stdout + failed.stderr
     assert _found(T[2]) == {
         (OT, "late"): {e("L"): 1},

@@ -98,9 +98,12 @@ def spark_class_archive() -> Path:
 
     home = os.environ.get("JAVA_HOME")
     java = Path(home, "bin", "java") if home else Path(shutil.which("java") or "java")
+    # A JVM refuses an archive whose jars are not the very files it was made from (their times):
+    # a reinstalled pyspark, of the same version, needs an archive of its own.
+    jars = Path(pyspark.__path__[0], "jars")
     try:
         java = java.resolve(strict=True)
-        build = f"{java}:{java.stat().st_mtime_ns}:{pyspark.__version__}"
+        build = f"{java}:{java.stat().st_mtime_ns}:{pyspark.__version__}:{jars}:{jars.stat().st_mtime_ns}"
     except OSError:
         build = f"no java:{pyspark.__version__}"
     key = hashlib.sha256(build.encode()).hexdigest()[:16]
