@@ -251,6 +251,15 @@ FROM pipeline_runs
 WHERE status = 'reconciled'
 ORDER BY pipeline, scenario, created_at DESC;
 
+-- v_rule_calibration
+-- Each rule's newest proof that made or read a run: the finding, the run, the count it saw, when.
+CREATE OR REPLACE VIEW v_rule_calibration AS
+SELECT DISTINCT ON (p.rule) p.rule, p.family, p.predicted, p.subject, p.client, p.given, p.scenario, p.run_id,
+       p.isolation, p.observed, p.confirmed, p.made_at
+FROM proofs p
+WHERE p.observed IS NOT NULL
+ORDER BY p.rule, p.made_at DESC, p.proof_id DESC;
+
 -- v_latest_proofs (last changed by V035__proofs.sql)
 -- The newest proof of each subject and its given settings, one row a finding.
 CREATE OR REPLACE VIEW v_latest_proofs AS

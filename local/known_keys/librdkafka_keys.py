@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -43,6 +44,16 @@ def keys() -> dict[str, list[str]]:
             if cells[1] in (mark, "*"):
                 out[family].add(cells[0])
     return {family: sorted(names) for family, names in out.items()}
+
+
+def aliases() -> dict[str, str]:
+    """Each alias the table names ("Alias for `request.required.acks`"), to the property it sets."""
+    out = {}
+    for line in table_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) >= 6 and (found := re.search(r"Alias for `([^`]+)`", cells[5])):
+            out[cells[0]] = found[1]
+    return dict(sorted(out.items()))
 
 
 def version() -> str:

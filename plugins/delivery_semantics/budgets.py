@@ -135,6 +135,20 @@ _PRESETS = {
 }
 
 
+def _gaps(schedule: str, where: str) -> list[timedelta]:
+    """The intervals between a cron expression's next 64 firings."""
+    try:
+        from croniter import croniter
+
+        it = croniter(schedule, datetime(2026, 1, 1, tzinfo=UTC))
+        fires = [it.get_next(datetime) for _ in range(64)]
+    except Exception as e:  # croniter's own errors, and the ones it lets through from the datetime module
+        raise BudgetError(
+            f"{where}: schedule: {schedule!r} is not a cron expression or a preset ({type(e).__name__})"
+        ) from None
+    return [b - a for a, b in itertools.pairwise(fires)]
+
+
 def check_schedule(schedule: str | None, where: str) -> None:
     """A file's schedule runs its DAG no more often than the operator's minimum interval:
     `@continuous` and cron expressions that fire sooner are refused."""
@@ -145,21 +159,29 @@ def check_schedule(schedule: str | None, where: str) -> None:
         raise BudgetError(f"{where}: schedule: @continuous runs without pause; give an interval of {least} or more")
     if schedule in _PRESETS:
         return
-    try:
-        from croniter import croniter
-
-        it = croniter(schedule, datetime(2026, 1, 1, tzinfo=UTC))
-        fires = [it.get_next(datetime) for _ in range(64)]
-    except Exception as e:  # croniter's own errors, and the ones it lets through from the datetime module
-        raise BudgetError(
-            f"{where}: schedule: {schedule!r} is not a cron expression or a preset ({type(e).__name__})"
-        ) from None
-    gap = min((b - a for a, b in itertools.pairwise(fires)), default=least)
+    gap = min(_gaps(schedule, where), default=least)
     if gap < least:
         raise BudgetError(
             f"{where}: schedule: {schedule!r} runs every {gap}; the shortest interval allowed is {least} "
             "(SEMANTICS_MIN_SCHEDULE_MINUTES)"
         )
+
+
+def longest_interval(schedule: str | None) -> timedelta | None:
+    """The longest time between two runs of a (checked) schedule: a continuous audit's longest
+    window. None for a DAG that is only triggered."""
+    if schedule is None or schedule == "@continuous":
+        return None
+    if schedule in _LONGEST:
+        return _LONGEST[schedule]
+    if schedule in _PRESETS:
+        return _PRESETS[schedule]
+    return max(_gaps(schedule, "schedule"), default=None)
+
+
+# The presets whose intervals vary: their longest (_PRESETS holds their shortest).
+_LONGEST = {"@monthly": timedelta(days=31), "@quarterly": timedelta(days=92), "@yearly": timedelta(days=366)}
+_LONGEST["@annually"] = _LONGEST["@yearly"]
 
 
 # --------------------------------------------------------------------------- tasks and DAG runs

@@ -3,9 +3,12 @@ with the guarantee it takes away, the fault that exposes it and the anomaly kind
 then report. A second, independent account of the semantics beside the checker: `predict` reads a
 configuration and says what each setting breaks before any load, and a run proves it or not.
 
-Settings come by family (producer, topic, broker, consumer, connector), under their clients' own
-key names. A family that is not given is not judged; within a given family, a key not given takes
-its client's default (DEFAULTS). Keys under `app.` say what the application does around the client
+Settings come by family (producer, topic, broker, consumer, connector, and the cluster's feature
+levels), under their clients' own key names. A family that is not given is not judged; within a
+given family, a key not given takes its client's or Kafka's default (DEFAULTS), and a topic's key not
+set on the topic takes the broker's (the effective value, as Kafka resolves it). Each value read
+says where it came from: set, topic, broker default, Kafka default or client default, or the
+source a live cluster reported. Keys under `app.` say what the application does around the client
 (`app.commit`: when a consumer commits; `app.dedup`: whether it skips what it applied;
 `app.processing.ms`: how long it works on a poll), which no client setting can say.
 
@@ -15,24 +18,34 @@ Pure Python over the catalog: no client, no Spark; the rules run in milliseconds
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from delivery_semantics import catalog, modes
 
-FAMILIES = ("producer", "topic", "broker", "consumer", "connector")
+FAMILIES = ("producer", "topic", "broker", "consumer", "connector", "cluster")
 # The catalog's guarantees, and `delivery`: every event sent arrives, acked or not.
 GUARANTEES = (*catalog.GUARANTEES, "delivery", "no_reordering")
 
-# A leader's loss takes this long to fail over here (a broker's session timeout, then an
-# election): a send that must land sooner fails instead.
-FAILOVER_MS = 30_000
+# A killed leader is fenced once its broker's session times out (broker.session.timeout.ms, Kafka's
+# default 9 s; the local stack's 6 s), then a leader is elected and the clients refresh their
+# metadata: this much more. A send that must land sooner fails instead.
+ELECTION_MS = 3_000
 # The longest stall of a fault scenario (isolated_leader's paused followers, lost_ack's 15 s).
 LONGEST_STALL_MS = 22_000
 
 DEFAULTS: dict[str, dict[str, str]] = {
     # The producer's client is librdkafka unless `client` says java (catalog.CLIENT_DEFAULTS).
-    "topic": {"min.insync.replicas": "1", "replication.factor": "3", "unclean.leader.election.enable": "false"},
-    "broker": {"unclean.leader.election.enable": "false", "min.insync.replicas": "1"},
+    # A topic's min.insync.replicas, unclean election, retention and cleanup policy are its broker's
+    # unless set on it (_effective); the broker's keys default to Kafka's.
+    "topic": {"replication.factor": "3"},
+    "broker": {
+        "unclean.leader.election.enable": "false",
+        "min.insync.replicas": "1",
+        "broker.session.timeout.ms": "9000",
+        "log.retention.hours": "168",
+        "log.retention.bytes": "-1",
+        "log.cleanup.policy": "delete",
+    },
     "consumer": {
         "enable.auto.commit": "true",
         "auto.offset.reset": "latest",
@@ -42,6 +55,14 @@ DEFAULTS: dict[str, dict[str, str]] = {
         "app.dedup": "false",
     },
     "connector": {"errors.tolerance": "none", "exactly.once.source.support": "disabled", "insert.mode": "insert"},
+    "cluster": {},
+}
+# A topic's keys that fall back to its broker's when not set on it, by their broker names.
+BROKER_FALLBACK = {
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "cleanup.policy": "log.cleanup.policy",
+    "retention.bytes": "log.retention.bytes",
 }
 
 KAFKA_DOCS = "https://kafka.apache.org/documentation/"
@@ -64,10 +85,13 @@ class Rule:
 @dataclass(frozen=True)
 class Prediction:
     rule: Rule
-    settings: dict[str, str]  # what the rule read, as given or defaulted
+    settings: dict[str, str]  # what the rule read, as given or defaulted: its effective values
+    sources: dict[str, str] = field(default_factory=dict)  # where each came from (set, topic, broker default...)
 
     def line(self) -> str:
-        said = ", ".join(f"{k}={v}" for k, v in self.settings.items())
+        said = ", ".join(
+            f"{k}={v}" + (f" ({self.sources[k]})" if self.sources.get(k) else "") for k, v in self.settings.items()
+        )
         return (
             f"{self.rule.name}: {said} breaks {self.rule.guarantee}; under {' or '.join(self.rule.scenarios)} "
             f"expect {self.rule.kind}: {self.rule.reason}"
@@ -99,16 +123,43 @@ def _delivery_timeout(view) -> int:
     return _int(p.get("delivery.timeout.ms") or p.get("message.timeout.ms"), 120_000)
 
 
+def _effective(view, key: str, default: str) -> str:
+    """A topic's key as Kafka resolves it: set on the topic, else its broker's, else Kafka's default."""
+    topic, broker = view.get("topic") or {}, view.get("broker") or {}
+    value = topic.get(key)
+    if value in (None, "") and key in BROKER_FALLBACK:
+        value = broker.get(BROKER_FALLBACK[key])
+    return default if value in (None, "") else str(value)
+
+
 def _min_isr(view) -> int:
-    topic = view.get("topic") or {}
-    broker = view.get("broker") or {}
-    return _int(topic.get("min.insync.replicas") or broker.get("min.insync.replicas"), 1)
+    return _int(_effective(view, "min.insync.replicas", "1"), 1)
 
 
 def _unclean(view) -> bool:
+    return _true(_effective(view, "unclean.leader.election.enable", "false"))
+
+
+def _retention_ms(view) -> int:
+    """The topic's time retention: retention.ms, else its broker's log.retention.ms, .minutes or
+    .hours (the first given of them wins, as in Kafka); -1 for none."""
     topic, broker = view.get("topic") or {}, view.get("broker") or {}
-    value = topic.get("unclean.leader.election.enable") or broker.get("unclean.leader.election.enable")
-    return _true(value)
+    if topic.get("retention.ms") not in (None, ""):
+        return _int(topic["retention.ms"], -1)
+    for key, unit in (("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)):
+        if broker.get(key) not in (None, ""):
+            value = _int(broker[key], -1)
+            return -1 if value < 0 else value * unit
+    return 168 * 3_600_000
+
+
+def _failover_ms(view) -> int:
+    broker = view.get("broker") or {}
+    return _int(broker.get("broker.session.timeout.ms"), 9_000) + ELECTION_MS
+
+
+def _audit_window_ms(view) -> int:
+    return _int((view.get("topic") or {}).get("app.audit.window.ms"), 0)
 
 
 def _acked_by_one_copy(view) -> bool:
@@ -118,9 +169,20 @@ def _acked_by_one_copy(view) -> bool:
 
 
 def _retention_short(view) -> bool:
-    retention = _int((view.get("topic") or {}).get("retention.ms"), -1)
-    window = _int((view.get("topic") or {}).get("app.audit.window.ms"), 0)
+    retention, window = _retention_ms(view), _audit_window_ms(view)
     return retention >= 0 and window > 0 and retention < window
+
+
+def _compacted(view) -> bool:
+    return "compact" in _effective(view, "cleanup.policy", "delete").lower()
+
+
+def _retention_by_size(view) -> bool:
+    return _int(_effective(view, "retention.bytes", "-1"), -1) >= 0 and _audit_window_ms(view) > 0
+
+
+def _java(view) -> bool:
+    return view.get("client") == "java"
 
 
 RULES: tuple[Rule, ...] = (
@@ -130,7 +192,7 @@ RULES: tuple[Rule, ...] = (
         "producer",
         ("producer.acks",),
         "lost_unacked",
-        ("leader_kill", "partitioned_leader"),
+        ("leader_kill", "partitioned_leader", "isolated_leader", "rolling_restart"),
         "delivery",
         "nothing waits for the leader: what its socket held when it died is gone, and no one knows",
         KAFKA_DOCS + "#producerconfigs_acks",
@@ -195,14 +257,27 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "delivery_timeout_shorter_than_failover",
         "producer",
-        ("producer.delivery.timeout.ms", "producer.message.timeout.ms"),
+        ("producer.delivery.timeout.ms", "producer.message.timeout.ms", "broker.broker.session.timeout.ms"),
         "lost_unacked",
-        ("leader_kill",),
+        ("leader_kill", "partitioned_leader"),
         "delivery",
-        f"a send must land within the timeout, and a leader's failover takes about {FAILOVER_MS // 1000} s: "
-        "it fails, and an application that drops failures loses it",
+        f"a send must land within the timeout, and a lost leader is replaced only after its broker's session "
+        f"times out and an election (about {ELECTION_MS // 1000} s more): it fails, and an application that "
+        "drops failures loses it",
         KAFKA_DOCS + "#producerconfigs_delivery.timeout.ms",
-        lambda v: _delivery_timeout(v) < FAILOVER_MS,
+        lambda v: _delivery_timeout(v) < _failover_ms(v),
+    ),
+    Rule(
+        "retries_zero",
+        "producer",
+        ("producer.retries", "producer.acks"),
+        "lost_unacked",
+        ("leader_kill", "rolling_restart"),
+        "delivery",
+        "a send refused as its leader moves (NOT_LEADER, a closed connection) is not tried again: the "
+        "application gets the error, and one that drops it loses the event",
+        KAFKA_DOCS + "#producerconfigs_retries",
+        lambda v: _int(v["producer"].get("retries"), 1) == 0 and _acks(v) != "0",
     ),
     Rule(
         "idempotence_across_restarts",
@@ -265,7 +340,11 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "unclean_leader_election",
         "topic",
-        ("topic.unclean.leader.election.enable", "broker.unclean.leader.election.enable"),
+        (
+            "topic.unclean.leader.election.enable",
+            "broker.unclean.leader.election.enable",
+            "cluster.eligible.leader.replicas.version",
+        ),
         "lost_acked",
         ("shrunk_isr_leader_kill",),
         "no_acked_loss",
@@ -289,13 +368,37 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "retention_shorter_than_the_audit",
         "topic",
-        ("topic.retention.ms", "topic.app.audit.window.ms"),
+        ("topic.retention.ms", "broker.log.retention.ms", "broker.log.retention.hours", "topic.app.audit.window.ms"),
         "lost_acked",
         ("none",),
         "no_acked_loss",
         "records are deleted before the audit's window and grace have read them",
         KAFKA_DOCS + "#topicconfigs_retention.ms",
         _retention_short,
+    ),
+    Rule(
+        "retention_by_size",
+        "topic",
+        ("topic.retention.bytes", "broker.log.retention.bytes", "topic.app.audit.window.ms"),
+        "lost_acked",
+        ("none",),
+        "no_acked_loss",
+        "a partition's oldest segments are deleted once it holds more bytes than this, however young they are: "
+        "a burst can delete records before the audit's window has read them",
+        KAFKA_DOCS + "#topicconfigs_retention.bytes",
+        _retention_by_size,
+    ),
+    Rule(
+        "compacted_topic",
+        "topic",
+        ("topic.cleanup.policy", "broker.log.cleanup.policy"),
+        "lost_acked",
+        ("none",),
+        "no_acked_loss",
+        "compaction keeps only the newest record of each key: the older events of a key are deleted, and a "
+        "reader that comes after the cleaner finds them missing",
+        KAFKA_DOCS + "#topicconfigs_cleanup.policy",
+        _compacted,
     ),
     Rule(
         "broker_unclean_leader_election",
@@ -316,14 +419,21 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "auto_commit",
         "consumer",
-        ("consumer.enable.auto.commit",),
+        ("consumer.enable.auto.commit", "consumer.enable.auto.offset.store"),
         "lost",
         ("consumer_crash",),
         "delivery",
-        "offsets are committed on a timer, whatever was processed: a crash after a commit loses the records "
-        "polled but not yet processed",
+        "librdkafka commits the stored offsets on a timer, and stores each record's as poll() returns it, "
+        "whatever was processed: a crash after a commit loses the records polled but not yet processed (Java's "
+        "consumer commits inside poll() what the previous poll returned, and enable.auto.offset.store=false "
+        "stores only what the application stores: neither loses in a loop that processes before it polls)",
         KAFKA_DOCS + "#consumerconfigs_enable.auto.commit",
-        lambda v: _true(v["consumer"].get("enable.auto.commit")) and v["consumer"].get("app.commit") != "transactional",
+        lambda v: (
+            _true(v["consumer"].get("enable.auto.commit"))
+            and v["consumer"].get("app.commit") != "transactional"
+            and not _java(v)
+            and _true(v["consumer"].get("enable.auto.offset.store", "true"))
+        ),
     ),
     Rule(
         "commit_before_process",
@@ -352,7 +462,7 @@ RULES: tuple[Rule, ...] = (
         "consumer",
         ("consumer.auto.offset.reset",),
         "lost",
-        ("consumer_crash",),
+        ("none", "consumer_crash"),
         "delivery",
         "a new group, or one whose offsets expired, starts at the end: what was written before is never read",
         KAFKA_DOCS + "#consumerconfigs_auto.offset.reset",
@@ -394,11 +504,11 @@ RULES: tuple[Rule, ...] = (
         "lost",
         ("poison_records",),
         "delivery",
-        "a record that fails conversion is skipped, and with no dead-letter queue nothing keeps it",
+        "a record that fails conversion is skipped; a sink's dead-letter queue keeps it, and a source has none",
         KAFKA_DOCS + "#sinkconnectorconfigs_errors.tolerance",
         lambda v: (
             v["connector"].get("errors.tolerance") == "all"
-            and not v["connector"].get("errors.deadletterqueue.topic.name")
+            and (_source(v) or not v["connector"].get("errors.deadletterqueue.topic.name"))
         ),
     ),
     Rule(
@@ -415,7 +525,7 @@ RULES: tuple[Rule, ...] = (
             # A connector that requires exactly-once support runs only on a worker that gives it.
             v["connector"].get("exactly.once.source.support") != "enabled"
             and v["connector"].get("exactly.once.support") != "required"
-            and ("connector.class" not in v["connector"] or _source(v))
+            and _source(v)
         ),
     ),
     Rule(
@@ -425,9 +535,26 @@ RULES: tuple[Rule, ...] = (
         "duplicate",
         ("sink_worker_kill",),
         "no_duplicates",
-        "a sink redelivers what it had not committed when its worker died; insert writes it again, upsert would not",
+        "a sink redelivers what it had not committed when its worker died; insert writes it again, upsert would "
+        "not (with a primary key from the record, insert fails the task on the redelivered row instead)",
         DEBEZIUM_JDBC + "#jdbc-property-insert-mode",
-        lambda v: _jdbc_sink(v) and v["connector"].get("insert.mode") == "insert",
+        lambda v: _jdbc_sink(v) and v["connector"].get("insert.mode") == "insert" and not _keyed_by_record(v),
+    ),
+    Rule(
+        "jdbc_sink_keyed_by_kafka_coordinates",
+        "connector",
+        ("connector.insert.mode", "connector.primary.key.mode", "connector.pk.mode"),
+        "duplicate",
+        ("connect_worker_kill",),
+        "no_duplicates",
+        "upsert keyed by the record's topic, partition and offset: a redelivery lands on its own row, but an event "
+        "its source sent twice has two offsets, so two rows",
+        DEBEZIUM_JDBC + "#jdbc-property-primary-key-mode",
+        lambda v: (
+            _jdbc_sink(v)
+            and v["connector"].get("insert.mode") in ("upsert", "update")
+            and _primary_key_mode(v) == "kafka"
+        ),
     ),
     Rule(
         "producer_override_weakens_acks",
@@ -454,6 +581,8 @@ RULES: tuple[Rule, ...] = (
 )
 
 RULES_BY_NAME = {r.name: r for r in RULES}
+# Every "family.key" a rule reads.
+READS = frozenset(ref for r in RULES for ref in r.reads)
 # What is read of a live connector's configuration: what the connector rules read, and its class.
 CONNECTOR_KEYS = frozenset(
     {"connector.class", *(ref.split(".", 1)[1] for r in RULES for ref in r.reads if ref.startswith("connector."))}
@@ -470,39 +599,77 @@ def _jdbc_sink(view) -> bool:
     return "jdbc" in cls and "sink" in cls
 
 
+def _primary_key_mode(view) -> str:
+    """A JDBC sink's key: Debezium's primary.key.mode, or Confluent's pk.mode (none by default)."""
+    c = view["connector"]
+    return str(c.get("primary.key.mode") or c.get("pk.mode") or "none").lower()
+
+
+def _keyed_by_record(view) -> bool:
+    return _primary_key_mode(view) in ("record_key", "record_value", "record_header")
+
+
 class RuleError(ValueError):
     """Bad input to predict: one line, exit 2."""
 
 
 def view_of(given: Mapping[str, Mapping[str, object]], client: str = catalog.DEFAULT_CLIENT) -> dict:
-    """The settings by family, each given family filled with its defaults; the others None."""
+    """The settings by family, each given family filled with its defaults; the others None. The
+    client (librdkafka or java) under `client`: where the two differ, a rule asks."""
     unknown = set(given) - set(FAMILIES)
     if unknown:
         raise RuleError(f"unknown settings family {sorted(unknown)[0]!r}: use {', '.join(FAMILIES)}")
     if client not in catalog.CLIENTS:
         raise RuleError(f"unknown client {client!r}: choose from {', '.join(catalog.CLIENTS)}")
-    view: dict[str, dict | None] = dict.fromkeys(FAMILIES)
+    connector = given.get("connector")
+    if connector is not None and not connector.get("connector.class"):
+        # A source and a sink break different guarantees: neither is assumed.
+        raise RuleError("connector.class is needed: it tells a source connector from a sink")
+    view: dict = dict.fromkeys(FAMILIES)
     for family, settings in given.items():
         base = catalog.CLIENT_DEFAULTS[client] if family == "producer" else DEFAULTS.get(family, {})
         view[family] = {**base, **{str(k): str(v) for k, v in settings.items()}}
+    view["client"] = client
     return view
 
 
-def predict(given: Mapping[str, Mapping[str, object]], client: str = catalog.DEFAULT_CLIENT) -> list[Prediction]:
-    """Each rule whose family was given and whose settings are there, with what it read."""
+def _origin(ref: str, view: dict, given: Mapping, sources: Mapping[str, str]) -> str:
+    """Where a value read came from: what a live cluster said, set by the user, or a default."""
+    family, key = ref.split(".", 1)
+    if ref in sources:
+        return sources[ref]
+    if key in (given.get(family) or {}):
+        return "set"
+    if family == "topic" and key in BROKER_FALLBACK and key not in (view.get("topic") or {}):
+        return _origin(f"broker.{BROKER_FALLBACK[key]}", view, given, sources)
+    if family in ("producer", "consumer") and not key.startswith("app."):
+        return f"{view['client']} default"
+    return "Kafka default" if family in ("topic", "broker", "connector") else "default"
+
+
+def predict(
+    given: Mapping[str, Mapping[str, object]],
+    client: str = catalog.DEFAULT_CLIENT,
+    sources: Mapping[str, str] | None = None,
+) -> list[Prediction]:
+    """Each rule whose family was given and whose settings are there, with the effective values it
+    read and where each came from (`sources`: "family.key" -> what a live cluster reported)."""
     view = view_of(given, client)
     out = []
     for rule in RULES:
         if view.get(rule.family) is None:
             continue
         if rule.applies(view):
-            read = {}
+            read, where = {}, {}
             for ref in rule.reads:
                 family, key = ref.split(".", 1)
                 value = (view.get(family) or {}).get(key)
+                if family == "topic" and key in BROKER_FALLBACK:
+                    value = _effective(view, key, "") or None
                 if value not in (None, ""):
                     read[ref] = value
-            out.append(Prediction(rule, read))
+                    where[ref] = _origin(ref, view, given, sources or {})
+            out.append(Prediction(rule, read, where))
     return out
 
 

@@ -10,7 +10,7 @@ import json
 import pytest
 from conftest import REPO, run
 
-from delivery_semantics import catalog
+from delivery_semantics import catalog, rules
 from delivery_semantics.reporting import report
 
 pytestmark = [pytest.mark.timeout(2400), pytest.mark.serial]
@@ -106,6 +106,13 @@ def test_a_proof_of_each_family_reads_the_runs_the_suite_already_judged(runs_the
     assert {"rule": "source_without_exactly_once", "confirmed": True, "reused": True} in kept
     text = run([SEMANTICS, "report", "--proofs"], timeout=120)
     assert text.returncode == 0 and "source_without_exactly_once" in text.stdout, text.stderr
+    # The calibration table: each rule beside its newest proof that ran, these runs among them.
+    table = run([SEMANTICS, "report", "--calibration"], timeout=120)
+    assert table.returncode == 0, table.stderr
+    lines = {ln.split("|")[1].strip(" `"): ln for ln in table.stdout.splitlines()[2:]}
+    assert set(lines) == {r.name for r in rules.RULES}, "every rule, proven or not"
+    assert f"`{source['run_id']}` | {source['observed']} | yes |" in lines["source_without_exactly_once"]
+    assert "not proven yet" in lines["max_poll_interval_shorter_than_processing"]
 
 
 @pytest.mark.slow  # five runs under faults, two inputs and one Spark application: about nine minutes
@@ -198,6 +205,46 @@ def test_a_sink_that_tolerates_errors_without_a_dead_letter_queue_is_proved_by_r
         (p["audit"],),
     )
     assert unexpected["n"] == POISON_RECORDS, "in the topic with no outbox row: the other writer's"
+
+
+def test_predict_on_the_live_cluster_names_the_brokers_settings_and_the_feature_levels_it_used():
+    """`predict --kafka --topic`: the broker's configuration and the cluster's finalized features,
+    read live, each value with where the cluster says it comes from; a topic's own setting named as
+    the topic's, and a finding computed from them (the failover from the broker's session timeout)."""
+    import uuid
+
+    from confluent_kafka.admin import NewTopic
+
+    from delivery_semantics.plumbing import topics
+    from delivery_semantics.plumbing.endpoints import kafka_config
+
+    conf = kafka_config()
+    topic = f"semantics-predict-{uuid.uuid4().hex[:6]}"
+    admin = topics.admin_client(conf)
+    made = NewTopic(topic, num_partitions=1, replication_factor=3, config={"cleanup.policy": "compact"})
+    admin.create_topics([made])[topic].result(timeout=30)
+    try:
+        given = ["--kafka", "kafka_default", "--topic", topic, "--set", "producer.delivery.timeout.ms=7000"]
+        res = run([SEMANTICS, "predict", *given, "--json"], timeout=120)
+    finally:
+        topics.delete_topic(conf, topic)
+    assert res.returncode == 0, res.stderr
+    found = {r["rule"]: r for r in map(json.loads, res.stdout.splitlines())}
+    compacted = found["compacted_topic"]
+    assert compacted["settings"]["topic.cleanup.policy"] == "compact"
+    assert compacted["sources"]["topic.cleanup.policy"] == "topic"
+    timeout = found["delivery_timeout_shorter_than_failover"]
+    # The local stack fences a broker after 6 s (server.properties): 7 s cannot outlast a failover.
+    assert timeout["settings"]["broker.broker.session.timeout.ms"] == "6000"
+    assert timeout["sources"] == {
+        "producer.delivery.timeout.ms": "set",
+        "broker.broker.session.timeout.ms": "broker default",
+    }
+    [facts] = [ln for ln in res.stderr.splitlines() if ln.startswith("predict: read from the cluster: ")]
+    assert "broker.min.insync.replicas=2 (broker default, dynamic)" in facts, facts
+    assert "broker.unclean.leader.election.enable=false (broker default)" in facts, facts
+    assert "cluster.eligible.leader.replicas.version=1 (cluster feature)" in facts, facts
+    assert "cluster.metadata.version=" in facts and "cluster.transaction.version=2" in facts, facts
 
 
 def test_predict_reads_a_running_connectors_settings_and_shows_none_of_its_secrets():

@@ -26,6 +26,7 @@ def test_the_keys_are_the_pinned_librdkafkas_and_kafkas():
     }, "a pin moved: run local/known_keys/generate"
     data = json.loads((REPO / "plugins/delivery_semantics/clients/known_keys.json").read_text())
     assert data["librdkafka_keys"] == librdkafka_keys.keys()
+    assert data["librdkafka_aliases"] == librdkafka_keys.aliases()
     java = json.loads(
         subprocess.run(
             ["java", "-cp", str(REPO / ".cache/kafka/lib/*"), str(REPO / "local/known_keys/KafkaKeys.java")],
@@ -36,6 +37,7 @@ def test_the_keys_are_the_pinned_librdkafkas_and_kafkas():
         ).stdout
     )
     assert data["java_keys"] == {"producer": java["producer"], "consumer": java["consumer"]}
+    assert data["java_types"] == {"producer": java["producer_types"], "consumer": java["consumer_types"]}
     assert (data["topic"], data["broker"]) == (java["topic"], java["broker"])
 
 
@@ -61,12 +63,20 @@ def test_the_keys_are_the_pinned_librdkafkas_and_kafkas():
         ),
         (["--set", "consumer.enable.auto.comit=true"], "did you mean consumer.enable.auto.commit?"),
         (["--set", "consumer.app.comit=before_process"], "did you mean consumer.app.commit?"),
+        (
+            ["--set", "cluster.eligible.leader.replica.version=1"],
+            "--set cluster.eligible.leader.replica.version is not a Kafka feature; did you mean "
+            "cluster.eligible.leader.replicas.version?",
+        ),
     ],
 )
 def test_an_unknown_key_is_refused_with_the_nearest_known_one(argv, message, capsys):
     assert cli.main(["predict", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("predict: ") and message in err and err.count("\n") == 1, err
+
+
+SINK = "io.debezium.connector.jdbc.JdbcSinkConnector"
 
 
 @pytest.mark.parametrize(
@@ -78,8 +88,70 @@ def test_an_unknown_key_is_refused_with_the_nearest_known_one(argv, message, cap
         ["--set", "topic.min.insync.replicas=1"],
         ["--set", "broker.log.retention.hours=1"],
         ["--set", "consumer.app.commit=before_process", "--set", "consumer.enable.auto.commit=false"],
-        ["--set", "connector.insert.mode=upsert"],  # a connector's keys are its plugin's: not one list
+        # a connector's keys are its plugin's: not one list
+        ["--set", f"connector.connector.class={SINK}", "--set", "connector.insert.mode=upsert"],
+        ["--set", "cluster.eligible.leader.replicas.version=1"],
     ],
 )
 def test_a_known_key_is_read(argv, capsys):
     assert cli.main(["predict", *argv]) in (0, 1), capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--set", "producer.acks=al"], 'librdkafka refuses it: Invalid value for configuration property "request.'),
+        (["--set", "producer.enable.idempotence=yes"], "librdkafka refuses it: Expected bool value"),
+        (["--set", "producer.retries=-1"], "outside allowed range 0..2147483647"),
+        (["--set", "consumer.max.poll.interval.ms=0"], "outside allowed range 1..86400000"),
+        (["--set", "consumer.isolation.level=read_commited"], 'Invalid value "read_commited"'),
+        (["--client", "java", "--set", "producer.acks=ALL"], "java refuses it: String must be one of: all, -1, 0, 1"),
+        (["--client", "java", "--set", "producer.enable.idempotence=yes"], "true or false"),
+        (["--client", "java", "--set", "producer.max.in.flight.requests.per.connection=0"], "Value must be in [1,...]"),
+        (["--client", "java", "--set", "consumer.max.poll.interval.ms=5m"], "a 32-bit integer"),
+    ],
+)
+def test_a_value_its_client_would_refuse_is_refused_in_the_clients_words(argv, message, capsys):
+    assert cli.main(["predict", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("predict: --set ") and message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    "argv, rule, read",
+    [
+        # librdkafka's aliases set the same property: the rules read it under the Java client's name.
+        (["--set", "producer.request.required.acks=1"], "acks_one", {"producer.acks": "1"}),
+        (["--set", "producer.message.timeout.ms=5000"], "delivery_timeout_shorter_than_failover", None),
+        (["--set", "producer.message.send.max.retries=0"], "retries_zero", {"producer.retries": "0"}),
+        (
+            ["--set", "consumer.auto.offset.reset=end"],
+            "auto_offset_reset_latest",
+            {"consumer.auto.offset.reset": "latest"},
+        ),
+        (["--set", "producer.enable.idempotence=TRUE"], "idempotence_across_restarts", None),
+        (["--client", "java", "--set", "producer.acks= 1 "], "acks_one", {"producer.acks": "1"}),
+    ],
+)
+def test_an_alias_or_a_spelling_the_client_takes_is_read_as_the_client_reads_it(argv, rule, read, capsys):
+    assert cli.main(["predict", "--json", *argv]) in (0, 1)
+    found = {r["rule"]: r["settings"] for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert rule in found, found
+    if read:
+        assert read.items() <= found[rule].items(), found[rule]
+
+
+def test_a_key_no_rule_reads_never_reaches_librdkafka(monkeypatch):
+    """Only the keys the rules read are handed to librdkafka's parser: a key that loads a library
+    when set (plugin.library.paths) is taken as given, never set anywhere."""
+    from delivery_semantics.clients import librdkafka_conf
+
+    def refuse(*_):
+        raise AssertionError("reached librdkafka")
+
+    monkeypatch.setattr(librdkafka_conf, "parse", refuse)
+    read = frozenset({"producer.acks"})
+    assert known_keys.setting("producer", "plugin.library.paths", "/tmp/x.so", "librdkafka", read) == (
+        "plugin.library.paths",
+        "/tmp/x.so",
+    )

@@ -6,13 +6,13 @@ stores and its schemas, which it uses."""
 from __future__ import annotations
 
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from delivery_semantics import rules
+from delivery_semantics import budgets, rules
 from delivery_semantics.audit import AuditError, schemas, stores
 from delivery_semantics.audit.audits import Audit, check_notifier, check_notifier_connection, check_window_order, load
-from delivery_semantics.plumbing import endpoints, topics
+from delivery_semantics.plumbing import endpoints, kafka_features, topics
 
 
 def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Audit:
@@ -54,17 +54,36 @@ def preflight(audit: Audit | str | Path, window_ends: list[datetime] = ()) -> Au
     return audit
 
 
-def given_settings(audit: Audit, kafka_conf: dict) -> dict[str, dict]:
-    """What the rule catalog reads of an audit: its topic's and a broker's configuration, as the
-    cluster reports them, with the audit's window and whether its topic is transactional."""
-    topic_conf, broker_conf = topics.configurations(kafka_conf, audit.topic)
+def cluster_settings(kafka_conf: dict, topic: str | None = None) -> tuple[dict[str, dict], dict[str, str]]:
+    """What the rule catalog reads of a live cluster: a broker's configuration, the cluster's
+    finalized feature levels (where its listener lets them be read), and with `topic` the topic's
+    configuration; with where each value came from ("family.key" -> source)."""
+    described = topics.described_configurations(kafka_conf, topic)
+    given = {family: {k: v for k, (v, _) in conf.items()} for family, conf in described.items()}
+    sources = {f"{family}.{k}": where for family, conf in described.items() for k, (_, where) in conf.items()}
+    features = kafka_features.finalized_features(kafka_conf)
+    if features is not None:
+        given["cluster"] = {name: str(level) for name, level in features.items()}
+        sources |= {f"cluster.{name}": "cluster feature" for name in features}
+    return given, sources
+
+
+def given_settings(audit: Audit, kafka_conf: dict) -> tuple[dict[str, dict], dict[str, str]]:
+    """What the rule catalog reads of an audit: its topic's and a broker's configuration and the
+    cluster's features (cluster_settings), with the time its records must stay: a continuous
+    audit's longest window and its grace, and whether its topic is transactional."""
+    given, sources = cluster_settings(kafka_conf, audit.topic)
     if audit.windowed:
-        topic_conf["app.audit.window.ms"] = str(int(audit.grace.total_seconds() * 1000))
+        window = (budgets.longest_interval(audit.schedule) or timedelta(0)) + audit.grace
+        given["topic"]["app.audit.window.ms"] = str(int(window.total_seconds() * 1000))
+        sources["topic.app.audit.window.ms"] = "the audit's longest window and its grace"
     if audit.transactional:
-        topic_conf["app.transactional"] = "true"
-    return {"topic": topic_conf, "broker": broker_conf}
+        given["topic"]["app.transactional"] = "true"
+        sources["topic.app.transactional"] = "the audit"
+    return given, sources
 
 
 def predictions(audit: Audit, kafka_conf: dict) -> list:
     """The rule catalog's findings on the audit's topic and brokers (rules.predict)."""
-    return rules.predict(given_settings(audit, kafka_conf))
+    given, sources = given_settings(audit, kafka_conf)
+    return rules.predict(given, sources=sources)

@@ -634,6 +634,13 @@ def _predict_parser(sub) -> None:
     )
     ap.add_argument("--connect", default="kafka_connect", help="with --connector: its Connect cluster's connection id")
     ap.add_argument(
+        "--kafka",
+        metavar="CONN_ID",
+        help="a Kafka connection: its brokers' configuration and the cluster's feature levels, read live (each "
+        "value printed with where it came from); with --topic, that topic's configuration too",
+    )
+    ap.add_argument("--topic", help="with --kafka: the topic whose configuration to read")
+    ap.add_argument(
         "--set",
         action="append",
         default=[],
@@ -654,7 +661,10 @@ def _predict(args) -> int:
 
     try:
         given: dict[str, dict] = {}
+        sources: dict[str, str] = {}
         client = args.client
+        if args.topic and not args.kafka:
+            raise rules.RuleError("--topic is read through a Kafka connection: give --kafka CONN_ID")
         if args.mode:
             given, mode_client = rules.of_mode(args.mode)
             client = client or mode_client
@@ -663,7 +673,13 @@ def _predict(args) -> int:
             from delivery_semantics.audit import preflight as audit_preflight
 
             audit = audits.load(args.audit)
-            given = audit_preflight.given_settings(audit, endpoints.kafka_config(audit.kafka_conn_id))
+            given, sources = audit_preflight.given_settings(audit, endpoints.kafka_config(audit.kafka_conn_id))
+        if args.kafka:
+            from delivery_semantics.audit import preflight as audit_preflight
+
+            live, read = audit_preflight.cluster_settings(endpoints.kafka_config(args.kafka), args.topic)
+            given = {**live, **{f: {**live.get(f, {}), **c} for f, c in given.items()}}
+            sources = {**read, **sources}
         if args.connector:
             from delivery_semantics.plumbing.connect import ConnectCluster
 
@@ -673,10 +689,12 @@ def _predict(args) -> int:
             family, dot, key = name.partition(".")
             if not sep or not dot or not key:
                 raise rules.RuleError(f"--set {pair[:80]!r} is not FAMILY.KEY=VALUE")
-            why = known_keys.refusal(family, key, client or catalog.DEFAULT_CLIENT)
-            if why:  # a misspelt key read as unset would give the findings of its default
-                raise rules.RuleError(f"--set {why}")
+            try:  # a misspelt key read as unset would give the findings of its default
+                key, value = known_keys.setting(family, key, value, client or catalog.DEFAULT_CLIENT, rules.READS)
+            except known_keys.SettingRefused as e:
+                raise rules.RuleError(f"--set {e}") from None
             given.setdefault(family, {})[key] = value
+            sources.pop(f"{family}.{key}", None)  # set here: no longer what the cluster said
         unknown = [g for g in args.fail_on if g not in rules.GUARANTEES]
         if unknown:
             raise rules.RuleError(f"--fail-on {unknown[0]!r}: choose from {', '.join(rules.GUARANTEES)}")
@@ -685,7 +703,7 @@ def _predict(args) -> int:
         elif not given:
             raise rules.RuleError("nothing to read: give --mode, --audit, --pipeline, --connector or --set")
         else:
-            found = rules.predict(given, client or catalog.DEFAULT_CLIENT)
+            found = rules.predict(given, client or catalog.DEFAULT_CLIENT, sources)
     except (
         rules.RuleError,
         catalog.CatalogError,
@@ -702,11 +720,19 @@ def _predict(args) -> int:
     for p in found:
         if args.json:
             r = p.rule
-            row = {"rule": r.name, "family": r.family, "settings": p.settings, "guarantee": r.guarantee}
+            row = {"rule": r.name, "family": r.family, "settings": p.settings, "sources": p.sources}
+            row |= {"guarantee": r.guarantee}
             row |= {"scenarios": list(r.scenarios), "kind": r.kind, "reason": r.reason, "reference": r.reference}
             print(json.dumps(row))
         else:
             print(p.line())
+    if args.kafka or args.audit:  # what the cluster said, whether or not a rule fired on it
+        used = sorted({ref for r in rules.RULES for ref in r.reads} & set(sources))
+        facts = [f"{ref}={given[ref.split('.', 1)[0]][ref.split('.', 1)[1]]} ({sources[ref]})" for ref in used]
+        features = [
+            f"cluster.{k}={v}" for k, v in sorted((given.get("cluster") or {}).items()) if f"cluster.{k}" not in used
+        ]
+        print(f"predict: read from the cluster: {', '.join(facts + features) or 'nothing'}", file=sys.stderr)
     print(f"predict: {len(found)} findings of {len(rules.RULES)} rules", file=sys.stderr)
     return 1 if any(p.rule.guarantee in args.fail_on for p in found) else 0
 
@@ -781,6 +807,11 @@ def _report_parser(sub) -> None:
     ap.add_argument("--json", action="store_true", help="the results file's document on stdout (it reports: exit 0)")
     ap.add_argument("--proofs", action="store_true", help="the newest proof of each subject: predicted beside observed")
     ap.add_argument(
+        "--calibration",
+        action="store_true",
+        help="each rule beside its newest proof: the run, the count seen, when (Markdown, as in docs/CHECKER.md)",
+    )
+    ap.add_argument(
         "--expectations", action="store_true", help="what each subject promises and each fault is expected to do"
     )
 
@@ -795,6 +826,9 @@ def _report(args) -> int:
         return 0
     if args.proofs:
         print(report.proof_text(report.proof_rows()))
+        return 0
+    if args.calibration:
+        print(report.calibration_markdown(), end="")
         return 0
     run_ids = args.runs.split(",") if args.runs else None
     pipelines = report.pipeline_rows(run_ids)

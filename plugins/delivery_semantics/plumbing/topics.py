@@ -8,7 +8,7 @@ import re
 import time
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, OffsetSpec, ResourceType
 
 from delivery_semantics.plumbing.endpoints import librdkafka
 
@@ -174,23 +174,48 @@ def recreate_topic(kafka_conf: dict, name: str, partitions: int = 3, timeout: fl
     raise TimeoutError(f"topic {name!r} could not be made afresh within {timeout:.0f}s")
 
 
-def configurations(kafka_conf: dict, topic: str, timeout: float = 15.0) -> tuple[dict[str, str], dict[str, str]]:
-    """The topic's configuration (with its replication factor) and a broker's, as the cluster
-    reports them (DescribeConfigs); a sensitive value is never read. TopicError if it is missing."""
+# Where a configuration value comes from, as DescribeConfigs says (ConfigEntry.source), in the words
+# predict prints beside it (the client reports it as the enum's number).
+CONFIG_SOURCES = {
+    ConfigSource.DYNAMIC_TOPIC_CONFIG.value: "topic",
+    ConfigSource.DYNAMIC_BROKER_CONFIG.value: "broker, dynamic",
+    ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value: "broker default, dynamic",
+    ConfigSource.STATIC_BROKER_CONFIG.value: "broker default",
+    ConfigSource.DEFAULT_CONFIG.value: "Kafka default",
+}
+
+
+def described_configurations(
+    kafka_conf: dict, topic: str | None = None, timeout: float = 15.0
+) -> dict[str, dict[str, tuple[str, str]]]:
+    """A broker's configuration and, with `topic`, the topic's (with its replication factor), as
+    the cluster reports them (DescribeConfigs): by family, each key's (value, where it comes from).
+    A sensitive value is never read. TopicError if the topic is missing."""
     admin = admin_client(kafka_conf)
-    md = admin.list_topics(validate_topic_name(topic), timeout=timeout)
-    described = md.topics.get(topic)
-    if described is None or described.error is not None or not described.partitions:
-        raise TopicError(f"topic {topic!r} does not exist on the cluster")
-    resources = [ConfigResource(ResourceType.TOPIC, topic), ConfigResource(ResourceType.BROKER, str(min(md.brokers)))]
-    futures = admin.describe_configs(resources, request_timeout=timeout)
-    topic_conf, broker_conf = (
-        {
-            k: str(e.value)
+    md = admin.list_topics(validate_topic_name(topic) if topic else None, timeout=timeout)
+    resources = {"broker": ConfigResource(ResourceType.BROKER, str(min(md.brokers)))}
+    if topic:
+        described = md.topics.get(topic)
+        if described is None or described.error is not None or not described.partitions:
+            raise TopicError(f"topic {topic!r} does not exist on the cluster")
+        resources["topic"] = ConfigResource(ResourceType.TOPIC, topic)
+    futures = admin.describe_configs(list(resources.values()), request_timeout=timeout)
+    out = {
+        family: {
+            k: (str(e.value), CONFIG_SOURCES.get(int(e.source), "broker"))
             for k, e in futures[r].result(timeout=timeout).items()
             if not e.is_sensitive and e.value is not None
         }
-        for r in resources
-    )
-    topic_conf["replication.factor"] = str(max(len(p.replicas) for p in described.partitions.values()))
+        for family, r in resources.items()
+    }
+    if topic:
+        rf = max(len(p.replicas) for p in md.topics[topic].partitions.values())
+        out["topic"]["replication.factor"] = (str(rf), "topic, its partitions' replicas")
+    return out
+
+
+def configurations(kafka_conf: dict, topic: str, timeout: float = 15.0) -> tuple[dict[str, str], dict[str, str]]:
+    """The topic's configuration (with its replication factor) and a broker's: their values alone."""
+    described = described_configurations(kafka_conf, topic, timeout)
+    topic_conf, broker_conf = ({k: v for k, (v, _) in described[f].items()} for f in ("topic", "broker"))
     return topic_conf, broker_conf

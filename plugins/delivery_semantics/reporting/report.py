@@ -698,6 +698,33 @@ def proof_text(rows: list[dict]) -> str:
     return text_table(header, body)
 
 
+def calibration_markdown() -> str:
+    """Each rule of the catalog beside its newest proof (v_rule_calibration): its finding, the run
+    that proved it or did not, the count seen there, and when; a rule no proof has run yet says so."""
+    from delivery_semantics import rules
+
+    proved = {r["rule"]: r for r in query("SELECT * FROM v_rule_calibration")}
+    lines = [
+        "| rule | finding | proved on | run | seen | confirmed | last proven |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for rule in rules.RULES:
+        finding = f"{rule.kind} under {' or '.join(rule.scenarios)} ({rule.guarantee})"
+        r = proved.get(rule.name)
+        if r is None:
+            lines.append(f"| `{rule.name}` | {finding} | not proven yet | - | - | - | - |")
+            continue
+        given = ", ".join(f"{f}.{k}={v}" for f, kv in r["given"].items() for k, v in kv.items())
+        subject = f"{r['subject']}" + (f" ({r['client']})" if r["client"] else "") + (f", {given}" if given else "")
+        confirmed = {True: "yes", False: "**NO**"}.get(r["confirmed"], "-")
+        made = r["made_at"].strftime("%Y-%m-%d")
+        lines.append(
+            f"| `{rule.name}` | {finding} | {subject} x {r['scenario']} | `{r['run_id']}` | {r['observed']} "
+            f"| {confirmed} | {made} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def matrix_run_ids(matrix_run: str) -> list[str]:
     """The producer and consumer runs of one semantics_matrix DAG run (its Airflow run id)."""
     return [
