@@ -252,10 +252,13 @@ WHERE status = 'reconciled'
 ORDER BY pipeline, scenario, created_at DESC;
 
 -- v_rule_calibration
--- Each rule's newest proof that made or read a run: the finding, the run, the count it saw, when.
+-- Each rule's newest proof that made or read a run: the finding, the run, the count it saw, when;
+-- and how many of all its proofs that ran confirmed it.
 CREATE OR REPLACE VIEW v_rule_calibration AS
 SELECT DISTINCT ON (p.rule) p.rule, p.family, p.predicted, p.subject, p.client, p.given, p.scenario, p.run_id,
-       p.isolation, p.observed, p.confirmed, p.made_at
+       p.isolation, p.observed, p.confirmed, p.made_at,
+       count(*) OVER (PARTITION BY p.rule) AS proofs,
+       count(*) FILTER (WHERE p.confirmed) OVER (PARTITION BY p.rule) AS confirmations
 FROM proofs p
 WHERE p.observed IS NOT NULL
 ORDER BY p.rule, p.made_at DESC, p.proof_id DESC;

@@ -705,14 +705,14 @@ def calibration_markdown() -> str:
 
     proved = {r["rule"]: r for r in query("SELECT * FROM v_rule_calibration")}
     lines = [
-        "| rule | finding | proved on | run | seen | confirmed | last proven |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| rule | finding | proved on | run | seen | confirmed | of all its proofs | last proven |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for rule in rules.RULES:
         finding = f"{rule.kind} under {' or '.join(rule.scenarios)} ({rule.guarantee})"
         r = proved.get(rule.name)
         if r is None:
-            lines.append(f"| `{rule.name}` | {finding} | not proven yet | - | - | - | - |")
+            lines.append(f"| `{rule.name}` | {finding} | not proven yet | - | - | - | - | - |")
             continue
         given = ", ".join(f"{f}.{k}={v}" for f, kv in r["given"].items() for k, v in kv.items())
         subject = f"{r['subject']}" + (f" ({r['client']})" if r["client"] else "") + (f", {given}" if given else "")
@@ -720,7 +720,7 @@ def calibration_markdown() -> str:
         made = r["made_at"].strftime("%Y-%m-%d")
         lines.append(
             f"| `{rule.name}` | {finding} | {subject} x {r['scenario']} | `{r['run_id']}` | {r['observed']} "
-            f"| {confirmed} | {made} |"
+            f"| {confirmed} | {r['confirmations']} of {r['proofs']} | {made} |"
         )
     return "\n".join(lines) + "\n"
 
