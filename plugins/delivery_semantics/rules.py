@@ -644,7 +644,9 @@ def _origin(ref: str, view: dict, given: Mapping, sources: Mapping[str, str]) ->
         return _origin(f"broker.{BROKER_FALLBACK[key]}", view, given, sources)
     if family in ("producer", "consumer") and not key.startswith("app."):
         return f"{view['client']} default"
-    return "Kafka default" if family in ("topic", "broker", "connector") else "default"
+    return {"topic": "Kafka default", "broker": "Kafka default", "connector": "connector default"}.get(
+        family, "default"
+    )
 
 
 def predict(

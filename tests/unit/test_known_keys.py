@@ -12,6 +12,7 @@ import sys
 import pytest
 from conftest import REPO
 
+from delivery_semantics import catalog
 from delivery_semantics.clients import known_keys
 from delivery_semantics.entry import cli
 
@@ -39,6 +40,23 @@ def test_the_keys_are_the_pinned_librdkafkas_and_kafkas():
     assert data["java_keys"] == {"producer": java["producer"], "consumer": java["consumer"]}
     assert data["java_types"] == {"producer": java["producer_types"], "consumer": java["consumer_types"]}
     assert (data["topic"], data["broker"]) == (java["topic"], java["broker"])
+    plugins = ":".join(str(REPO / ".cache/connect/plugins" / p / "*") for p in ("debezium-jdbc", "debezium-postgres"))
+    program = [
+        "java",
+        "-cp",
+        f"{REPO / '.cache/kafka/lib/*'}:{plugins}",
+        str(REPO / "local/known_keys/ConnectKeys.java"),
+    ]
+    connect = json.loads(
+        subprocess.run(
+            [*program, catalog.SOURCE_CONNECTOR, catalog.SINK_CONNECTOR],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        ).stdout
+    )
+    assert data["connect"] == connect
 
 
 @pytest.mark.parametrize(
@@ -155,3 +173,47 @@ def test_a_key_no_rule_reads_never_reaches_librdkafka(monkeypatch):
         "plugin.library.paths",
         "/tmp/x.so",
     )
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (
+            {"connector.class": catalog.SINK_CONNECTOR, "insert.mod": "upsert"},
+            "connector.insert.mod is not a setting of Kafka Connect's sinks or of JdbcSinkConnector; "
+            "did you mean connector.insert.mode?",
+        ),
+        (
+            {"connector.class": catalog.SOURCE_CONNECTOR, "errors.tolerence": "all"},
+            "did you mean connector.errors.tolerance?",
+        ),
+        # A sink's dead-letter queue is no source's setting.
+        (
+            {"connector.class": catalog.SOURCE_CONNECTOR, "errors.deadletterqueue.topic.name": "dlq"},
+            "Connect's sources",
+        ),
+    ],
+)
+def test_a_connector_key_neither_connect_nor_its_plugin_knows_is_refused(settings, message):
+    assert message in known_keys.connector_refusal(settings)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {
+            "connector.class": catalog.SINK_CONNECTOR,
+            "insert.mode": "upsert",
+            "primary.key.mode": "kafka",
+            "errors.deadletterqueue.topic.name": "dlq",
+            "consumer.override.isolation.level": "read_committed",
+            "hibernate.c3p0.max_size": "5",
+        },
+        # The worker's setting, given beside the connector's (as a pipeline's are).
+        {"connector.class": catalog.SOURCE_CONNECTOR, "exactly.once.source.support": "enabled", "slot.name": "s"},
+        # A plugin whose keys are not listed here: its keys are its own.
+        {"connector.class": "com.example.OrdersSink", "orders.batch": "10"},
+    ],
+)
+def test_connect_and_its_plugins_keys_are_taken(settings):
+    assert known_keys.connector_refusal(settings) is None

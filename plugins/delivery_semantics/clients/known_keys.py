@@ -145,3 +145,42 @@ def setting(family: str, key: str, value: str, client: str, read: frozenset[str]
     if error:
         raise SettingRefused(f"{family}.{key}={value[:80]!r}: {client} refuses it: {error.strip()}")
     return key, parsed
+
+
+# Keys a connector passes on under a prefix: to its clients, its transforms and predicates, its
+# converters, the topics it creates (Connect's), and a Debezium connector's database and JDBC
+# driver (and the JDBC sink's Hibernate).
+CONNECTOR_PREFIXES = (
+    "producer.override.",
+    "consumer.override.",
+    "admin.override.",
+    "transforms.",
+    "predicates.",
+    "key.converter.",
+    "value.converter.",
+    "header.converter.",
+    "topic.creation.",
+    "database.",
+    "driver.",
+    "hibernate.",
+)
+
+
+def connector_refusal(settings: dict[str, str]) -> str | None:
+    """Why a connector's settings (with their `connector.class`, and the worker's beside them) hold
+    a key that neither Connect nor the plugin knows, with the nearest known one; None when each is
+    known, or when the plugin is not one whose keys are listed here (its keys are its own)."""
+    connect = _data()["connect"]
+    cls = str(settings.get("connector.class", ""))
+    plugin = connect["plugins"].get(cls)
+    if plugin is None:
+        return None
+    kind = "sink" if "sink" in cls.lower() else "source"
+    names = sorted({*connect[kind], *connect["worker"], *plugin})
+    for key in settings:
+        if key in names or key.startswith(CONNECTOR_PREFIXES):
+            continue
+        near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+        hint = f"; did you mean connector.{near[0]}?" if near else ""
+        return f"connector.{key} is not a setting of Kafka Connect's {kind}s or of {cls.rsplit('.', 1)[-1]}{hint}"
+    return None

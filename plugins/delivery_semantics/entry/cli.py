@@ -695,6 +695,8 @@ def _predict(args) -> int:
                 raise rules.RuleError(f"--set {e}") from None
             given.setdefault(family, {})[key] = value
             sources.pop(f"{family}.{key}", None)  # set here: no longer what the cluster said
+        if args.set and (why := known_keys.connector_refusal(given.get("connector") or {})):
+            raise rules.RuleError(f"--set {why}")  # once the class is known: a source's keys are not a sink's
         unknown = [g for g in args.fail_on if g not in rules.GUARANTEES]
         if unknown:
             raise rules.RuleError(f"--fail-on {unknown[0]!r}: choose from {', '.join(rules.GUARANTEES)}")
