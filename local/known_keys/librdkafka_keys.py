@@ -13,11 +13,14 @@ from pathlib import Path
 
 import confluent_kafka
 
+from delivery_semantics.clients.librdkafka_conf import library
+
 
 def _library() -> ctypes.CDLL:
-    bundled = Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs"
-    found = sorted(bundled.glob("librdkafka*.so*"))
-    return ctypes.CDLL(str(found[0]) if found else "librdkafka.so.1")
+    lib = library()
+    if lib is None:
+        raise OSError("librdkafka does not load: neither confluent-kafka's copy nor the system's")
+    return lib
 
 
 def table_text() -> str:

@@ -89,7 +89,7 @@ def _librdkafka_name(family: str, key: str) -> str:
     return java[0] if java else key
 
 
-def _java_refusal(family: str, key: str, value: str) -> tuple[str, str | None]:
+def _java_parse(family: str, key: str, value: str) -> tuple[str, str | None]:
     """The value as Java's ConfigDef parses it (trimmed; its type; its validator's range or
     strings), or why it would refuse it."""
     kind, validator, words = _data()["java_types"][family].get(key, ("STRING", "", ""))
@@ -132,7 +132,7 @@ def setting(family: str, key: str, value: str, client: str, read: frozenset[str]
     if family not in CLIENT_FAMILIES or key.startswith("app."):
         return key, value
     if client == "java":
-        parsed, error = _java_refusal(family, key, value)
+        parsed, error = _java_parse(family, key, value)
     else:
         from delivery_semantics.clients import librdkafka_conf
 

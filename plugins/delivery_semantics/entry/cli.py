@@ -668,15 +668,13 @@ def _predict(args) -> int:
         if args.mode:
             given, mode_client = rules.of_mode(args.mode)
             client = client or mode_client
-        if args.audit:
+        if args.audit or args.kafka:
             from delivery_semantics.audit import audits
             from delivery_semantics.audit import preflight as audit_preflight
-
+        if args.audit:
             audit = audits.load(args.audit)
             given, sources = audit_preflight.given_settings(audit, endpoints.kafka_config(audit.kafka_conn_id))
         if args.kafka:
-            from delivery_semantics.audit import preflight as audit_preflight
-
             live, read = audit_preflight.cluster_settings(endpoints.kafka_config(args.kafka), args.topic)
             given = {**live, **{f: {**live.get(f, {}), **c} for f, c in given.items()}}
             sources = {**read, **sources}
@@ -729,7 +727,7 @@ def _predict(args) -> int:
         else:
             print(p.line())
     if args.kafka or args.audit:  # what the cluster said, whether or not a rule fired on it
-        used = sorted({ref for r in rules.RULES for ref in r.reads} & set(sources))
+        used = sorted(rules.READS & set(sources))
         facts = [f"{ref}={given[ref.split('.', 1)[0]][ref.split('.', 1)[1]]} ({sources[ref]})" for ref in used]
         features = [
             f"cluster.{k}={v}" for k, v in sorted((given.get("cluster") or {}).items()) if f"cluster.{k}" not in used

@@ -86,6 +86,13 @@ def spark_conf(master: str, audit_conf: dict | None = None, conn_id: str = SPARK
     return {k: str(v) for k, v in {**base, **env, **(audit_conf or {}), **extra}.items()}
 
 
+def pyspark_jars() -> Path:
+    """The jars of the pyspark installed here: Spark's own."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
 def spark_class_archive() -> Path:
     """Local mode's Spark driver class archive (the JVM's class data sharing: the classes an
     application loads, parsed and verified once, mapped at each start; about 5 s of each
@@ -100,7 +107,7 @@ def spark_class_archive() -> Path:
     java = Path(home, "bin", "java") if home else Path(shutil.which("java") or "java")
     # A JVM refuses an archive whose jars are not the very files it was made from (their times):
     # a reinstalled pyspark, of the same version, needs an archive of its own.
-    jars = Path(pyspark.__path__[0], "jars")
+    jars = pyspark_jars()
     try:
         java = java.resolve(strict=True)
         build = f"{java}:{java.stat().st_mtime_ns}:{pyspark.__version__}:{jars}:{jars.stat().st_mtime_ns}"
@@ -144,9 +151,7 @@ def platform_reader_jar(jars: list[str]) -> str:
         return given
     if prebuilt := javac.prebuilt():
         return str(prebuilt)
-    import pyspark
-
-    spark_own = sorted(str(p) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    spark_own = sorted(str(p) for p in pyspark_jars().glob("*.jar"))
     kafka = [j for j in jars if Path(j).name.startswith("kafka-clients-")]
     if not kafka:
         raise EndpointError("no kafka-clients jar among the Spark jars (SEMANTICS_SPARK_JARS)")

@@ -212,10 +212,3 @@ def described_configurations(
         rf = max(len(p.replicas) for p in md.topics[topic].partitions.values())
         out["topic"]["replication.factor"] = (str(rf), "topic, its partitions' replicas")
     return out
-
-
-def configurations(kafka_conf: dict, topic: str, timeout: float = 15.0) -> tuple[dict[str, str], dict[str, str]]:
-    """The topic's configuration (with its replication factor) and a broker's: their values alone."""
-    described = described_configurations(kafka_conf, topic, timeout)
-    topic_conf, broker_conf = ({k: v for k, (v, _) in described[f].items()} for f in ("topic", "broker"))
-    return topic_conf, broker_conf
