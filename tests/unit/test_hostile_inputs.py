@@ -196,6 +196,26 @@ def test_plugin_library_paths_is_refused_before_librdkafka_opens_it(canary_libra
     assert not marker.exists(), "the library was opened"
 
 
+def test_predict_hands_librdkafkas_parser_the_rules_keys_only(canary_library):
+    """`predict --set` checks a value with librdkafka's own parser, but only for the keys the rules
+    read: a key that loads a library when set stays text, and a value that would split a line or
+    end a C string is refused in one line."""
+    from delivery_semantics import rules
+    from delivery_semantics.clients import known_keys
+
+    library, marker = canary_library
+    res = cli("predict", "--set", f"producer.plugin.library.paths={library}", "--set", "producer.acks=all")
+    assert res.returncode == 0, res.stderr
+    assert not marker.exists(), "the library was opened"
+    res = cli("predict", "--set", "producer.acks=1\r\nplugin.library.paths=/tmp/x.so")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "no control character" in res.stderr, res.stderr
+    with pytest.raises(known_keys.SettingRefused, match="no control character"):
+        known_keys.setting("producer", "acks", "1\x00", "librdkafka", rules.READS)
+    # A topic's name and a connection id are checked before any request.
+    res = cli("predict", "--kafka", "kafka_default", "--topic", "../orders", "--set", "producer.acks=1")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+
+
 # --------------------------------------------------------------------------- the Java runner's protocol
 
 

@@ -12,6 +12,7 @@ import re
 from functools import cache
 
 from delivery_semantics import locations
+from delivery_semantics.files import control
 
 # The platform's own keys: what an application does around its client (rules.py), per family.
 APP_KEYS = {
@@ -126,6 +127,8 @@ def setting(family: str, key: str, value: str, client: str, read: frozenset[str]
     nearest known key or the client's own words, when the client would not take it. A
     librdkafka value is checked by librdkafka itself, for the keys in `read` ("family.key": what
     the rules read) and their aliases only: no other key, whatever it would load, reaches it."""
+    if any(map(control, key + value)):  # data, never a second line or a C string's end
+        raise SettingRefused(f"{family}.{key[:80]!r}: a setting holds no control character")
     why = refusal(family, key, client)
     if why:
         raise SettingRefused(why)

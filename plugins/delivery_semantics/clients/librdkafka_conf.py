@@ -48,8 +48,6 @@ def parse(key: str, value: str) -> tuple[str | None, str | None]:
     lib = library()
     if lib is None:
         return value, None
-    if "\x00" in key or "\x00" in value:
-        return None, "a NUL character"
     conf = lib.rd_kafka_conf_new()
     err = ctypes.create_string_buffer(512)
     try:
