@@ -491,6 +491,14 @@ class Strategy:
     dedup: bool = False
     transactional: bool = False
     isolation: str = READ_COMMITTED
+    # A strategy that reproduces a consumer setting's effect (prove's): what it stands for, the
+    # client settings and `app.` settings its run takes with their defaults, and where its input
+    # starts; none of these runs in the matrix unless chosen.
+    reproduces: str = ""
+    settings: Mapping[str, str] = field(default_factory=dict)
+    auto_commit: bool = False  # librdkafka commits on its timer what poll() returned
+    offset_reset: str = "earliest"  # a new group's start; `latest` joins after its input was written
+    stalls: bool = False  # one batch processed for app.processing.ms, past max.poll.interval.ms
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -535,7 +543,52 @@ STRATEGIES: dict[str, Strategy] = {
             ),
             transactional=True,
         ),
+        Strategy(
+            "auto_commit",
+            "librdkafka's auto-commit: offsets stored as poll() returns each record and committed on a timer "
+            "(auto.commit.interval.ms); the sink write after",
+            "once the timer has committed past a polled batch, before its sink write",
+            _promise("none: a crash between the timer's commit and the write loses the batch"),
+            reproduces="enable.auto.commit=true",
+            settings=MappingProxyType({"auto.commit.interval.ms": "1000"}),
+            auto_commit=True,
+        ),
+        Strategy(
+            "start_at_latest",
+            "a new group with auto.offset.reset=latest, joined once its input was written; writes what it reads",
+            "none: it starts at the end",
+            _promise(
+                "never a duplicate; a new group at latest never reads what was written before it joined",
+                "no_duplicates",
+            ),
+            reproduces="auto.offset.reset=latest",
+            offset_reset="latest",
+        ),
+        Strategy(
+            "slow_poll_loop",
+            "as process_then_commit, without static membership, but one batch processed for app.processing.ms, "
+            "longer than max.poll.interval.ms",
+            "none: it stalls once, after its second batch's sink write and before its commit",
+            _promise(
+                "no loss in the sink; a consumer that outlives its poll interval leaves the group, and its batch "
+                "is read and written again",
+                "no_acked_loss",
+            ),
+            reproduces="max.poll.interval.ms below the processing time",
+            settings=MappingProxyType({"max.poll.interval.ms": "7000", "app.processing.ms": "12000"}),
+            stalls=True,
+        ),
     )
+}
+# The strategies the matrix runs unless its form names others: the platform's consumer patterns,
+# not the settings prove reproduces.
+MATRIX_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if not s.reproduces)
+# What a consumer run may be given over its strategy's settings: integers in these bounds (librdkafka
+# refuses a max.poll.interval.ms below the session timeout, 6 s here).
+CONSUMER_RUN_SETTINGS = {
+    "auto.commit.interval.ms": (100, 60_000),
+    "max.poll.interval.ms": (6_000, 300_000),
+    "app.processing.ms": (0, 120_000),
 }
 
 
@@ -773,7 +826,13 @@ SCENARIOS: dict[str, Scenario] = {
             "happy path",
             paced=False,
             pipelines=True,
-            expected=_expect(**{m: _CLEAN for m in [*MODES, *STRATEGIES, *PIPELINES]}),
+            expected=_expect(
+                **{
+                    **{m: _CLEAN for m in [*MODES, *STRATEGIES, *PIPELINES]},
+                    "start_at_latest": {"lost": ">0", "duplicate_events": "=0"},
+                    "slow_poll_loop": {"duplicate_events": ">0", "lost": "=0"},
+                }
+            ),
         ),
         Scenario(
             "lost_ack",
@@ -974,6 +1033,9 @@ SCENARIOS: dict[str, Scenario] = {
                 process_then_commit={"duplicate_events": ">0", "lost": "=0"},
                 process_then_commit_dedup={"duplicate_events": "=0", "lost": "=0", "stale_overwrites": "=0"},
                 transactional_copy={"duplicate_events": "=0", "lost": "=0", "aborted_visible": "=0"},
+                auto_commit={"lost": ">0", "duplicate_events": "=0"},
+                start_at_latest={"lost": ">0", "duplicate_events": "=0"},
+                slow_poll_loop={"duplicate_events": ">0", "lost": "=0"},
             ),
         ),
     )
@@ -1052,7 +1114,7 @@ TOUR: dict[str, list] = {
         "transactional x producer_crash",  # exactly-once through a crash
         "transactional x txn_abort",  # aborted records never visible to read_committed
     ],
-    "consumer_strategies": list(STRATEGIES),  # each under consumer_crash
+    "consumer_strategies": list(MATRIX_STRATEGIES),  # each under consumer_crash
     "pipeline_pairs": ["debezium_outbox x connect_worker_kill", "debezium_outbox_eos x connect_worker_kill"],
 }
 PAIR_PATTERN = r"^[a-z][a-z0-9_]{0,63} x [a-z][a-z0-9_]{0,63}( on [a-z][a-z0-9_]{0,31})?$"

@@ -12,6 +12,7 @@ from delivery_semantics.catalog import (
     DEFAULT_DEDUP_COPY,
     DEFAULT_PRODUCERS,
     LIMITS,
+    MATRIX_STRATEGIES,
     MODES,
     PAIR_PATTERN,
     PIPELINE_SCENARIOS,
@@ -231,7 +232,7 @@ def matrix_form(messages: int = 15_000) -> dict[str, dict]:
             "description": "producer clients: each mode x scenario pair runs on each, shown side by side",
         },
         "consumer_strategies": {
-            "default": list(STRATEGIES),
+            "default": list(MATRIX_STRATEGIES),
             "type": "array",
             "items": {"type": "string", "enum": list(STRATEGIES)},
             "description": "consumer strategies to run under consumer_crash, each over a fresh fault-free input run",

@@ -10,7 +10,8 @@ set on the topic takes the broker's (the effective value, as Kafka resolves it).
 says where it came from: set, topic, broker default, Kafka default or client default, or the
 source a live cluster reported. Keys under `app.` say what the application does around the client
 (`app.commit`: when a consumer commits; `app.dedup`: whether it skips what it applied;
-`app.processing.ms`: how long it works on a poll), which no client setting can say.
+`app.processing.ms`: how long it works on a poll; a producer's `app.resends_failed`: whether it
+sends again what failed, false unless said), which no client setting can say.
 
 Pure Python over the catalog: no client, no Spark; the rules run in milliseconds.
 """
@@ -32,6 +33,9 @@ GUARANTEES = (*catalog.GUARANTEES, "delivery", "no_reordering")
 ELECTION_MS = 3_000
 # The longest stall of a fault scenario (isolated_leader's paused followers, lost_ack's 15 s).
 LONGEST_STALL_MS = 22_000
+# A killed broker back and leading its partitions: leader_kill's 12 s down, then its log recovery
+# and registration. A partition whose only replica it holds takes writes again no sooner.
+BROKER_RESTART_MS = 20_000
 
 DEFAULTS: dict[str, dict[str, str]] = {
     # The producer's client is librdkafka unless `client` says java (catalog.CLIENT_DEFAULTS).
@@ -48,6 +52,7 @@ DEFAULTS: dict[str, dict[str, str]] = {
     },
     "consumer": {
         "enable.auto.commit": "true",
+        "auto.commit.interval.ms": "5000",
         "auto.offset.reset": "latest",
         "isolation.level": "read_uncommitted",
         "max.poll.interval.ms": "300000",
@@ -116,6 +121,12 @@ def _acks(view) -> str:
 def _idempotent(view) -> bool:
     p = view["producer"]
     return _true(p.get("enable.idempotence")) or bool(p.get("transactional.id"))
+
+
+def _drops_failed_sends(view) -> bool:
+    """A send that fails (or a transaction that fails to commit) is the application's to send again
+    (`app.resends_failed`), and a loss where it does not."""
+    return not _true((view.get("producer") or {}).get("app.resends_failed"))
 
 
 def _delivery_timeout(view) -> int:
@@ -257,7 +268,12 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "delivery_timeout_shorter_than_failover",
         "producer",
-        ("producer.delivery.timeout.ms", "producer.message.timeout.ms", "broker.broker.session.timeout.ms"),
+        (
+            "producer.delivery.timeout.ms",
+            "producer.message.timeout.ms",
+            "producer.app.resends_failed",
+            "broker.broker.session.timeout.ms",
+        ),
         "lost_unacked",
         ("leader_kill", "partitioned_leader"),
         "delivery",
@@ -265,19 +281,19 @@ RULES: tuple[Rule, ...] = (
         f"times out and an election (about {ELECTION_MS // 1000} s more): it fails, and an application that "
         "drops failures loses it",
         KAFKA_DOCS + "#producerconfigs_delivery.timeout.ms",
-        lambda v: _delivery_timeout(v) < _failover_ms(v),
+        lambda v: _drops_failed_sends(v) and _delivery_timeout(v) < _failover_ms(v),
     ),
     Rule(
         "retries_zero",
         "producer",
-        ("producer.retries", "producer.acks"),
+        ("producer.retries", "producer.acks", "producer.app.resends_failed"),
         "lost_unacked",
         ("leader_kill", "rolling_restart"),
         "delivery",
         "a send refused as its leader moves (NOT_LEADER, a closed connection) is not tried again: the "
         "application gets the error, and one that drops it loses the event",
         KAFKA_DOCS + "#producerconfigs_retries",
-        lambda v: _int(v["producer"].get("retries"), 1) == 0 and _acks(v) != "0",
+        lambda v: _int(v["producer"].get("retries"), 1) == 0 and _acks(v) != "0" and _drops_failed_sends(v),
     ),
     Rule(
         "idempotence_across_restarts",
@@ -294,16 +310,18 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "transaction_timeout_shorter_than_a_stall",
         "producer",
-        ("producer.transaction.timeout.ms", "producer.transactional.id"),
+        ("producer.transaction.timeout.ms", "producer.transactional.id", "producer.app.resends_failed"),
         "lost_unacked",
         ("isolated_leader", "partitioned_leader"),
         "delivery",
-        "the coordinator aborts a transaction open longer than its timeout: a stall that outlasts it aborts "
-        "the transaction, and its events must be sent again",
+        "the coordinator aborts a transaction open longer than its timeout (and librdkafka times out its records "
+        "no later): a stall that outlasts it aborts the transaction, and an application that does not send it "
+        "again loses its events",
         KAFKA_DOCS + "#producerconfigs_transaction.timeout.ms",
         lambda v: (
             bool(v["producer"].get("transactional.id"))
             and _int(v["producer"].get("transaction.timeout.ms"), 60_000) < LONGEST_STALL_MS
+            and _drops_failed_sends(v)
         ),
     ),
     Rule(
@@ -357,13 +375,23 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "replication_factor_one",
         "topic",
-        ("topic.replication.factor",),
+        (
+            "topic.replication.factor",
+            "producer.delivery.timeout.ms",
+            "producer.message.timeout.ms",
+            "producer.app.resends_failed",
+        ),
         "lost_unacked",
         ("leader_kill",),
         "delivery",
-        "one replica: while its broker is down nothing can be written, and its disk is the only copy",
+        f"one replica: no other can lead while its broker is down, so its partitions take no write until it is "
+        f"back (about {BROKER_RESTART_MS // 1000} s after a kill here, minutes in an upgrade), and a send that "
+        "waits longer than its delivery timeout fails; its disk is also the only copy",
         KAFKA_DOCS + "#replication",
-        lambda v: _int((v.get("topic") or {}).get("replication.factor"), 3) <= 1,
+        lambda v: (
+            _int((v.get("topic") or {}).get("replication.factor"), 3) <= 1
+            and (v.get("producer") is None or (_drops_failed_sends(v) and _delivery_timeout(v) < BROKER_RESTART_MS))
+        ),
     ),
     Rule(
         "retention_shorter_than_the_audit",
@@ -419,7 +447,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "auto_commit",
         "consumer",
-        ("consumer.enable.auto.commit", "consumer.enable.auto.offset.store"),
+        ("consumer.enable.auto.commit", "consumer.auto.commit.interval.ms", "consumer.enable.auto.offset.store"),
         "lost",
         ("consumer_crash",),
         "delivery",
@@ -685,6 +713,8 @@ def of_mode(name: str) -> tuple[dict, str]:
     settings = dict(mode.semantics)
     if mode.transactional:
         settings.setdefault("transactional.id", f"semantics-{name}")
+    # The platform's load sends again what was not acked, but at_most_once's.
+    settings["app.resends_failed"] = str(mode.resends_unacked).lower()
     return {"producer": settings, "topic": dict(PLATFORM_TOPIC)}, mode.client or catalog.DEFAULT_CLIENT
 
 

@@ -29,7 +29,7 @@ def test_clock_reads_minutes_and_hours():
 
 
 def test_the_matrix_size_follows_the_form():
-    everything = len(catalog.valid_pairs()) * len(catalog.CLIENTS) + len(catalog.STRATEGIES)
+    everything = len(catalog.valid_pairs()) * len(catalog.CLIENTS) + len(catalog.MATRIX_STRATEGIES)
     assert matrix_size({"messages": 100, "pipelines": []}) == everything == 84
     assert matrix_size({"messages": 100}) == 84 + 16, "and the pipeline block: every pipeline x scenario pair"
     assert matrix_size({"pipelines": ["debezium_outbox"], "pipeline_scenarios": ["none", "coordinator_kill"]}) == 85
@@ -72,7 +72,7 @@ def test_the_tour_shows_each_behaviour_once_and_names_only_valid_pairs():
         ("idempotent", "producer_crash", "librdkafka"),
         ("transactional", "producer_crash", "librdkafka"),
         ("transactional", "txn_abort", "librdkafka"),
-    } | {(s, "consumer_crash", None) for s in catalog.STRATEGIES} == pairs
+    } | {(s, "consumer_crash", None) for s in catalog.MATRIX_STRATEGIES} == pairs
     pipelines = {(c["pipeline"], c["scenario"]) for c in matrix.pipeline_confs(params)}
     assert pipelines == {("debezium_outbox", "connect_worker_kill"), ("debezium_outbox_eos", "connect_worker_kill")}
     assert matrix_size(catalog.TOUR) == 14

@@ -44,14 +44,35 @@ def test_findings_on_the_producer_and_the_topic_share_the_run_that_shows_them():
 def test_a_consumers_findings_run_as_the_strategy_that_does_what_its_setting_does():
     assert _plan("idempotent", "consumer.enable.auto.commit=true") == {
         "producer_crash": ["idempotence_across_restarts"],
-        "commit_before_process x consumer_crash": ["auto_commit"],
+        "auto_commit x consumer_crash": ["auto_commit"],
         "process_then_commit x consumer_crash": ["commit_after_process_without_dedup"],
-        "left": ["auto_offset_reset_latest"],  # no strategy here resets to latest: not put to a run
+        "start_at_latest x none": ["auto_offset_reset_latest"],  # a new group at latest, no fault
     }
-    assert _plan("idempotent", "consumer.enable.auto.commit=false", "consumer.app.dedup=true") == {
+    slow = ["consumer.max.poll.interval.ms=7000", "consumer.app.processing.ms=9000", "consumer.app.dedup=true"]
+    assert _plan("idempotent", "consumer.enable.auto.commit=false", "consumer.auto.offset.reset=earliest", *slow) == {
         "producer_crash": ["idempotence_across_restarts"],
-        "left": ["auto_offset_reset_latest"],
+        "slow_poll_loop x none": ["max_poll_interval_shorter_than_processing"],
     }
+    # Nothing reads uncommitted here: that finding is left, with why.
+    assert _plan("transactional", "consumer.isolation.level=read_uncommitted", "consumer.enable.auto.commit=false") == {
+        "txn_abort": ["transactions_read_uncommitted"],
+        "start_at_latest x none": ["auto_offset_reset_latest"],
+        "process_then_commit x consumer_crash": ["commit_after_process_without_dedup"],
+    }
+
+
+def test_a_consumer_run_takes_the_settings_its_strategy_reads_and_no_other():
+    req = prove.request(
+        "idempotent",
+        [
+            "consumer.auto.commit.interval.ms=2000",
+            "consumer.max.poll.interval.ms=8000",
+            "consumer.app.processing.ms=9000",
+        ],
+    )
+    assert prove._run_settings(req, "auto_commit") == {"auto.commit.interval.ms": "2000"}
+    assert prove._run_settings(req, "slow_poll_loop") == {"max.poll.interval.ms": "8000", "app.processing.ms": "9000"}
+    assert prove._run_settings(req, "commit_before_process") == {}
 
 
 def test_a_mode_that_cannot_run_a_findings_scenario_leaves_it_out_and_says_why():
@@ -91,11 +112,16 @@ def test_a_pipelines_source_is_put_to_its_worker_kill_and_its_sink_to_the_sinks(
             "bootstrap.servers cannot be set",
         ),
         (
-            ["--mode", "at_least_once", "--set", "topic.cleanup.policy=compact"],
+            ["--mode", "at_least_once", "--set", "topic.cleanup.policy=shred"],
             "a topic here takes min.insync.replicas",
         ),
         (["--mode", "at_least_once", "--set", "topic.min.insync.replicas=0"], "a topic here takes"),
         (["--mode", "at_least_once", "--set", "consumer.group.id=x"], "a consumer here takes enable.auto.commit"),
+        (["--mode", "at_least_once", "--set", "producer.app.dedup=true"], "a producer's app. key here is"),
+        (
+            ["--mode", "at_least_once", "--set", "consumer.max.poll.interval.ms=1000"],
+            "consumer.max.poll.interval.ms=1000: a consumer run here takes 6000 to 300000",
+        ),
         (
             ["--mode", "at_least_once", "--set", "connector.errors.tolerance=all"],
             "a mode proves producer, topic and consumer settings",

@@ -48,7 +48,11 @@ CASES = {
         # Two in-sync copies of every acked write: a single loss leaves one to elect cleanly.
         {"producer": {"acks": "all"}, "topic": {"unclean.leader.election.enable": "true", "min.insync.replicas": "2"}},
     ),
-    "replication_factor_one": ({"topic": {"replication.factor": "1"}}, {"topic": {"replication.factor": "3"}}),
+    "replication_factor_one": (
+        {"topic": {"replication.factor": "1"}, "producer": {"delivery.timeout.ms": "10000"}},
+        # A send that outwaits the broker's restart lands once it is back.
+        {"topic": {"replication.factor": "1"}, "producer": {"delivery.timeout.ms": "120000"}},
+    ),
     "retention_shorter_than_the_audit": (
         {"topic": {"retention.ms": "60000", "app.audit.window.ms": "600000"}},
         {"topic": {"retention.ms": "604800000", "app.audit.window.ms": "600000"}},
@@ -229,3 +233,27 @@ def test_a_connector_name_that_is_not_one_is_refused_before_any_request(name):
     cluster = ConnectCluster(urls=["http://127.0.0.1:1"])  # nothing listens: a request would say so instead
     with pytest.raises(ConnectError, match="is not"):
         cluster.settings_for_rules(name)
+
+
+def test_a_failed_send_is_lost_where_the_application_drops_it_and_a_single_replica_waits_for_its_broker():
+    short = {"delivery.timeout.ms": "10000"}
+    fired = {p.rule.name for p in rules.predict({"producer": short, "topic": {"replication.factor": "1"}})}
+    assert {"delivery_timeout_shorter_than_failover", "replication_factor_one"} <= fired
+    # An application that sends again what failed loses none of it (the platform's loads but at_most_once).
+    resent = {**short, "app.resends_failed": "true"}
+    fired = {p.rule.name for p in rules.predict({"producer": resent, "topic": {"replication.factor": "1"}})}
+    assert not fired & {"delivery_timeout_shorter_than_failover", "replication_factor_one"}
+    assert rules.of_mode("at_least_once")[0]["producer"]["app.resends_failed"] == "true"
+    assert rules.of_mode("at_most_once")[0]["producer"]["app.resends_failed"] == "false"
+    # A transaction that fails to commit is the application's to send again too.
+    transactional = {**short, "transactional.id": "t", "transaction.timeout.ms": "10000"}
+    fired = {p.rule.name for p in rules.predict({"producer": transactional})}
+    assert {"delivery_timeout_shorter_than_failover", "transaction_timeout_shorter_than_a_stall"} <= fired
+    fired = {p.rule.name for p in rules.predict({"producer": {**transactional, "app.resends_failed": "true"}})}
+    assert not fired & {"delivery_timeout_shorter_than_failover", "transaction_timeout_shorter_than_a_stall"}
+    # Longer than a failover, shorter than a broker's restart: only the single replica loses.
+    fired = {
+        p.rule.name
+        for p in rules.predict({"producer": {"delivery.timeout.ms": "15000"}, "topic": {"replication.factor": "1"}})
+    }
+    assert "replication_factor_one" in fired and "delivery_timeout_shorter_than_failover" not in fired

@@ -16,6 +16,7 @@ from delivery_semantics.files import control
 
 # The platform's own keys: what an application does around its client (rules.py), per family.
 APP_KEYS = {
+    "producer": ("app.resends_failed",),
     "consumer": ("app.commit", "app.dedup", "app.processing.ms"),
     "topic": ("app.transactional", "app.audit.window.ms"),
 }

@@ -2,7 +2,7 @@
 
     load run --mode idempotent --messages 100000 [--scenario lost_ack] ...
     load resume --run-id RUN [--producer P]
-    consumer_workload run --strategy process_then_commit --source-run RUN [--scenario consumer_crash]
+    consumer_workload run --strategy process_then_commit --source-run RUN [--scenario consumer_crash] [--set KEY=VALUE]
     consumer_workload resume --consumer-run-id CRUN
     reconcile --run-id RUN [--run-id RUN2 ...] [--dedup-copy lakehouse|postgres|off] | --mapping FILE
     audit run NAME|FILE [--reconciliation-id ID]   (audits/NAME.yaml; see docs/RECONCILE.md)
@@ -148,6 +148,14 @@ def _consumer_parser(sub) -> None:
     run.add_argument(
         "--batch-size", type=int, default=500, help="records per poll, sink transaction or Kafka transaction"
     )
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting the strategy reads over its default (auto.commit.interval.ms, max.poll.interval.ms, "
+        "app.processing.ms)",
+    )
     res = cmds.add_parser("resume", help="finish a consumer run whose driver died")
     res.add_argument("--consumer-run-id", required=True)
     for p in (run, res):
@@ -166,6 +174,7 @@ def _consumer(args):
             scenario=args.scenario,
             crashes=args.crashes,
             batch_size=args.batch_size,
+            settings=dict(pair.partition("=")[::2] for pair in args.set),
         )
     )
 
@@ -647,7 +656,7 @@ def _predict_parser(sub) -> None:
         metavar="FAMILY.KEY=VALUE",
         help="a setting of producer, topic, broker, consumer or connector, added to or over the above "
         "(app.commit=before_process|after_process|transactional, app.dedup, app.processing.ms for what a "
-        "consumer does)",
+        "consumer does; app.resends_failed for a producer that sends again what failed)",
     )
     ap.add_argument("--client", help="the producer's client: librdkafka (default) or java")
     ap.add_argument("--json", action="store_true", help="one JSON object per finding")

@@ -1,8 +1,10 @@
 """Predict, then prove: the rule catalog's findings on a producer, its topic and a consumer, or on
 a connector pipeline's two connectors, each put to the fewest runs that can show it, then what
 the checker observed beside what the rule predicted. A consumer's finding runs as the consumer
-strategy that does what its setting does (a consumer that auto-commits, or commits before it
-writes, as commit_before_process), on a fresh input run, under a consumer crash. A connector's
+strategy that does what its setting does (librdkafka's auto-commit on its timer, a commit before
+the write or after it, a new group at `latest`, a poll loop slower than its interval), with the
+consumer settings it reads, on a fresh input run, under a consumer crash where the finding needs
+one. A connector's
 runs as its pipeline under the rule's scenario, its source's findings read in the topic and its
 sink's in the sink table.
 
@@ -31,11 +33,32 @@ from delivery_semantics import catalog, modes, rules
 
 # The families each subject's runs exercise.
 PROVABLE = {"mode": ("producer", "topic", "consumer"), "pipeline": ("connector",)}
+# The one application key of a producer here: whether the run's load sends again what failed (the
+# delivery rules' losses are an application's that drops its failures; the platform's modes resend).
+RESENDS_FAILED = "app.resends_failed"
 # What a run's topic may be made with, from a user's text: the settings the topic rules read.
-TOPIC_SETTINGS = {"min.insync.replicas": r"[1-3]", "unclean.leader.election.enable": r"true|false"}
+TOPIC_SETTINGS = {
+    "min.insync.replicas": r"[1-3]",
+    "unclean.leader.election.enable": r"true|false",
+    "replication.factor": r"[1-3]",
+    "retention.ms": r"-1|[0-9]{1,12}",
+    "retention.bytes": r"-1|[0-9]{1,12}",
+    "cleanup.policy": r"delete|compact|compact,delete|delete,compact",
+    # How long after the run its checker reads the topic: the audit's window the retention rules read.
+    "app.audit.window.ms": r"[0-9]{1,6}",
+}
+# A run's topic that deletes or compacts rolls a segment a second and cleans at the least dirt, so
+# that the broker's retention check and cleaner act within the run (a team's topic rolls weekly and
+# is cleaned later: the same records go, days later). The local stack checks retention every 5 s.
+CLEANED_TOPIC = {"segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01"}
+# The findings read once the broker has deleted or compacted the run's records, and how long the
+# proof waits for that at most.
+CLEANUP_RULES = ("retention_shorter_than_the_audit", "retention_by_size", "compacted_topic")
+CLEANUP_WAIT_S = 180
 # What a consumer may be described with: the settings the consumer rules read.
 CONSUMER_SETTINGS = {
     "enable.auto.commit": r"true|false",
+    "auto.commit.interval.ms": r"[0-9]{1,9}",
     "auto.offset.reset": r"earliest|latest|none",
     "isolation.level": r"read_committed|read_uncommitted",
     "max.poll.interval.ms": r"[0-9]{1,9}",
@@ -43,15 +66,19 @@ CONSUMER_SETTINGS = {
     "app.dedup": r"true|false",
     "app.processing.ms": r"[0-9]{1,9}",
 }
-CONSUMER_SCENARIO = "consumer_crash"
-# The consumer strategy that does what a consumer rule reads, so that its run shows the kind for
-# the rule's reason and no other: a consumer that commits before it has written (auto-commit's
-# worst case), or after, without skipping what it already applied. No strategy here resets to
-# `latest`, outlives its poll interval or reads uncommitted: those findings are not put to a run.
+# The consumer strategy that does what a consumer rule reads, and the scenario its run needs, so
+# that the run shows the kind for the rule's reason and no other: librdkafka's auto-commit crashing
+# once its timer has committed a polled batch, a consumer that commits before it has written, or
+# after without skipping what it already applied, a new group at `latest`, and a poll loop that
+# stalls past its interval. The run takes the consumer settings its strategy reads
+# (catalog.Strategy.settings) from the request. No strategy reads uncommitted: that finding is not
+# put to a run.
 CONSUMER_STRATEGY = {
-    "auto_commit": "commit_before_process",
-    "commit_before_process": "commit_before_process",
-    "commit_after_process_without_dedup": "process_then_commit",
+    "auto_commit": ("auto_commit", "consumer_crash"),
+    "commit_before_process": ("commit_before_process", "consumer_crash"),
+    "commit_after_process_without_dedup": ("process_then_commit", "consumer_crash"),
+    "auto_offset_reset_latest": ("start_at_latest", "none"),
+    "max_poll_interval_shorter_than_processing": ("slow_poll_loop", "none"),
 }
 # A pipeline run's counts (pipeline_runs) by the kind a connector rule predicts: in the topic for a
 # source's setting, in the sink table for a sink's.
@@ -119,6 +146,15 @@ class Request:
     def given(self) -> dict[str, dict[str, str]]:
         return {f: s for f in ("producer", "topic", "consumer") if (s := getattr(self, f))}
 
+    def overrides(self) -> dict[str, str]:
+        """The producer settings the client takes: not the application's."""
+        return {k: v for k, v in self.producer.items() if not k.startswith("app.")}
+
+    def resends_failed(self) -> bool | None:
+        """Whether the run's load sends again what failed, when said; None: the mode's."""
+        said = self.producer.get(RESENDS_FAILED)
+        return None if said is None else said == "true"
+
 
 def request(mode: str | None, sets: list[str], client: str | None = None, pipeline: str | None = None) -> Request:
     """The mode (or pipeline) and the settings over it, checked: `producer.KEY=VALUE` through the
@@ -146,12 +182,20 @@ def request(mode: str | None, sets: list[str], client: str | None = None, pipeli
         if not sep or not dot or not key or "\n" in pair or "\r" in pair:
             raise ProveError(f"--set {pair[:80]!r} is not FAMILY.KEY=VALUE")
         if family == "producer":
+            if key.startswith("app.") and (key != RESENDS_FAILED or value not in ("true", "false")):
+                raise ProveError(
+                    f"--set producer.{key[:60]}={value[:40]!r}: a producer's app. key here is {RESENDS_FAILED}=true|false"
+                )
             req.producer[key] = value
         elif family in ("topic", "consumer"):
             allowed = TOPIC_SETTINGS if family == "topic" else CONSUMER_SETTINGS
             if key not in allowed or not re.fullmatch(allowed[key], value):
                 said = ", ".join(f"{k} ({p})" for k, p in allowed.items())
                 raise ProveError(f"--set {family}.{key[:60]}={value[:40]!r}: a {family} here takes {said}")
+            if family == "consumer" and key in catalog.CONSUMER_RUN_SETTINGS:
+                lo, hi = catalog.CONSUMER_RUN_SETTINGS[key]
+                if not lo <= int(value) <= hi:
+                    raise ProveError(f"--set consumer.{key}={value}: a consumer run here takes {lo} to {hi}")
             getattr(req, family)[key] = value
         else:
             raise ProveError(
@@ -161,7 +205,7 @@ def request(mode: str | None, sets: list[str], client: str | None = None, pipeli
     from delivery_semantics.workload.settings import overrides_of
 
     try:
-        overrides_of(req.client, req.producer)  # the client's allowlist, before any run is made
+        overrides_of(req.client, req.overrides())  # the client's allowlist, before any run is made
     except catalog.CatalogError as e:
         raise ProveError(str(e)) from None
     return req
@@ -209,8 +253,7 @@ def plan(found: list[rules.Prediction], req: Request) -> tuple[list[Planned], li
             left.append(Outcome(p, why=f"a {p.rule.family} setting: a {req.kind}'s run does not exercise it"))
             continue
         if p.rule.family == "consumer":
-            strategy = CONSUMER_STRATEGY.get(p.rule.name)
-            runnable = [(CONSUMER_SCENARIO, strategy)] if strategy else []
+            runnable = [CONSUMER_STRATEGY[p.rule.name][::-1]] if p.rule.name in CONSUMER_STRATEGY else []
             why = "no consumer strategy of the platform does what this setting does"
         else:
             runnable = [(s, None) for s in p.rule.scenarios if _runnable(req, s)]
@@ -306,11 +349,14 @@ def make_runs(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool 
     """The plan's runs: found, with `reuse`, or made (a pipeline's reconciled as it runs); with
     ONLY, none made, and the findings no judged run shows left with why."""
     from delivery_semantics.entry import pipeline
+    from delivery_semantics.history import schema
     from delivery_semantics.workload import load, scenarios
 
+    schema.migrate()  # the runs to reuse are read before any run would migrate the ledger
     planned, left = plan(predictions(req), req)
     runs: list[tuple[str, bool]] = []
     kept: list[Planned] = []
+    inputs: list[str] = []  # the one fresh input run the proof's consumer runs read
     for p in planned:
         found = _reusable(req, p) if reuse else None
         if found:
@@ -324,12 +370,21 @@ def make_runs(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool 
                 raise RuntimeError(f"pipeline run {row.get('run_id')} ended {row.get('status')}: {row.get('error')}")
             runs.append((row["run_id"], False))
         elif p.strategy:
-            runs.append((_consumer_run(p.strategy, messages, seed), False))
+            inputs = inputs or [_input_run(messages, seed)]
+            runs.append((_consumer_run(p.strategy, p.scenario, _run_settings(req, p.strategy), inputs[0]), False))
         else:
             spec = load.LoadSpec(
-                mode=req.subject, messages=messages, seed=seed, overrides=dict(req.producer), client=req.client
+                mode=req.subject,
+                messages=messages,
+                seed=seed,
+                overrides=req.overrides(),
+                client=req.client,
+                resends_failed=req.resends_failed(),
             )
-            runs.append((scenarios.run(spec, p.scenario, topic_config=dict(req.topic)).run_id, False))
+            run_id = scenarios.run(spec, p.scenario, topic_config=topic_of_run(req)).run_id
+            if any(x.rule.name in CLEANUP_RULES for x in p.predictions):
+                _await_cleanup(run_id, _int(req.topic.get("app.audit.window.ms")) / 1000)
+            runs.append((run_id, False))
         kept.append(p)
     return Made(kept, runs, left)
 
@@ -387,34 +442,85 @@ def _reusable(req: Request, p: Planned) -> dict | None:
             (req.subject, p.scenario),
         )
     elif p.strategy:
+        settings = {**catalog.get_strategy(p.strategy).settings, **_run_settings(req, p.strategy)}
         rows = query(
             """SELECT c.consumer_run_id AS id FROM consumer_runs c
-               WHERE c.strategy = %s AND c.scenario = %s AND c.status = 'completed'
+               WHERE c.strategy = %s AND c.scenario = %s AND c.status = 'completed' AND c.settings = %s::jsonb
                  AND EXISTS (SELECT 1 FROM reconcile_summary s WHERE s.reconciliation_id = c.consumer_run_id)
                ORDER BY c.created_at DESC LIMIT 1""",
-            (p.strategy, p.scenario),
+            (p.strategy, p.scenario, json.dumps(settings)),
         )
     else:
-        topic = {**catalog.get_scenario(p.scenario).topic_config, **req.topic}
+        topic = {**catalog.get_scenario(p.scenario).topic_config, **topic_of_run(req)}
         rows = query(
             """SELECT r.run_id AS id FROM runs r
                WHERE r.mode = %s AND r.client = %s AND r.scenario = %s AND r.status = 'completed'
                  AND r.settings = %s::jsonb AND r.topic_config = %s::jsonb
+                 AND r.resends_failed IS NOT DISTINCT FROM %s
                  AND EXISTS (SELECT 1 FROM reconcile_summary s
                              WHERE s.reconciliation_id = r.run_id AND s.audit IS NULL)
                ORDER BY r.created_at DESC LIMIT 1""",
-            (req.subject, req.client, p.scenario, json.dumps(req.producer), json.dumps(topic)),
+            (req.subject, req.client, p.scenario, json.dumps(req.overrides()), json.dumps(topic), req.resends_failed()),
         )
     return rows[0] if rows else None
 
 
-def _consumer_run(strategy: str, messages: int, seed: int) -> str:
-    """A fresh input run (the catalog's input mode, no fault), then the strategy's consumer run over
-    it under a crash; the consumer run's id."""
-    from delivery_semantics.workload import consumer_workload, load, scenarios
+def _int(value, default: int = 0) -> int:
+    return int(value) if value not in (None, "") else default
 
-    source = scenarios.run(load.LoadSpec(mode=catalog.CONSUMER_INPUT_MODE, messages=messages, seed=seed), "none")
-    spec = consumer_workload.ConsumerSpec(strategy=strategy, source_run_id=source.run_id, scenario=CONSUMER_SCENARIO)
+
+def topic_of_run(req: Request) -> dict[str, str]:
+    """The topic config a producer run of the request is made with: its Kafka keys (not `app.`
+    ones), a min.insync.replicas no higher than a replication factor given without it, and
+    CLEANED_TOPIC where records are deleted or compacted."""
+    from delivery_semantics.plumbing import topics
+
+    topic = {k: v for k, v in req.topic.items() if not k.startswith("app.")}
+    if "replication.factor" in topic and "min.insync.replicas" not in topic:
+        topic["min.insync.replicas"] = str(min(int(topic["replication.factor"]), topics.MIN_INSYNC_REPLICAS))
+    cleans = "compact" in topic.get("cleanup.policy", "") or any(
+        _int(topic.get(k), -1) >= 0 for k in ("retention.ms", "retention.bytes")
+    )
+    return {**topic, **CLEANED_TOPIC} if cleans else topic
+
+
+def _await_cleanup(run_id: str, window_s: float) -> None:
+    """The audit's window, then until the broker has deleted or compacted some of the run's acked
+    events (fewer distinct events readable than were acked), at most CLEANUP_WAIT_S: what the
+    checker then reads is what an audit would."""
+    import time
+
+    from delivery_semantics.plumbing.db import query
+    from delivery_semantics.plumbing.endpoints import kafka_config
+    from delivery_semantics.workload import readback
+
+    [run] = query("SELECT topic, acked FROM runs WHERE run_id = %s", (run_id,))
+    time.sleep(min(window_s, CLEANUP_WAIT_S))
+    deadline = time.monotonic() + CLEANUP_WAIT_S
+    while time.monotonic() < deadline:
+        if len({r.event_id for r in readback.read_topic(kafka_config(), run["topic"])}) < int(run["acked"] or 0):
+            return
+        time.sleep(5)
+
+
+def _run_settings(req: Request, strategy: str) -> dict[str, str]:
+    """The request's consumer settings that the strategy's run reads."""
+    return {k: v for k, v in req.consumer.items() if k in catalog.get_strategy(strategy).settings}
+
+
+def _input_run(messages: int, seed: int) -> str:
+    """A fresh input run for the proof's consumer runs: the catalog's input mode, no fault."""
+    from delivery_semantics.workload import load, scenarios
+
+    return scenarios.run(load.LoadSpec(mode=catalog.CONSUMER_INPUT_MODE, messages=messages, seed=seed), "none").run_id
+
+
+def _consumer_run(strategy: str, scenario: str, settings: dict[str, str], source_run_id: str) -> str:
+    """The strategy's consumer run, in a group of its own, over the input run under the scenario,
+    with the settings; its id."""
+    from delivery_semantics.workload import consumer_workload
+
+    spec = consumer_workload.ConsumerSpec(strategy, source_run_id, scenario, settings=settings)
     return consumer_workload.start(spec).consumer_run_id
 
 

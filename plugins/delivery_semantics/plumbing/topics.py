@@ -87,7 +87,8 @@ def ensure_topic(
     config: dict | None = None,
     timeout: float = 30.0,
 ) -> bool:
-    """Creates the topic if missing; returns True when it was created now."""
+    """Creates the topic if missing; returns True when it was created now. A `replication.factor`
+    in `config` (a run's topic settings) is the topic's, not a config key."""
     validate_topic_name(name)
     admin = admin_client(kafka_conf)
     topic_config = {
@@ -95,6 +96,7 @@ def ensure_topic(
         "unclean.leader.election.enable": "false",
         **(config or {}),
     }
+    replication_factor = int(topic_config.pop("replication.factor", replication_factor))
     futures = admin.create_topics(
         [NewTopic(name, partitions, replication_factor, config=topic_config)],
         operation_timeout=timeout,

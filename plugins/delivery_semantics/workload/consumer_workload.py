@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from delivery_semantics import catalog
@@ -47,6 +47,7 @@ class ConsumerSpec:
     batch_size: int = 500
     consumer_run_id: str | None = None
     airflow_run_id: str | None = None
+    settings: dict[str, str] = field(default_factory=dict)  # over the strategy's own (Strategy.settings)
 
 
 @dataclass
@@ -85,7 +86,29 @@ def validate(spec: ConsumerSpec) -> int:
             raise WorkloadError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
     if not isinstance(spec.source_run_id, str) or not spec.source_run_id.strip():
         raise WorkloadError("a source run id is required: the producer run whose topic is consumed")
+    run_settings(spec)
     return spec.crashes if spec.scenario == "consumer_crash" else 0
+
+
+def run_settings(spec: ConsumerSpec) -> dict[str, str]:
+    """The strategy's settings with the spec's over them: only the keys the strategy reads, each an
+    integer in catalog.CONSUMER_RUN_SETTINGS' bounds."""
+    strategy = catalog.get_strategy(spec.strategy)
+    for key, value in (spec.settings or {}).items():
+        if key not in strategy.settings:
+            takes = ", ".join(strategy.settings) or "no settings"
+            raise WorkloadError(f"consumer setting {str(key)[:60]!r}: strategy {spec.strategy} takes {takes}")
+        lo, hi = catalog.CONSUMER_RUN_SETTINGS[key]
+        text = str(value)
+        if not text.isascii() or not text.isdigit() or not lo <= int(text) <= hi:
+            raise WorkloadError(f"consumer setting {key}={text[:40]!r}: an integer in [{lo}, {hi}]")
+    settings = {**strategy.settings, **{k: str(int(v)) for k, v in (spec.settings or {}).items()}}
+    if strategy.stalls and int(settings["app.processing.ms"]) <= int(settings["max.poll.interval.ms"]):
+        raise WorkloadError(
+            f"app.processing.ms={settings['app.processing.ms']} must exceed max.poll.interval.ms="
+            f"{settings['max.poll.interval.ms']}: {spec.strategy} stalls past its poll interval"
+        )
+    return settings
 
 
 def input_run(ledger: Ledger, source_run_id: str) -> dict:
@@ -132,6 +155,7 @@ def start(spec: ConsumerSpec, *, kafka_conf: dict | None = None, db: Database | 
                 "output_topic": output_topic,
                 "transactional_id": f"semantics-copier-{cid}" if strategy.transactional else None,
                 "airflow_run_id": spec.airflow_run_id,
+                "settings": run_settings(spec),
             }
         )
         return _drive(ledger, cid, kafka_conf, db)

@@ -11,12 +11,17 @@ partition, and writes what it reads with the run's strategy:
 - process_then_commit_dedup: the same, into a sink that skips event ids it holds and applies an
   update only when it is newer (seed 000's remedy);
 - transactional_copy: produces each record, transformed, to the output topic inside a
-  transaction that also carries the input offsets (send_offsets_to_transaction).
+  transaction that also carries the input offsets (send_offsets_to_transaction);
+- and three that reproduce a consumer setting's effect for `prove`: auto_commit (librdkafka's
+  timer commits what poll() returned, then the sink write), start_at_latest (a new group at
+  auto.offset.reset=latest) and slow_poll_loop (process_then_commit that stalls once, past
+  max.poll.interval.ms, between its write and its commit, as a dynamic member).
 
 With --crash-after K the process kills itself with SIGKILL at its strategy's weakest point,
 in the first batch that takes the session past K records: after the commit and before the sink
-write (commit_before_process), after the sink write and before the commit (both
-process_then_commit strategies), or halfway through producing a transaction's records, flushed
+write (commit_before_process), once the timer's commit has passed the batch and before its write
+(auto_commit), after the sink write and before the commit (both process_then_commit strategies,
+and slow_poll_loop), or halfway through producing a transaction's records, flushed
 to the brokers and never committed (transactional_copy). Before dying it prints one CRASH line;
 a session that reaches the end prints one DONE line. The workload (consumer_workload) starts
 these processes and restarts them after a crash.
@@ -43,19 +48,25 @@ class SessionError(RuntimeError):
     pass
 
 
-def consumer_config(kafka_conf: dict, run: dict) -> dict:
-    return {
+def consumer_config(kafka_conf: dict, run: dict, strategy: Strategy) -> dict:
+    """The run's consumer: its strategy's commits and start, and the client keys of its settings
+    (consumer_workload.run_settings checked them; `app.` keys are the application's)."""
+    conf = {
         **kafka_conf,
         "group.id": run["group_id"],
-        # Static membership: a restarted process with the same instance id takes over the killed
-        # one's partitions at once, instead of waiting out its session.
-        "group.instance.id": f"{run['group_id']}.0",
         "session.timeout.ms": 6000,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
+        "enable.auto.commit": strategy.auto_commit,
+        "auto.offset.reset": strategy.offset_reset,
         "isolation.level": "read_committed",
         "enable.partition.eof": True,
+        **{k: int(v) for k, v in (run.get("settings") or {}).items() if not k.startswith("app.")},
     }
+    if not strategy.stalls:
+        # Static membership: a restarted process with the same instance id takes over the killed
+        # one's partitions at once, instead of waiting out its session. A consumer that outlives
+        # its poll interval must leave the group as a dynamic member does.
+        conf["group.instance.id"] = f"{run['group_id']}.0"
+    return conf
 
 
 class _Input:
@@ -63,12 +74,13 @@ class _Input:
     poll's offsets are in the ledger (`consumer_polls`) before its records are processed, so the
     checker sees the polls of a session that was killed too."""
 
-    def __init__(self, kafka_conf: dict, run: dict, timeout: float, ledger: Ledger, session: int):
+    def __init__(self, kafka_conf: dict, run: dict, timeout: float, ledger: Ledger, session: int, strategy: Strategy):
         self.ledger, self.run_id, self.session, self.polls = ledger, run["consumer_run_id"], session, 0
         self.topic, self.batch_size = run["input_topic"], int(run["batch_size"])
         self.open_parts = {int(p) for p in run["input_end_offsets"]}
         self.deadline = time.monotonic() + timeout
-        self.consumer = Consumer(librdkafka(consumer_config(kafka_conf, run)))
+        self.left_group = 0  # times the client said the poll interval was exceeded
+        self.consumer = Consumer(librdkafka(consumer_config(kafka_conf, run, strategy)))
         self.consumer.subscribe([self.topic])
 
     def batches(self):
@@ -82,6 +94,9 @@ class _Input:
                     data.append(m)
                 elif err.code() == KafkaError._PARTITION_EOF:
                     self.open_parts.discard(m.partition())
+                elif err.code() == KafkaError._MAX_POLL_EXCEEDED:
+                    # The client left the group; the next poll joins it again.
+                    self.left_group += 1
                 else:
                     raise KafkaException(err)
             if data:
@@ -100,6 +115,18 @@ class _Input:
 
     def commit(self, batch) -> None:
         self.consumer.commit(offsets=self.next_offsets(batch), asynchronous=False)
+
+    def await_auto_commit(self, batch, interval_ms: int) -> None:
+        """Until the client's timer has committed past the batch poll() returned (its offsets were
+        stored as it returned them): the moment auto-commit has taken the batch as consumed."""
+        wanted = self.next_offsets(batch)
+        deadline = time.monotonic() + 5 * interval_ms / 1000 + 10
+        while time.monotonic() < deadline:
+            committed = {tp.partition: tp.offset for tp in self.consumer.committed(wanted, timeout=10)}
+            if all(committed.get(tp.partition, -1) >= tp.offset for tp in wanted):
+                return
+            time.sleep(min(0.2, interval_ms / 1000))
+        raise SessionError(f"the auto-commit timer ({interval_ms} ms) did not commit past the batch in time")
 
     def close(self) -> None:
         self.consumer.close()
@@ -128,13 +155,19 @@ def run_sink_session(
     timeout: float,
 ) -> dict:
     sink = Sink(db, run["consumer_run_id"], dedup=strategy.dedup)
-    source = _Input(kafka_conf, run, timeout, ledger, session)
-    processed = written = 0
+    source = _Input(kafka_conf, run, timeout, ledger, session, strategy)
+    settings = run.get("settings") or {}
+    processed = written = refused = 0
     try:
         for batch in source.batches():
             records = [sink_record(m) for m in batch]
             crash = crash_after is not None and processed + len(batch) >= crash_after
-            if strategy.commit_first:
+            if strategy.auto_commit:
+                if crash:
+                    source.await_auto_commit(batch, int(settings["auto.commit.interval.ms"]))
+                    crash_here(strategy.crash_point, session=session, processed_before=processed, batch=len(batch))
+                written += sink.apply(records, session)
+            elif strategy.commit_first:
                 source.commit(batch)
                 if crash:
                     crash_here(strategy.crash_point, session=session, processed_before=processed, batch=len(batch))
@@ -143,12 +176,22 @@ def run_sink_session(
                 written += sink.apply(records, session)
                 if crash:
                     crash_here(strategy.crash_point, session=session, processed_before=processed, batch=len(batch))
-                source.commit(batch)
+                if strategy.stalls and session == 1 and source.polls == 2:
+                    time.sleep(int(settings["app.processing.ms"]) / 1000)
+                try:
+                    source.commit(batch)
+                except KafkaException as e:
+                    if not strategy.stalls:
+                        raise
+                    # Out of the group: the batch's partitions are someone's (or this client's once
+                    # it joins again) from their last committed offsets.
+                    refused += 1
+                    print(f"commit refused after the stall: {e.args[0].str() if e.args else e}", flush=True)
             processed += len(batch)
     finally:
         source.close()
         sink.close()
-    return {"processed": processed, "written": written}
+    return {"processed": processed, "written": written, "commits_refused": refused, "left_group": source.left_group}
 
 
 def transform(m) -> bytes | None:
@@ -161,7 +204,13 @@ def transform(m) -> bytes | None:
 
 
 def run_copier_session(
-    run: dict, kafka_conf: dict, ledger: Ledger, session: int, crash_after: int | None, timeout: float
+    run: dict,
+    strategy: Strategy,
+    kafka_conf: dict,
+    ledger: Ledger,
+    session: int,
+    crash_after: int | None,
+    timeout: float,
 ) -> dict:
     producer = Producer(
         {
@@ -176,7 +225,7 @@ def run_copier_session(
     # Fences the killed process's producer and aborts its open transaction; only then are the
     # input offsets read back, so none is pending.
     producer.init_transactions(60)
-    source = _Input(kafka_conf, run, timeout, ledger, session)
+    source = _Input(kafka_conf, run, timeout, ledger, session, strategy)
     processed = 0
     try:
         for batch in source.batches():
@@ -194,7 +243,7 @@ def run_copier_session(
                 if crash and i == len(batch) // 2:
                     producer.flush(30)
                     crash_here(
-                        catalog.STRATEGIES["transactional_copy"].crash_point,
+                        strategy.crash_point,
                         session=session,
                         processed_before=processed,
                         batch=len(batch),
@@ -222,7 +271,7 @@ def run_session(consumer_run_id: str, session: int, crash_after: int | None, tim
         strategy = catalog.get_strategy(run["strategy"])
         started = time.monotonic()
         if strategy.transactional:
-            result = run_copier_session(run, kafka_conf, ledger, session, crash_after, timeout)
+            result = run_copier_session(run, strategy, kafka_conf, ledger, session, crash_after, timeout)
         else:
             result = run_sink_session(run, strategy, kafka_conf, db, ledger, session, crash_after, timeout)
     finally:

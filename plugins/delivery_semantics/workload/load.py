@@ -98,6 +98,9 @@ class LoadSpec:
     producers: int = catalog.DEFAULT_PRODUCERS
     client: str | None = None  # librdkafka or java; None: a mode file's own, or librdkafka
     record_format: str = "text"  # layouts.RECORD_FORMATS: the text value layout, or Avro
+    # Whether the load sends again what was not acked (an application that retries its failures);
+    # None: the mode's (every mode but at_most_once does). prove's `producer.app.resends_failed`.
+    resends_failed: bool | None = None
 
 
 @dataclass
@@ -176,6 +179,8 @@ def validate(spec: LoadSpec) -> RunRequest:
         raise LoadError(f"abort_ratio must be in [0, 1), got {spec.abort_ratio!r}")
     if spec.abort_ratio and not mode.transactional:
         raise LoadError(f"abort_ratio needs the transactional mode; {mode.name} has no transactions")
+    if spec.resends_failed not in (None, True, False):
+        raise LoadError(f"resends_failed is true, false or the mode's, got {spec.resends_failed!r}")
     if spec.record_format not in RECORD_FORMATS:
         raise LoadError(f"record format {spec.record_format!r}: use one of {', '.join(RECORD_FORMATS)}")
     if spec.topic is not None:
@@ -269,6 +274,7 @@ def create(
                 "client": resolved.client,
                 "settings": mask_secrets(resolved.overrides),
                 "topic_config": dict(topic_config or {}),
+                "resends_failed": spec.resends_failed,
                 "findings": resolved.finding_rows,
                 "airflow_run_id": spec.airflow_run_id,
             },
@@ -484,14 +490,15 @@ def _drive(
         on_progress,
         crash_before_commit_at,
     )
+    resends = session_runner.resends
     try:
         with few_collections():
-            if session > 1 and mode.resends_unacked:
+            if session > 1 and resends:
                 # at_most_once never resends: an event the ledger has no outcome for may have been sent.
                 session_runner.resolve_in_doubt(kafka_conf)
                 session_runner.resend_unacked()
             session_runner.send_new(ledger.next_n(run_id, start, stop), stop)
-            if mode.resends_unacked:
+            if resends:
                 for _ in range(RESEND_ROUNDS):
                     if not session_runner.resend_unacked():
                         break
@@ -637,6 +644,9 @@ class _Session:
         self.committer = ThreadPoolExecutor(1, thread_name_prefix="committer")
         self._committing: tuple[Future, list[tuple[int, int]]] | None = None
         self._again: deque[list[tuple[int, int]]] = deque()
+        # A load told not to resend what failed drops a transaction that failed to commit (one the
+        # application aborted is sent again all the same, as are those aborted behind it for order).
+        self.resends = mode.resends_unacked if run.get("resends_failed") is None else bool(run["resends_failed"])
         self.rng = random.Random(run["seed"] * 1_000_003 + session + 7919 * self.producer)  # noqa: S311 (abort decisions of a seeded load, not cryptography)
         self.txn_no = ledger.max_txn_no(self.run_id, self.producer)
         self.rate = max(1, run["target_rate"] // run["producers"]) if run["target_rate"] else 0
@@ -769,7 +779,7 @@ class _Session:
                 if not self._committed(before):
                     self.client.abort(written)
                     self._record(self.client.drain())
-                    self._again.extendleft([txn, before[1]])
+                    self._again.extendleft([txn, before[1]] if self.resends else [txn])
                     continue
             if abort:
                 self.client.abort(written)
@@ -782,7 +792,7 @@ class _Session:
         """Waits for the transaction still committing, and sends it again if it was aborted."""
         while self._committing is not None:
             before, self._committing = self._committing, None
-            if not self._committed(before):
+            if not self._committed(before) and self.resends:
                 self._again.append(before[1])
                 self._send_transactions([])
 
