@@ -234,13 +234,26 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "retries_without_idempotence",
         "producer",
-        ("producer.enable.idempotence", "producer.retries", "producer.acks"),
+        (
+            "producer.enable.idempotence",
+            "producer.retries",
+            "producer.acks",
+            "producer.request.timeout.ms",
+            "producer.delivery.timeout.ms",
+            "producer.message.timeout.ms",
+        ),
         "duplicate",
         ("lost_ack",),
         "no_duplicates",
-        "a send retried after its ack was lost is written again: only idempotence lets the broker drop it",
+        "a send retried after its ack was lost is written again: only idempotence lets the broker drop it (a "
+        "delivery timeout no longer than the request timeout fails the send before any retry: no copy, a loss)",
         KAFKA_DOCS + "#producerconfigs_enable.idempotence",
-        lambda v: not _idempotent(v) and _int(v["producer"].get("retries"), 1) > 0 and _acks(v) != "0",
+        lambda v: (
+            not _idempotent(v)
+            and _int(v["producer"].get("retries"), 1) > 0
+            and _acks(v) != "0"
+            and _delivery_timeout(v) > _int(v["producer"].get("request.timeout.ms"), 30_000)
+        ),
     ),
     Rule(
         "in_flight_without_idempotence",

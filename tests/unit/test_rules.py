@@ -257,3 +257,15 @@ def test_a_failed_send_is_lost_where_the_application_drops_it_and_a_single_repli
         for p in rules.predict({"producer": {"delivery.timeout.ms": "15000"}, "topic": {"replication.factor": "1"}})
     }
     assert "replication_factor_one" in fired and "delivery_timeout_shorter_than_failover" not in fired
+
+
+def test_a_delivery_timeout_within_the_request_timeout_fails_a_send_before_any_retry():
+    # Measured: at_least_once_all with delivery.timeout.ms=5000 under lost acks (request timeout 10 s):
+    # no duplicate, 419 sends lost.
+    def fired(producer):
+        return {p.rule.name for p in rules.predict({"producer": {"enable.idempotence": "false", **producer}})}
+
+    assert "retries_without_idempotence" in fired({})
+    assert "retries_without_idempotence" in fired({"delivery.timeout.ms": "15000", "request.timeout.ms": "10000"})
+    assert "retries_without_idempotence" not in fired({"delivery.timeout.ms": "5000", "request.timeout.ms": "10000"})
+    assert "retries_without_idempotence" not in fired({"message.timeout.ms": "30000"}), "librdkafka's name, 30 s"
