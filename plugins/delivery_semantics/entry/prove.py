@@ -383,7 +383,7 @@ def make_runs(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool 
             )
             run_id = scenarios.run(spec, p.scenario, topic_config=topic_of_run(req)).run_id
             cleanup = [x for x in p.predictions if x.rule.name in CLEANUP_RULES]
-            if cleanup and not _await_cleanup(run_id, _int(req.topic.get("app.audit.window.ms")) / 1000):
+            if cleanup and not _await_cleanup(run_id, rules._int(req.topic.get("app.audit.window.ms")) / 1000):
                 # Not a refutation: the broker has yet to act (its retention check or cleaner runs
                 # later than a proof waits), so what the checker would read says nothing.
                 why = f"the broker had deleted or compacted none of run {run_id} within {CLEANUP_WAIT_S} s"
@@ -477,10 +477,6 @@ def _reusable(req: Request, p: Planned) -> dict | None:
     return rows[0] if rows else None
 
 
-def _int(value, default: int = 0) -> int:
-    return int(value) if value not in (None, "") else default
-
-
 def topic_of_run(req: Request) -> dict[str, str]:
     """The topic config a producer run of the request is made with: its Kafka keys (not `app.`
     ones), a min.insync.replicas no higher than a replication factor given without it, and
@@ -491,7 +487,7 @@ def topic_of_run(req: Request) -> dict[str, str]:
     if "replication.factor" in topic and "min.insync.replicas" not in topic:
         topic["min.insync.replicas"] = str(min(int(topic["replication.factor"]), topics.MIN_INSYNC_REPLICAS))
     cleans = "compact" in topic.get("cleanup.policy", "") or any(
-        _int(topic.get(k), -1) >= 0 for k in ("retention.ms", "retention.bytes")
+        rules._int(topic.get(k), -1) >= 0 for k in ("retention.ms", "retention.bytes")
     )
     return {**topic, **CLEANED_TOPIC} if cleans else topic
 
