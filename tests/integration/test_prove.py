@@ -187,8 +187,12 @@ def test_a_consumers_settings_and_a_compacted_topic_are_proved_by_runs_that_do_w
     assert rows["max_poll_interval_shorter_than_processing"]["observed"] == 500
     # The compacted topic keeps only the newest record of each key.
     compacted = rows["compacted_topic"]
-    [made] = report.query("SELECT keys, acked, topic_config FROM runs WHERE run_id = %s", (compacted["run_id"],))
+    [made] = report.query(
+        "SELECT keys, acked, topic_config, target_rate FROM runs WHERE run_id = %s", (compacted["run_id"],)
+    )
     assert made["topic_config"] == {**prove.CLEANED_TOPIC, "cleanup.policy": "compact"}
+    # Spread over several segments, so that the cleaner has rolled ones to clean.
+    assert made["target_rate"] == 3000 // prove.CLEANED_LOAD_S
     assert compacted["isolation"] == "read_committed" and 0 < compacted["observed"] <= made["acked"] - made["keys"]
 
 

@@ -162,3 +162,42 @@ def test_a_proofs_runs_travel_between_tasks_as_json_and_come_back_whole():
     assert [p.label for p in back.planned] == [p.label for p in planned]
     assert back.fresh(req) == [r for r, reused in made.runs if not reused]
     assert prove.Made([], [("p1", False)], []).fresh(prove.request(None, [], pipeline="debezium_outbox")) == []
+
+
+def test_a_run_that_fails_leaves_its_findings_with_why_and_the_proof_goes_on(monkeypatch):
+    from confluent_kafka import KafkaError, KafkaException
+
+    from delivery_semantics.history import schema
+    from delivery_semantics.plumbing.endpoints import EndpointError
+    from delivery_semantics.workload import scenarios
+
+    failing = {"lost_ack": KafkaException(KafkaError(KafkaError._FATAL, "Fatal error: INVALID_TXN_STATE\nmore"))}
+
+    def run(spec, scenario, topic_config=None):
+        if scenario in failing:
+            raise failing[scenario]
+        return type("Summary", (), {"run_id": f"r_{scenario}"})()
+
+    monkeypatch.setattr(schema, "migrate", lambda: None)
+    monkeypatch.setattr(scenarios, "run", run)
+    monkeypatch.setattr(prove, "_input_run", lambda messages, seed: "r_input")
+    monkeypatch.setattr(prove, "_consumer_run", lambda strategy, scenario, settings, source: f"c_{strategy}_{source}")
+    req = prove.request("at_least_once", ["consumer.enable.auto.commit=false"])
+    made = prove.make_runs(req, messages=100)
+    assert made.runs == [
+        ("r_isolated_leader", False),
+        ("r_rolling_restart", False),
+        ("c_process_then_commit_r_input", False),
+        ("c_start_at_latest_r_input", False),
+    ]
+    [lost] = made.left
+    assert (lost.prediction.rule.name, lost.scenario, lost.run_id) == ("retries_without_idempotence", "lost_ack", None)
+    assert (
+        lost.why
+        == 'its run failed: KafkaException: KafkaError{code=_FATAL,val=-150,str="Fatal error: INVALID_TXN_STATE'
+    )
+    # A failure that is not a run's (a bug, an endpoint that refuses) is not hidden as one.
+    for error in (KeyError("acks"), EndpointError("connection 'kafka_default' refused its credentials")):
+        failing["lost_ack"] = error
+        with pytest.raises(type(error)):
+            prove.make_runs(req, messages=100)

@@ -758,8 +758,8 @@ def _prove_parser(sub) -> None:
         action="append",
         default=[],
         metavar="FAMILY.KEY=VALUE",
-        help="producer.KEY=VALUE over the mode's settings (the client's allowlist), or topic.KEY=VALUE for the "
-        "runs' topic (min.insync.replicas, unclean.leader.election.enable)",
+        help="producer.KEY=VALUE over the mode's settings, consumer.KEY=VALUE for its readers, topic.KEY=VALUE for "
+        "the runs' topic (each family's allowlist: docs/SECURITY.md)",
     )
     ap.add_argument("--client", help="the producer's client: librdkafka or java (default: the mode's)")
     ap.add_argument("--messages", type=int, default=15_000, help="events per run (default 15,000)")
@@ -793,16 +793,21 @@ def _prove(args) -> int:
     except (prove.ProveError, LoadError, catalog.CatalogError, EndpointError) as e:
         print(f"prove: {e}", file=sys.stderr)
         return 2
+    except prove.CheckerFailed as e:
+        print(f"prove: {e}", file=sys.stderr)
+        return 1
     if args.json:
         for o in outcomes:
             print(json.dumps(o.row()))
     else:
         print(prove.table(outcomes))
     unconfirmed = [o for o in outcomes if o.confirmed is False]
+    unproved = sum(o.confirmed is None for o in outcomes)
     runs = len({o.run_id for o in outcomes if o.run_id})
     print(
         f"prove: {len(outcomes)} findings, {runs} runs; "
-        + (f"{len(unconfirmed)} not confirmed: a rule or the checker is wrong" if unconfirmed else "none refuted"),
+        + (f"{len(unconfirmed)} not confirmed: a rule or the checker is wrong" if unconfirmed else "none refuted")
+        + (f"; {unproved} not proved (the table says why)" if unproved and not args.dry_run else ""),
         file=sys.stderr,
     )
     return 1 if unconfirmed else 0

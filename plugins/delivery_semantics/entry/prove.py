@@ -51,6 +51,10 @@ TOPIC_SETTINGS = {
 # that the broker's retention check and cleaner act within the run (a team's topic rolls weekly and
 # is cleaned later: the same records go, days later). The local stack checks retention every 5 s.
 CLEANED_TOPIC = {"segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01"}
+# ... and its load is spread over CLEANED_LOAD_S: a segment rolls only when a record arrives after
+# segment.ms, and the broker never cleans the active one, so a load done within one segment.ms
+# leaves nothing to clean (3,000 transactional events took about 1 s here, and once did in CI).
+CLEANED_LOAD_S = 6
 # The findings read once the broker has deleted or compacted the run's records, and how long the
 # proof waits for that at most.
 CLEANUP_RULES = ("retention_shorter_than_the_audit", "retention_by_size", "compacted_topic")
@@ -86,6 +90,10 @@ PIPELINE_COUNTS = {
     "source": {"duplicate": "duplicate_events", "lost": "lost", "lost_acked": "lost"},
     "sink": {"duplicate": "sink_duplicates", "lost": "sink_lost", "lost_acked": "sink_lost"},
 }
+
+
+class CheckerFailed(RuntimeError):
+    """The proof's runs were made, and the Spark application judging them failed (exit 1)."""
 
 
 class ProveError(ValueError):
@@ -341,16 +349,18 @@ def prove(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool | st
     if fresh := made.fresh(req):
         done = spark_submit.run(run_id=fresh)
         if done.returncode != 0:
-            raise RuntimeError(f"the checker failed: {done.error}")
+            raise CheckerFailed(f"the checker failed on runs {', '.join(fresh)}: {done.error}")
     return judge(req, made)
 
 
 def make_runs(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool | str = False) -> Made:
     """The plan's runs: found, with `reuse`, or made (a pipeline's reconciled as it runs); with
-    ONLY, none made, and the findings no judged run shows left with why."""
-    from delivery_semantics.entry import pipeline
+    ONLY, none made, and the findings no judged run shows left with why. A run that fails leaves
+    its findings with why, and the proof goes on."""
+    from confluent_kafka import KafkaException
+
     from delivery_semantics.history import schema
-    from delivery_semantics.workload import load, scenarios
+    from delivery_semantics.plumbing.endpoints import EndpointError
 
     schema.migrate()  # the runs to reuse are read before any run would migrate the ledger
     planned, left = plan(predictions(req), req)
@@ -361,39 +371,60 @@ def make_runs(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool 
         found = _reusable(req, p) if reuse else None
         if found:
             runs.append((found["id"], True))
-        elif reuse == ONLY:
+            kept.append(p)
+            continue
+        if reuse == ONLY:
             left += [Outcome(x, p.label, why=NOTHING_TO_REUSE) for x in p.predictions]
             continue
-        elif req.kind == "pipeline":
-            row = pipeline.run(pipeline.PipelineSpec(req.subject, p.scenario))
-            if row.get("status") != "reconciled":
-                raise RuntimeError(f"pipeline run {row.get('run_id')} ended {row.get('status')}: {row.get('error')}")
-            runs.append((row["run_id"], False))
-        elif p.strategy:
-            inputs = inputs or [_input_run(messages, seed)]
-            runs.append((_consumer_run(p.strategy, p.scenario, _run_settings(req, p.strategy), inputs[0]), False))
-        else:
-            spec = load.LoadSpec(
-                mode=req.subject,
-                messages=messages,
-                seed=seed,
-                overrides=req.overrides(),
-                client=req.client,
-                resends_failed=req.resends_failed(),
-            )
-            run_id = scenarios.run(spec, p.scenario, topic_config=topic_of_run(req)).run_id
-            cleanup = [x for x in p.predictions if x.rule.name in CLEANUP_RULES]
-            if cleanup and not _await_cleanup(run_id, rules._int(req.topic.get("app.audit.window.ms")) / 1000):
-                # Not a refutation: the broker has yet to act (its retention check or cleaner runs
-                # later than a proof waits), so what the checker would read says nothing.
-                why = f"the broker had deleted or compacted none of run {run_id} within {CLEANUP_WAIT_S} s"
-                left += [Outcome(x, p.label, run_id, why=why) for x in cleanup]
-                p = Planned(p.scenario, tuple(x for x in p.predictions if x not in cleanup), p.strategy)
-                if not p.predictions:
-                    continue
+        try:
+            run_id, unproved = _make_run(req, p, messages, seed, inputs)
+        except EndpointError:
+            raise  # an endpoint unreachable or refusing its credentials is bad input: exit 2
+        except (RuntimeError, KafkaException) as e:
+            # Proves nothing either way (a fatal producer error, a nemesis or checker that failed, a
+            # run past its budget): its findings are left with why.
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            left += [Outcome(x, p.label, why=f"its run failed: {type(e).__name__}: {first}") for x in p.predictions]
+            continue
+        left += unproved
+        if rest := tuple(x for x in p.predictions if x not in [o.prediction for o in unproved]):
             runs.append((run_id, False))
-        kept.append(p)
+            kept.append(Planned(p.scenario, rest, p.strategy))
     return Made(kept, runs, left)
+
+
+def _make_run(req: Request, p: Planned, messages: int, seed: int, inputs: list[str]) -> tuple[str, list[Outcome]]:
+    """The planned run, made; its id, and the findings it leaves unproved, with why."""
+    from delivery_semantics.entry import pipeline
+    from delivery_semantics.workload import load, scenarios
+
+    if req.kind == "pipeline":
+        row = pipeline.run(pipeline.PipelineSpec(req.subject, p.scenario))
+        if row.get("status") != "reconciled":
+            raise RuntimeError(f"pipeline run {row.get('run_id')} ended {row.get('status')}: {row.get('error')}")
+        return row["run_id"], []
+    if p.strategy:
+        if not inputs:
+            inputs.append(_input_run(messages, seed))
+        return _consumer_run(p.strategy, p.scenario, _run_settings(req, p.strategy), inputs[0]), []
+    topic = topic_of_run(req)
+    spec = load.LoadSpec(
+        mode=req.subject,
+        messages=messages,
+        seed=seed,
+        overrides=req.overrides(),
+        client=req.client,
+        resends_failed=req.resends_failed(),
+        rate=-(-messages // CLEANED_LOAD_S) if CLEANED_TOPIC.items() <= topic.items() else 0,
+    )
+    run_id = scenarios.run(spec, p.scenario, topic_config=topic).run_id
+    cleanup = [x for x in p.predictions if x.rule.name in CLEANUP_RULES]
+    if cleanup and not _await_cleanup(run_id, rules._int(req.topic.get("app.audit.window.ms")) / 1000):
+        # Not a refutation: the broker has yet to act (its retention check or cleaner runs later
+        # than a proof waits), so what the checker would read says nothing.
+        why = f"the broker had deleted or compacted none of run {run_id} within {CLEANUP_WAIT_S} s"
+        return run_id, [Outcome(x, p.label, run_id, why=why) for x in cleanup]
+    return run_id, []
 
 
 def judge(req: Request, made: Made) -> list[Outcome]:

@@ -659,6 +659,9 @@ class _Session:
         self.deadline = self._t0 + self.budget_seconds
         self._counted_before = (mine["produced"], mine["active_seconds"])
         self._sent_this_session = 0
+        # A paced load keeps its rate from its first send, not from the session's set-up (the
+        # producer's init and the ledger's first batch took seconds, and it then sent all at once).
+        self._paced_from: float | None = None
         # Event numbers whose latest outcome in this session is not an ack: when it is empty after a
         # first session, the resend round needs no anti-join over the whole run.
         self.not_acked: set[int] = set()
@@ -747,6 +750,8 @@ class _Session:
 
     def _send(self, records: list[tuple[int, int]]) -> None:
         self.within_budget()
+        if self._paced_from is None:
+            self._paced_from = time.monotonic()
         if self.mode.transactional:
             self._send_transactions(records)
         else:
@@ -847,7 +852,7 @@ class _Session:
     def _throttle(self, n: int) -> None:
         self._sent_this_session += n
         if self.rate:
-            ahead = self._sent_this_session / self.rate - (time.monotonic() - self._t0)
+            ahead = self._sent_this_session / self.rate - (time.monotonic() - self._paced_from)
             if ahead > 0:
                 self.client.pause(ahead)
 
