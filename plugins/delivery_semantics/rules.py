@@ -720,15 +720,21 @@ def predict(
 PLATFORM_TOPIC = {"replication.factor": "3", "min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
 
 
-def of_mode(name: str) -> tuple[dict, str]:
-    """A preset's or a mode file's producer settings on the platform's own topic, and its client."""
+def of_mode(name: str, client: str | None = None) -> tuple[dict, str, dict[str, str]]:
+    """A preset's or a mode file's producer settings as its runs on the client have them (a
+    preset's with the client's tuning: librdkafka's runs wait 60 s for a send, not 300 s) on the
+    platform's own topic; the client; and where each value came from (the mode, the tuning), as
+    `predict` takes it."""
     mode = modes.get_mode(name)
-    settings = dict(mode.semantics)
+    client = client or mode.client or catalog.DEFAULT_CLIENT
+    settings = mode.producer_settings(client)
+    tuning = set(settings) - set(mode.semantics)
     if mode.transactional:
         settings.setdefault("transactional.id", f"semantics-{name}")
     # The platform's load sends again what was not acked, but at_most_once's.
     settings["app.resends_failed"] = str(mode.resends_unacked).lower()
-    return {"producer": settings, "topic": dict(PLATFORM_TOPIC)}, mode.client or catalog.DEFAULT_CLIENT
+    sources = {f"producer.{k}": f"the platform's {client} tuning" if k in tuning else f"mode {name}" for k in settings}
+    return {"producer": settings, "topic": dict(PLATFORM_TOPIC)}, client, sources
 
 
 def of_pipeline(name: str) -> dict[str, dict]:
@@ -752,8 +758,8 @@ def disagreements() -> list[str]:
     expects to be zero that a rule predicts."""
     out = []
     for mode, scenario in catalog.valid_pairs():
-        given, client = of_mode(mode)
-        predicted = observed_columns(p for p in predict(given, client) if scenario in p.rule.scenarios)
+        given, client, tuned = of_mode(mode)
+        predicted = observed_columns(p for p in predict(given, client, tuned) if scenario in p.rule.scenarios)
         expected = catalog.expectation(mode, scenario)
         for key, value in expected.items():
             if (value == ">0") != (key in predicted):

@@ -168,3 +168,37 @@ def test_a_database_is_ridden_over_only_once_it_has_answered():
             slept.append,
             clock=lambda: sum(slept[2:]),
         )
+
+
+def test_a_producer_gone_fatal_is_followed_by_a_new_session_and_nothing_else_is(monkeypatch):
+    """A fatal producer (its transaction aborted by the coordinator: INVALID_TXN_STATE) is what an
+    application replaces with a new one, up to load.FATAL_RESTARTS times; any other error ends the
+    drive at once."""
+    from delivery_semantics.workload import load
+    from delivery_semantics.workload.client import ProducerFenced
+
+    fatal = KafkaError(KafkaError.INVALID_TXN_STATE, "Failed to end transaction", fatal=True)
+    errors: list[BaseException] = []
+    sessions: list[int] = []
+
+    def session(*args):
+        sessions.append(len(sessions) + 1)
+        if errors:
+            raise errors.pop(0)
+
+    monkeypatch.setattr(load, "_drive_session", session)
+    errors[:] = [KafkaException(fatal), ProducerFenced("abort_transaction: INVALID_TXN_STATE")]
+    load._drive(None, "r1", 0, {}, False)
+    assert sessions == [1, 2, 3]
+
+    sessions.clear()
+    errors[:] = [KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))]
+    with pytest.raises(KafkaException):
+        load._drive(None, "r1", 0, {}, False)
+    assert sessions == [1], "a retriable error is the session's own to handle, not a new producer's"
+
+    sessions.clear()
+    errors[:] = [KafkaException(fatal)] * (load.FATAL_RESTARTS + 1)
+    with pytest.raises(KafkaException):
+        load._drive(None, "r1", 0, {}, False)
+    assert len(sessions) == load.FATAL_RESTARTS + 1

@@ -201,3 +201,27 @@ def test_a_run_that_fails_leaves_its_findings_with_why_and_the_proof_goes_on(mon
         failing["lost_ack"] = error
         with pytest.raises(type(error)):
             prove.make_runs(req, messages=100)
+
+
+def test_only_the_run_that_proves_a_cleanup_finding_deletes_or_compacts():
+    req = prove.request(
+        "transactional",
+        [
+            "topic.cleanup.policy=compact",
+            "topic.min.insync.replicas=1",
+            "producer.transaction.timeout.ms=5000",
+            "producer.message.timeout.ms=5000",
+            "producer.app.resends_failed=false",
+            "consumer.enable.auto.commit=false",
+            "consumer.auto.offset.reset=earliest",
+            "consumer.app.dedup=true",
+            "consumer.isolation.level=read_committed",
+        ],
+    )
+    planned, _ = prove.plan(prove.predictions(req), req)
+    topics = {p.label: prove.topic_of_run(req, p) for p in planned}
+    assert topics == {
+        "partitioned_leader": {"min.insync.replicas": "1"},
+        "none": {"min.insync.replicas": "1", "cleanup.policy": "compact", **prove.CLEANED_TOPIC},
+        "shrunk_isr_leader_kill": {"min.insync.replicas": "1"},
+    }

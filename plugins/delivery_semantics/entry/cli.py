@@ -675,8 +675,7 @@ def _predict(args) -> int:
         if args.topic and not args.kafka:
             raise rules.RuleError("--topic is read through a Kafka connection: give --kafka CONN_ID")
         if args.mode:
-            given, mode_client = rules.of_mode(args.mode)
-            client = client or mode_client
+            given, client, sources = rules.of_mode(args.mode, client)
         if args.audit or args.kafka:
             from delivery_semantics.audit import audits
             from delivery_semantics.audit import preflight as audit_preflight

@@ -244,6 +244,7 @@ class Ledger:
         self.db = db or ledger_database()
         self.conn = connect(self.db)
         self._lock_conn = None
+        self._claimed: tuple[str, int] | None = None
         self._write_lock = threading.Lock()
 
     def close(self) -> None:
@@ -360,15 +361,22 @@ class Ledger:
     def claim_run(self, run_id: str, producer: int = 0) -> None:
         """Holds a session-level advisory lock for the run's producer slice on a connection of its
         own, so a second process cannot resume a slice whose producer is alive; a killed
-        producer's lock goes with its connection."""
+        producer's lock goes with its connection. Claimed again by the holder (a new session after
+        a fatal producer), it is kept."""
+        if self._claimed == (run_id, producer) and not self._lock_conn.closed:
+            return
+        if self._lock_conn is not None and not self._lock_conn.closed:
+            raise RunBusy(f"this ledger holds {self._claimed}; run {run_id} (producer {producer}) needs one of its own")
         self._lock_conn = connect(self.db)
         self._lock_conn.autocommit = True
         with self._lock_conn.cursor() as cur:
             cur.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (f"{run_id}#{producer}",))
             if not cur.fetchone()[0]:
+                self._lock_conn.close()
                 raise RunBusy(
                     f"run {run_id} (producer {producer}) is held by a live producer; wait for it or stop it first"
                 )
+        self._claimed = (run_id, producer)
 
     def finishing(self, run_id: str):
         """A lock held while a producer totals the run, so two producers ending together do not

@@ -398,4 +398,8 @@ class LibrdkafkaClient(ProducerClient):
 
     def close(self) -> None:
         for producer in self._turns:
-            producer.flush(5)
+            try:
+                producer.flush(5)
+            except KafkaException as e:
+                if not e.args[0].fatal():
+                    raise  # a fatal producer is being let go: what it holds is lost with it

@@ -68,6 +68,10 @@ def require_free_disk(spec: LoadSpec) -> None:
 
 
 RESEND_ROUNDS = 3
+# A producer in a fatal state (fenced, or its transaction aborted by the coordinator past
+# transaction.timeout.ms: librdkafka's INVALID_TXN_STATE) can send nothing more; the application
+# opens a new one, as after a crash, this many times in one drive of its slice.
+FATAL_RESTARTS = 3
 
 
 class LoadError(ValueError):
@@ -440,6 +444,39 @@ def stderr_tail(proc: subprocess.Popen, chars: int = 1500) -> str:
 
 
 def _drive(
+    ledger: Ledger,
+    run_id: str,
+    producer: int,
+    kafka_conf: dict,
+    progress: bool,
+    on_progress: ProgressCallback | None = None,
+    crash_before_commit_at: int | None = None,
+) -> None:
+    """The producer's slice, session after session: a session whose producer went fatal is
+    followed by a new one (its init fences the old and ends its open transaction), which resolves
+    and resends what was not acked when the application resends, and goes on with the rest."""
+    for restart in range(FATAL_RESTARTS + 1):
+        try:
+            _drive_session(ledger, run_id, producer, kafka_conf, progress, on_progress, crash_before_commit_at)
+            return
+        except Exception as e:
+            if restart == FATAL_RESTARTS or not _fatal(e):
+                raise
+            print(f"producer {producer}: {type(e).__name__}: {e}; a new producer takes over", file=sys.stderr)
+
+
+def _fatal(e: BaseException) -> bool:
+    """Whether the producer can send no more (a new one could)."""
+    from confluent_kafka import KafkaException
+
+    from delivery_semantics.workload.client import ProducerFenced
+
+    return isinstance(e, ProducerFenced) or (
+        isinstance(e, KafkaException) and bool(e.args) and hasattr(e.args[0], "fatal") and e.args[0].fatal()
+    )
+
+
+def _drive_session(
     ledger: Ledger,
     run_id: str,
     producer: int,
