@@ -35,7 +35,7 @@ from delivery_semantics.plumbing.endpoints import (
 )
 from delivery_semantics.records.layouts import RECORD_FORMATS
 from delivery_semantics.workload import readback, settings
-from delivery_semantics.workload.client import ProducerClient, few_collections, runtime
+from delivery_semantics.workload.client import ProducerClient, ProducerFenced, few_collections, runtime
 from delivery_semantics.workload.generator import Generator, new_run_id, slices
 
 BROKER_MESSAGE_MAX_BYTES = 1048588
@@ -467,12 +467,10 @@ def _drive(
 
 def _fatal(e: BaseException) -> bool:
     """Whether the producer can send no more (a new one could)."""
-    from confluent_kafka import KafkaException
-
-    from delivery_semantics.workload.client import ProducerFenced
+    from confluent_kafka import KafkaError, KafkaException
 
     return isinstance(e, ProducerFenced) or (
-        isinstance(e, KafkaException) and bool(e.args) and hasattr(e.args[0], "fatal") and e.args[0].fatal()
+        isinstance(e, KafkaException) and bool(e.args) and isinstance(e.args[0], KafkaError) and e.args[0].fatal()
     )
 
 
