@@ -19,9 +19,10 @@ is fixed at the first reconciliation and recorded, so a rerun reads the same rec
 run's ledger is rebuilt from its ranges of event numbers and its batch rows (spark.range), and
 only the outcomes that were not clean are read a row each; an outbox is read with partitioned
 JDBC reads. Every event id is classified by the functions of
-checker/anomalies.py, one per kind: duplicate, lost_acked, lost_unacked, unknown_landed,
-unexpected, out_of_order, aborted_visible, malformed (a record with no usable event id) and, for a
-sink, stale_overwrite (a record applied to its key's state after a newer version was).
+checker/anomalies.py, one per kind: duplicate, lost_acked, lost_unacked (and within it
+coordinator_aborted, a transaction the broker's coordinator aborted), unknown_landed, unexpected,
+out_of_order, aborted_visible, malformed (a record with no usable event id) and, for a sink,
+stale_overwrite (a record applied to its key's state after a newer version was).
 
 Three tables are written: a summary (one row per run and isolation level), the discrepancies
 (one row per affected event and kind) and an event-id-deduplicated copy of the data. Spark writes

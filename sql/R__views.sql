@@ -8,7 +8,7 @@
 -- before the definitions moved here; the V files now hold tables only.
 
 
--- v_run_results (last changed by V026__producer_clients_and_settings.sql)
+-- v_run_results (last changed by V039__coordinator_aborted.sql)
 CREATE OR REPLACE VIEW v_run_results AS
 SELECT r.run_id, r.created_at, r.ended_at, r.mode, r.scenario, r.topic, r.messages, r.status AS load_status,
        r.sessions, r.acked, r.failed, r.unknown, r.records_per_sec, r.ack_p50_ms, r.ack_p99_ms,
@@ -19,7 +19,7 @@ SELECT r.run_id, r.created_at, r.ended_at, r.mode, r.scenario, r.topic, r.messag
        s.promise, s.verdict, s.broken_by, s.expectation, s.meets_expectation,
        'producer'::text AS side, NULL::text AS source_run_id, s.stale_overwrites, s.torn_events,
        s.inconsistent_offsets, s.poll_skips, s.nonmonotonic_polls,
-       r.client, r.settings, r.producer_config, r.findings, s.broken_settings
+       r.client, r.settings, r.producer_config, r.findings, s.broken_settings, s.coordinator_aborted
 FROM runs r
 JOIN catalog_judged j ON j.name = r.mode
 JOIN reconcile_summary s ON s.reconciliation_id = r.run_id AND s.isolation = j.isolation
@@ -34,7 +34,7 @@ SELECT c.consumer_run_id, c.created_at, c.ended_at, c.strategy, c.scenario, s.to
        s.promise, s.verdict, s.broken_by, s.expectation, s.meets_expectation,
        'consumer'::text, c.source_run_id, s.stale_overwrites, s.torn_events, s.inconsistent_offsets,
        s.poll_skips, s.nonmonotonic_polls,
-       'librdkafka'::text, '{}'::jsonb, NULL::jsonb, '[]'::jsonb, s.broken_settings
+       'librdkafka'::text, '{}'::jsonb, NULL::jsonb, '[]'::jsonb, s.broken_settings, s.coordinator_aborted
 FROM consumer_runs c
 JOIN runs src ON src.run_id = c.source_run_id
 JOIN catalog_judged j ON j.name = c.strategy

@@ -56,7 +56,8 @@ class Kind:
     - breaks: the guarantee (GUARANTEES) it breaks, if any;
     - loss: a later window's `late` copy resolves it;
     - column: the matrix report's column that shows its count (two kinds may share one: their
-      counts are shown as a/b)."""
+      counts are shown as a/b);
+    - within: the kind whose events it names a cause of, a subset of them (not counted twice)."""
 
     name: str
     jepsen: str | None
@@ -67,6 +68,7 @@ class Kind:
     copies: bool = False
     loss: bool = False
     column: str | None = None
+    within: str | None = None
 
     @property
     def in_matrix(self) -> bool:
@@ -109,6 +111,14 @@ KINDS = {
             {OUTBOX_TOPIC: "lost_unacked"},
             loss=True,
             column="lost unacked",
+        ),
+        _kind(
+            "coordinator_aborted",
+            None,
+            "coordinator_aborted",
+            "lost unacked, its last transaction aborted by the broker's transaction coordinator (open past "
+            "transaction.timeout.ms, or fenced by a newer producer of its transactional.id)",
+            within="lost_unacked",
         ),
         _kind(
             "lost",
@@ -207,6 +217,11 @@ BROKEN_BY = {k.breaks: (k.name, k.summary) for k in KINDS.values() if k.breaks}
 if set(BROKEN_BY) != set(GUARANTEES):
     raise CatalogError(f"no kind breaks {set(GUARANTEES) - set(BROKEN_BY)}: every guarantee is broken by some kind")
 LOSSES = tuple(k.name for k in KINDS.values() if k.loss)
+if any(k.within not in (None, *KINDS) or (k.within and (k.loss or k.breaks)) for k in KINDS.values()):
+    raise CatalogError("a kind within another names a kind, and is not counted as a loss or a break twice")
+# The ledger's error of an event whose transaction the coordinator aborted begins with it (the load
+# writes it, the checker's coordinator_aborted reads it).
+COORDINATOR_ABORTED = "coordinator aborted"
 
 
 def summary_columns(in_matrix: bool = False) -> tuple[str, ...]:

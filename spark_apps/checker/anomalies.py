@@ -103,11 +103,13 @@ class OutcomeLedger:
     - outcomes: `n, outcome_no, code, pos`, a row per event and outcome (code: STATUS_CODES);
     - islands: the ranges [lo, hi) of n the run recorded; an event with no outcome is pending;
     - events: every recorded n (`n`), folded in only when an island test would not do;
-    - aborted: `n, aborted_positions`, from the few per-event outcomes (broadcast when few), None
-      when the run aborted nothing;
+    - aborted: `n, aborted_positions, by_coordinator`, from the few per-event outcomes (broadcast
+      when few), None when the run aborted nothing; by_coordinator: its latest abort was the
+      broker's coordinator's (catalog.COORDINATOR_ABORTED);
     - positions: whether the acked positions are in the topic read (not for a consumer's copy);
     - event_rows: how many of the outcomes are per-event rows (each failure, unknown outcome or
-      abort has one), when known."""
+      abort has one), when known;
+    - transactional: its producers wrote in transactions, so a coordinator may have aborted some."""
 
     outcomes: DataFrame
     islands: tuple[tuple[int, int], ...]
@@ -115,10 +117,25 @@ class OutcomeLedger:
     aborted: DataFrame | None
     positions: bool = True
     event_rows: int = 0
+    transactional: bool = False
 
     @property
     def size(self) -> int:
         return sum(hi - lo for lo, hi in self.islands)
+
+
+def aborted_events(event_outcomes: DataFrame) -> DataFrame:
+    """OutcomeLedger.aborted from the per-event outcome rows (`n, outcome_no, code, partition,
+    offset, by_coordinator`): per event aborted, every position it was aborted at, and whether its
+    latest abort was the coordinator's."""
+    return (
+        event_outcomes.where(F.col("code") == STATUS_CODES["aborted"])
+        .groupBy("n")
+        .agg(
+            F.collect_set(F.struct("partition", "offset")).alias("aborted_positions"),
+            F.max_by("by_coordinator", "outcome_no").alias("by_coordinator"),
+        )
+    )
 
 
 def without_positions(ledger: DataFrame | OutcomeLedger) -> DataFrame | OutcomeLedger:
@@ -573,6 +590,21 @@ def lost_unacked(obs: Observation) -> DataFrame | None:
     return _cases(obs, rules.lost_unacked(), "lost_unacked")
 
 
+def coordinator_aborted(obs: Observation) -> DataFrame | None:
+    """Of the lost_unacked events, those whose last attempt was a transaction the broker's
+    coordinator aborted (the cause named, not a second loss). None where the ledger cannot say."""
+    led = obs.ledger
+    if not isinstance(led, OutcomeLedger) or led.aborted is None or obs.read_as_acked:
+        return None
+    by_coordinator = led.aborted.where(F.col("by_coordinator")).select("n", F.lit("").alias("id_rest"))
+    lost = obs.joined.where(rules.lost_unacked() & (F.col("status") == "aborted")).join(
+        by_coordinator, list(ID_KEY), "left_semi"
+    )
+    return rules.rows(
+        obs.with_positions(lost).select(obs.event_id(), "copies", "partitions", "offsets"), "coordinator_aborted"
+    )
+
+
 def unknown_landed(obs: Observation) -> DataFrame | None:
     """Failed, unknown or never acked in the ledger, yet read: possibly persisted, and it was
     [Jepsen: indeterminate]."""
@@ -797,6 +829,7 @@ ANOMALIES = (
     duplicate,
     lost_acked,
     lost_unacked,
+    coordinator_aborted,
     unknown_landed,
     unexpected,
     out_of_order,

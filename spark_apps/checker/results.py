@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checker import dedup_copy
-from checker.anomalies import Observation
+from checker.anomalies import Observation, OutcomeLedger
 from checker.dedup_copy import DedupCopy
 from checker.sources import Jdbc, Source
 from delivery_semantics import catalog, modes
@@ -31,6 +31,7 @@ def counts(disc: DataFrame, totals: dict, obs: Observation) -> dict:
         "poll_skip": obs.polls is None,
         "nonmonotonic_poll": obs.polls is None,
         "stale_overwrite": not obs.sink,
+        "coordinator_aborted": not (isinstance(obs.ledger, OutcomeLedger) and obs.ledger.transactional),
     }
     counted = {
         k.summary: None if unchecked.get(k.name) else int(kinds.get(k.name, (0, 0))[1 if k.copies else 0] or 0)

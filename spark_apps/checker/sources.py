@@ -73,6 +73,8 @@ class PlatformLedger:
     messages: int
     # Per partition, the end of the offsets its acks name (what a covering read must reach).
     acked_ends: dict = field(default_factory=dict)
+    # Its producers wrote in transactions (the run's mode), whatever a consumer run then wrote.
+    transactional: bool = False
 
     @property
     def id_prefix(self) -> str:
@@ -191,6 +193,7 @@ def _platform_format(layout: str) -> formats.RecordFormat:
 
 
 def platform_source(run: dict, kafka: Kafka) -> Source:
+    transactional = modes.get_mode(run["mode"]).transactional
     return Source(
         reconciliation_id=run["run_id"],
         kafka=kafka,
@@ -198,8 +201,10 @@ def platform_source(run: dict, kafka: Kafka) -> Source:
         judged_as=run["mode"],
         scenario=run["scenario"],
         **_platform_fields(run.get("record_layout", layouts.HEADERS_LAYOUT)),
-        transactional=modes.get_mode(run["mode"]).transactional,
-        ledger=PlatformLedger(run["run_id"], int(run["messages"]), json.loads(run.get("acked_ends") or "{}")),
+        transactional=transactional,
+        ledger=PlatformLedger(
+            run["run_id"], int(run["messages"]), json.loads(run.get("acked_ends") or "{}"), transactional
+        ),
         findings=json.loads(run.get("findings") or "[]"),
         record_format=_platform_format(run.get("record_layout", layouts.HEADERS_LAYOUT)),
         layout=run.get("record_layout", layouts.HEADERS_LAYOUT),
@@ -469,7 +474,7 @@ def read_ledger(jdbc: Jdbc, src: Source, outbox: Store | None = None) -> DataFra
     database; or an audit's outbox, from its store (`outbox_ledger`)."""
     led = src.ledger
     if isinstance(led, PlatformLedger):
-        return _platform_ledger(jdbc, led.run_id, led.messages)
+        return _platform_ledger(jdbc, led.run_id, led.messages, led.transactional)
     return outbox_ledger(outbox.read(jdbc.spark), src)
 
 
@@ -491,7 +496,12 @@ def outbox_ledger(rows: DataFrame, src: Source) -> DataFrame:
     return anomalies.with_id_key(ledger, src.id_prefix)
 
 
-def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.OutcomeLedger:
+# A per-event outcome of a transaction the broker's coordinator aborted (the load's word for it, in
+# its error): a constant of the catalog's, so pasted as a literal.
+_BY_COORDINATOR = "(status = 'aborted' AND error LIKE '" + catalog.COORDINATOR_ABORTED + ":%')"
+
+
+def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int, transactional: bool) -> anomalies.OutcomeLedger:
     """A platform run's ledger, rebuilt rather than read row by row: its event numbers are ranges
     (spark.range), its event ids derived from them (records.event.event_id), and its outcomes are a
     few batch rows (ledger_batches: ranges, expanded here) and the rows of the outcomes that were
@@ -561,7 +571,8 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
         )
     )
     singles, event_rows = jdbc.read_spread(
-        f'SELECT outcome_no, event_id, status, "partition", "offset" FROM ledger_event_outcomes WHERE run_id = {literal}',
+        f'SELECT outcome_no, event_id, status, "partition", "offset", {_BY_COORDINATOR} AS by_coordinator '
+        f"FROM ledger_event_outcomes WHERE run_id = {literal}",
         "ledger_event_outcomes",
         "outcome_no",
         "run_id = ?",
@@ -578,6 +589,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
             "partition",
             "offset",
             anomalies.position(F.col("partition"), F.col("offset")).alias("pos"),
+            "by_coordinator",
         )
     )
     # Aborted outcomes are never in a batch: their positions come from the few per-event rows.
@@ -586,11 +598,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
         if event_rows
         else [[0]]
     )
-    aborted = (
-        single_rows.where(F.col("code") == anomalies.STATUS_CODES["aborted"])
-        .groupBy("n")
-        .agg(F.collect_set(F.struct("partition", "offset")).alias("aborted_positions"))
-    )
+    aborted = anomalies.aborted_events(single_rows)
     if int(aborted_rows) == 0:
         aborted = None
     elif int(aborted_rows) <= anomalies.BROADCAST_MAX_ROWS:
@@ -601,6 +609,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int) -> anomalies.Outcom
         events=events,
         aborted=aborted,
         event_rows=event_rows,
+        transactional=transactional,
     )
 
 

@@ -11,7 +11,7 @@ from direct_check import observe
 from delivery_semantics import catalog
 from delivery_semantics.faults.nemesis import wait_healthy
 from delivery_semantics.history.ledger import Ledger
-from delivery_semantics.workload import load, readback, scenarios
+from delivery_semantics.workload import client, load, readback, scenarios
 
 pytestmark = pytest.mark.faults
 
@@ -205,6 +205,16 @@ def test_java_leader_kill_idempotent_is_exactly_once(ledger, kafka_conf):
     assert (seen.duplicates, seen.lost_acked, seen.acked) == (0, 0, MESSAGES)
 
 
+def _aborts_by_cause(ledger: Ledger, run_id: str, session: int) -> dict:
+    with ledger.conn, ledger.conn.cursor() as cur:
+        cur.execute(
+            "SELECT error, count(*) FROM ledger_outcomes WHERE run_id = %s AND session = %s AND status = 'aborted' "
+            "GROUP BY error",
+            (run_id, session),
+        )
+        return dict(cur.fetchall())
+
+
 def test_java_producer_crash_in_an_open_transaction_is_exactly_once(ledger, kafka_conf):
     """The load process kills itself between a transaction's flush and its commit: its JVM sees its
     stdin close and halts, and the next session's JVM fences the transactional.id."""
@@ -213,6 +223,43 @@ def test_java_producer_crash_in_an_open_transaction_is_exactly_once(ledger, kafk
     assert crash["point"] == "before_commit" and crash["written"] > 0
     assert s.sessions == 2
     assert (seen.duplicates, seen.lost_acked, seen.acked) == (0, 0, MESSAGES)
+    # The crashed transaction, settled by the next session: the coordinator aborted it at the fence.
+    assert _aborts_by_cause(ledger, s.run_id, 2) == {client.FENCED_AT_RESTART: crash["written"]}
+
+
+@pytest.mark.slow  # CI's budget: the ledger's words are asserted in CI (test_load's transaction in doubt)
+def test_a_transaction_the_fence_aborted_and_never_sent_again_is_counted_as_coordinator_aborted(ledger, kafka_conf):
+    """A producer killed inside an open transaction, by an application that does not send again what
+    failed: the next session's producer fences the transactional.id, the coordinator aborts the open
+    transaction, and the checker names exactly its events coordinator_aborted, within lost_unacked."""
+    from delivery_semantics.entry import spark_submit
+    from delivery_semantics.reporting import report
+
+    s, seen, tl = run_pair(
+        "transactional", "producer_crash", ledger, kafka_conf, producers=1, messages=3000, resends_failed=False
+    )
+    [crash] = [e for e in tl["events"] if e["action"] == "kill_producer"]
+    assert crash["point"] == "before_commit" and crash["written"] > 0 and s.sessions == 2
+    assert _aborts_by_cause(ledger, s.run_id, 2) == {client.FENCED_AT_RESTART: crash["written"]}
+    res = spark_submit.run(run_id=s.run_id)
+    assert res.returncode == 0, res.error
+    (summary,) = [r for r in res.summaries if r["isolation"] == "read_committed"]
+    assert (summary["lost_acked"], summary["duplicate_events"]) == (0, 0), summary
+    # Exactly the fenced transaction's events; what was being written beside it, never acked, is
+    # lost_unacked alone.
+    named = report.query(
+        "SELECT event_id FROM reconcile_discrepancies WHERE reconciliation_id = %s AND isolation = 'read_committed' "
+        "AND kind = 'coordinator_aborted'",
+        (s.run_id,),
+    )
+    with ledger.conn, ledger.conn.cursor() as cur:
+        cur.execute(
+            "SELECT event_id FROM ledger_outcomes WHERE run_id = %s AND session = 2 AND status = 'aborted'", (s.run_id,)
+        )
+        fenced = {r[0] for r in cur.fetchall()}
+    assert {r["event_id"] for r in named} == fenced and len(fenced) == crash["written"]
+    assert summary["coordinator_aborted"] == crash["written"] <= summary["lost_unacked"], summary
+    assert summary["lost_unacked"] == 3000 - seen.acked, summary
 
 
 @pytest.mark.slow  # CI's budget: librdkafka's producer_crash and the Java crash above stay in CI

@@ -200,7 +200,7 @@ def test_a_commit_the_broker_refuses_takes_the_transaction_written_beside_it_and
     def commit(self, written, before_commit):
         calls.append(written.txn_no)
         if len(calls) == 3:  # what a commit does when the broker requires the abort
-            self.abort(written)
+            self.abort(written, client.coordinator_aborted("the commit was refused: in the test"))
             return False
         return real(self, written, before_commit)
 
@@ -209,10 +209,15 @@ def test_a_commit_the_broker_refuses_takes_the_transaction_written_beside_it_and
     assert (s.status, s.acked, s.pending) == ("completed", 2000, 0)
     with ledger.conn, ledger.conn.cursor() as cur:
         cur.execute(
-            "SELECT txn_no, count(*) FROM ledger_outcomes WHERE run_id = %s AND status = 'aborted' GROUP BY txn_no",
+            "SELECT txn_no, error, count(*) FROM ledger_outcomes WHERE run_id = %s AND status = 'aborted' "
+            "GROUP BY txn_no, error",
             (s.run_id,),
         )
-        assert dict(cur.fetchall()) == {3: 100, 4: 100}
+        # Each abort says why: the coordinator's refusal, and the transaction aborted behind it.
+        assert {(t, e): n for t, e, n in cur.fetchall()} == {
+            (3, "coordinator aborted: the commit was refused: in the test"): 100,
+            (4, client.ABORTED_BEHIND): 100,
+        }
     records = readback.read_topic(kafka_conf, s.topic, "read_committed")
     assert len(records) == 2000 and set(readback.copies_by_event(records).values()) == {1}
     by_key: dict[str, list[tuple[int, int]]] = {}
@@ -486,11 +491,13 @@ def test_a_transaction_in_doubt_at_the_crash_is_settled_from_the_topic(where, at
     assert (s.status, s.acked, s.pending, s.sessions) == ("completed", 2000, 0, 2)
     with ledger.conn, ledger.conn.cursor() as cur:
         cur.execute(
-            """SELECT status, count(*) FROM ledger_outcomes
-                       WHERE run_id = %s AND session = 2 AND txn_no = %s GROUP BY status""",
+            """SELECT status, error, count(*) FROM ledger_outcomes
+                       WHERE run_id = %s AND session = 2 AND txn_no = %s GROUP BY status, error""",
             (run_id, at),
         )
-        assert dict(cur.fetchall()) == {resolved_as: 100}
+        # A transaction the new producer's fence aborted says so, in the coordinator's words.
+        why = client.FENCED_AT_RESTART if resolved_as == "aborted" else None
+        assert {(st, e): n for st, e, n in cur.fetchall()} == {(resolved_as, why): 100}
     # Both ids were fenced: an open transaction left on either would hold read_committed readers
     # below it, and some of the 2,000 would be missing.
     copies = readback.copies_by_event(readback.read_topic(kafka_conf, s.topic, "read_committed"))

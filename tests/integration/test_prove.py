@@ -471,10 +471,28 @@ def test_a_transaction_timeout_shorter_than_a_partition_is_proved_by_the_transac
     # acked. (Where the producer went fatal ending one, as in two of three runs here, a second
     # session finished the slice: load.FATAL_RESTARTS.)
     [stalled] = report.query(
-        "SELECT r.topic_config, s.lost_unacked, s.lost_acked, s.duplicate_events FROM runs r "
+        "SELECT r.topic_config, s.lost_unacked, s.coordinator_aborted, s.lost_acked, s.duplicate_events FROM runs r "
         "JOIN reconcile_summary s ON s.reconciliation_id = r.run_id AND s.isolation = 'read_committed' "
         "WHERE r.run_id = %s",
         (rows["transaction_timeout_shorter_than_a_stall"]["run_id"],),
     )
     assert stalled["lost_unacked"] > 0 and stalled["lost_unacked"] % 100 == 0, stalled
+    # Which of them the coordinator aborted depends on the race: librdkafka times a transaction's
+    # records out no later than the transaction (its message.timeout.ms is bounded by it), so a
+    # transaction may end for a timed-out record before the coordinator's abort. Every abort says
+    # why, and the checker names exactly the lost events whose latest abort the ledger says was
+    # the coordinator's.
+    run_id = rows["transaction_timeout_shorter_than_a_stall"]["run_id"]
+    assert report.query(
+        "SELECT count(*) AS n FROM ledger_outcomes WHERE run_id = %s AND status = 'aborted' AND error IS NULL",
+        (run_id,),
+    ) == [{"n": 0}]
+    [by_ledger] = report.query(
+        "SELECT count(*) AS n FROM reconcile_discrepancies d JOIN ledger_event_status e "
+        "ON e.run_id = %s AND e.event_id = d.event_id WHERE d.reconciliation_id = %s "
+        "AND d.isolation = 'read_committed' AND d.kind = 'lost_unacked' AND e.status = 'aborted' "
+        "AND e.error LIKE 'coordinator aborted:%%'",
+        (run_id, run_id),
+    )
+    assert stalled["coordinator_aborted"] == by_ledger["n"] <= stalled["lost_unacked"], stalled
     assert (stalled["topic_config"], stalled["lost_acked"], stalled["duplicate_events"]) == ({}, 0, 0), stalled

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from pyspark.sql import functions as F
 
-from checker import anomalies
+from checker import anomalies, results
 from checker.anomalies import Observation
 
 RECORD = "event_id string, key string, seq bigint, publish_at timestamp, partition int, offset bigint, value binary"
@@ -72,6 +73,7 @@ def found(rows) -> set[tuple]:
         (anomalies.duplicate, {("e2", "duplicate", 2)}),
         (anomalies.lost_acked, {("e3", "lost_acked", 0)}),
         (anomalies.lost_unacked, {("e4", "lost_unacked", 0)}),
+        (anomalies.coordinator_aborted, set()),  # a per-event ledger cannot say
         (anomalies.unknown_landed, {("e5", "unknown_landed", 1)}),
         (anomalies.unexpected, {("x1", "unexpected", 1)}),
         (anomalies.out_of_order, {("e7", "out_of_order", 1)}),
@@ -405,7 +407,7 @@ def test_a_reconciliation_releases_its_own_cached_reads_and_no_other_threads(spa
 
 
 OUTCOMES = "n bigint, outcome_no bigint, code int, pos bigint"
-ABORTED = "n bigint, aborted_positions array<struct<partition:int,offset:bigint>>"
+ABORTED = "n bigint, aborted_positions array<struct<partition:int,offset:bigint>>, by_coordinator boolean"
 
 
 @pytest.mark.parametrize("pending", [True, False], ids=["an-event-without-outcome", "every-event-has-one"])
@@ -460,7 +462,7 @@ def test_a_ledger_of_outcomes_folded_with_the_copies_equals_the_per_event_ledger
         (50, 1, code["acked"], pos(0, 9)),
     ]
     islands = ((1, 14),) if pending else ((1, 9), (10, 14))  # 9: recorded, no outcome, not read
-    aborted = spark.createDataFrame([(10, [{"partition": 2, "offset": 3}])], ABORTED)
+    aborted = spark.createDataFrame([(10, [{"partition": 2, "offset": 3}], False)], ABORTED)
     recorded = [n for lo, hi in islands for n in range(lo, hi)]
     folded_ledger = anomalies.OutcomeLedger(
         outcomes=spark.createDataFrame(o, OUTCOMES),
@@ -513,6 +515,71 @@ def test_a_ledger_of_outcomes_folded_with_the_copies_equals_the_per_event_ledger
     }
     assert (("r1-9", "lost_unacked") in kinds) == pending
     assert totals["ledger_events"] == len(recorded)
+
+
+EVENT_OUTCOMES = "n bigint, outcome_no bigint, code int, partition int, offset bigint, by_coordinator boolean"
+
+
+@pytest.mark.parametrize("transactional", [True, False], ids=["transactional", "no-transactions"])
+def test_a_transaction_the_coordinator_aborted_names_the_cause_of_exactly_its_lost_events(spark, transactional):
+    """coordinator_aborted: of the lost_unacked events, exactly those whose latest attempt was a
+    transaction the coordinator aborted; an abort by the application, one sent again and acked, one
+    read all the same, a later failure, and a run that aborted nothing name none."""
+    code = anomalies.STATUS_CODES
+
+    def pos(p, o):
+        return (p << anomalies.OFFSET_BITS) | o
+
+    # (n, outcome_no, status, partition, offset, by the coordinator), the per-event rows
+    aborts = [
+        (2, 1, "aborted", 0, 2, True),  # lost, the coordinator aborted it: named
+        (3, 1, "aborted", 0, 3, False),  # lost, the application aborted it
+        (4, 1, "aborted", 0, 4, True),  # sent again below and acked
+        (5, 1, "aborted", 1, 5, True),
+        (5, 2, "aborted", 1, 6, False),  # the latest abort, the application's
+        (6, 1, "aborted", 1, 7, False),
+        (6, 2, "aborted", 1, 8, True),  # the latest abort, the coordinator's: named
+        (7, 1, "aborted", 2, 9, True),  # read all the same (unknown_landed, not lost)
+        (9, 1, "aborted", 2, 11, True),
+        (9, 2, "failed", None, None, False),  # failed after: its last attempt no transaction's
+    ]
+    singles = spark.createDataFrame([(n, o, code[st], p, off, c) for n, o, st, p, off, c in aborts], EVENT_OUTCOMES)
+    batch = [(1, 1, code["acked"], pos(0, 1)), (4, 2, code["acked"], pos(0, 40))]
+    outcomes = spark.createDataFrame(batch, OUTCOMES).unionByName(
+        singles.select("n", "outcome_no", "code", anomalies.position(F.col("partition"), F.col("offset")).alias("pos"))
+    )
+    outcomes = outcomes.unionByName(spark.createDataFrame([(8, 1, code["failed"], None)], OUTCOMES))
+    read = [rec("r1-1", 0, 1), rec("r1-4", 0, 40), rec("r1-7", 2, 9)]
+    ledger = anomalies.OutcomeLedger(
+        outcomes=outcomes,
+        islands=((1, 10),),
+        events=spark.createDataFrame([(n,) for n in range(1, 10)], "n bigint"),
+        aborted=anomalies.aborted_events(singles),
+        transactional=transactional,
+    )
+    obs = Observation(spark.createDataFrame(read, RECORD), ledger, "read_committed", id_prefix="r1-")
+    kinds = {(r["event_id"], r["kind"]) for r in anomalies.discrepancies(obs, "r1").collect()}
+    lost = {f"r1-{n}" for n in (2, 3, 5, 6, 8, 9)}
+    assert {e for e, k in kinds if k == "lost_unacked"} == lost
+    assert {e for e, k in kinds if k == "coordinator_aborted"} == {"r1-2", "r1-6"}
+    assert ("r1-7", "unknown_landed") in kinds
+    disc = anomalies.discrepancies(obs, "r1")
+    counted = results.counts(disc, anomalies.totals(obs), obs)
+    assert counted["coordinator_aborted"] == (2 if transactional else None)
+    assert counted["lost_unacked"] == 6, "named within lost_unacked, not counted as a second loss"
+
+    # A run that aborted nothing: none named, and counted 0 where transactions could have been.
+    clean = anomalies.OutcomeLedger(
+        outcomes=spark.createDataFrame([(1, 1, code["acked"], pos(0, 1))], OUTCOMES),
+        islands=((1, 2),),
+        events=spark.createDataFrame([(1,)], "n bigint"),
+        aborted=None,
+        transactional=transactional,
+    )
+    obs = Observation(spark.createDataFrame([rec("r1-1", 0, 1)], RECORD), clean, "read_committed", id_prefix="r1-")
+    assert anomalies.coordinator_aborted(obs) is None
+    counted = results.counts(anomalies.discrepancies(obs, "r1"), anomalies.totals(obs), obs)
+    assert counted["coordinator_aborted"] == (0 if transactional else None)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from delivery_semantics import clients
-from delivery_semantics.catalog import DeliveryMode
+from delivery_semantics.catalog import COORDINATOR_ABORTED, DeliveryMode
 from delivery_semantics.clients.librdkafka import NAME
 from delivery_semantics.errors import ModeError
 from delivery_semantics.history.ledger import Outcome, Report, Reports
@@ -133,6 +133,22 @@ class AbortRequired(RuntimeError):
     """The broker requires the open transaction to be aborted (an abortable error)."""
 
 
+# Why a transaction was aborted, as its events' `aborted` outcomes say (the error of a record that
+# failed says it for that record): the checker's coordinator_aborted reads the coordinator's word.
+ABORTED_BY_THE_APPLICATION = "aborted by the application"
+ABORTED_FOR_A_FAILED_RECORD = "aborted: a record of its transaction failed"
+ABORTED_BEHIND = "aborted behind the transaction before it, which was aborted"
+
+
+def coordinator_aborted(why: str) -> str:
+    return f"{COORDINATOR_ABORTED}: {why}"
+
+
+# A transaction in doubt when its producer died or went fatal that a read_committed read does not
+# show: the next producer's init fenced the old epoch, and the coordinator aborted what was open.
+FENCED_AT_RESTART = coordinator_aborted("not committed when a new producer fenced its transactional.id")
+
+
 class ProducerClient:
     """What both clients share: a run's events go out as (n, publish_at_ms) records, and their
     reports come back as `Reports`; a transaction is written, then committed or aborted, and its
@@ -174,21 +190,24 @@ class ProducerClient:
         process dies during the commit, they are how a resume learns what to check. Safe to call in
         another thread while the next transaction is written under the other id."""
         if written.failed:
-            self.abort(written)
+            self.abort(written, ABORTED_FOR_A_FAILED_RECORD)
             return False
         reports = Reports(self.run_id)
         reports.extend("written", written.txn_no, list(written.delivered))
         before_commit(reports)
         try:
             self._commit_transaction(written.producer)
-        except AbortRequired:
-            self.abort(written)
+        except AbortRequired as e:
+            # Every record had its report: what refused the commit is the coordinator's state of
+            # the transaction (timed out, or an epoch bumped under it).
+            self.abort(written, coordinator_aborted(f"the commit was refused: {e}"))
             return False
         self._done.commit(written.txn_no, written.delivered)
         return True
 
-    def abort(self, written: Written) -> None:
-        """Aborts a written transaction: every event gets an `aborted` outcome."""
+    def abort(self, written: Written, why: str) -> None:
+        """Aborts a written transaction: every event gets an `aborted` outcome, its error `why`
+        (a failed record's, its own)."""
         self._abort_transaction(written.producer)
         delivered = {r[0]: r for r in written.delivered}
         failed = {o.n: o for o in written.failed}
@@ -202,7 +221,7 @@ class ProducerClient:
                     r[2] if r else None,
                     r[3] if r else f.latency_us if f else None,
                     written.txn_no,
-                    f.error if f else None,
+                    f.error if f else why,
                     n,
                 )
             )

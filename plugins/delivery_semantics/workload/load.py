@@ -35,7 +35,15 @@ from delivery_semantics.plumbing.endpoints import (
 )
 from delivery_semantics.records.layouts import RECORD_FORMATS
 from delivery_semantics.workload import readback, settings
-from delivery_semantics.workload.client import ProducerClient, ProducerFenced, few_collections, runtime
+from delivery_semantics.workload.client import (
+    ABORTED_BEHIND,
+    ABORTED_BY_THE_APPLICATION,
+    FENCED_AT_RESTART,
+    ProducerClient,
+    ProducerFenced,
+    few_collections,
+    runtime,
+)
 from delivery_semantics.workload.generator import Generator, new_run_id, slices
 
 BROKER_MESSAGE_MAX_BYTES = 1048588
@@ -528,9 +536,12 @@ def _drive_session(
     resends = session_runner.resends
     try:
         with few_collections():
+            if session > 1:
+                # What the last session was committing is settled whether or not it is sent again:
+                # the ledger then says the coordinator aborted it (or that it committed).
+                session_runner.resolve_in_doubt(kafka_conf)
             if session > 1 and resends:
                 # at_most_once never resends: an event the ledger has no outcome for may have been sent.
-                session_runner.resolve_in_doubt(kafka_conf)
                 session_runner.resend_unacked()
             session_runner.send_new(ledger.next_n(run_id, start, stop), stop)
             if resends:
@@ -755,7 +766,7 @@ class _Session:
                     o,
                     None,
                     txn,
-                    None if (p, o) in visible else "resolved after restart: not committed",
+                    None if (p, o) in visible else FENCED_AT_RESTART,
                     n,
                 )
                 for eid, p, o, txn, n in in_doubt
@@ -817,12 +828,12 @@ class _Session:
             if self._committing is not None:
                 before, self._committing = self._committing, None
                 if not self._committed(before):
-                    self.client.abort(written)
+                    self.client.abort(written, ABORTED_BEHIND)
                     self._record(self.client.drain())
                     self._again.extendleft([txn, before[1]] if self.resends else [txn])
                     continue
             if abort:
-                self.client.abort(written)
+                self.client.abort(written, ABORTED_BY_THE_APPLICATION)
                 self._record(self.client.drain())
                 self._again.appendleft(txn)
                 continue
