@@ -246,8 +246,11 @@ def test_a_rule_of_each_family_is_put_to_its_run_and_confirmed_by_what_the_check
     # The topic's run was made with the topic settings given, over the scenario's own.
     [topic] = report.query("SELECT topic_config FROM runs WHERE run_id = %s", (rows["min_insync_one"]["run_id"],))
     assert topic["topic_config"] == {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
-    assert [n for n, r in rows.items() if r["confirmed"] is False] == [], rows
-    assert res.returncode == 0, res.stderr[-2000:]
+    # Five batches in flight reorder only where a leader moves with batches in flight: a rule of what
+    # can happen, confirmed by some runs and not others (docs/CHECKER.md, "1 of 2"). The rest must be.
+    refuted = [n for n, r in rows.items() if r["confirmed"] is False]
+    assert set(refuted) <= {"in_flight_without_idempotence"}, rows
+    assert res.returncode == (1 if refuted else 0), res.stderr[-2000:]
 
 
 @pytest.mark.slow  # two runs with no fault, each read once the broker has deleted from it: about three minutes
