@@ -10,7 +10,7 @@ import json
 import pytest
 from conftest import REPO, run
 
-from delivery_semantics import catalog, rules
+from delivery_semantics import catalog, rule_catalog
 from delivery_semantics.entry import prove
 from delivery_semantics.reporting import report
 
@@ -113,7 +113,7 @@ def test_a_proof_of_each_family_reads_the_runs_the_suite_already_judged(runs_the
     table = run([SEMANTICS, "report", "--calibration"], timeout=120)
     assert table.returncode == 0, table.stderr
     lines = {ln.split("|")[1].strip(" `"): ln for ln in table.stdout.splitlines()[2:]}
-    assert set(lines) == {r.name for r in rules.RULES}, "every rule, proven or not"
+    assert set(lines) == {r.name for r in rule_catalog.RULES}, "every rule, proven or not"
     assert f"`{source['run_id']}` | {source['observed']} | yes |" in lines["source_without_exactly_once"]
     assert "not proven yet" in lines["read_uncommitted_on_a_transactional_topic"], "no run of it: no strategy reads so"
 

@@ -23,7 +23,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "errors",
             "clients",
             "catalog",
-            "rules",
+            "rule_catalog",
             "client_settings",
             "mode_files",
             "modes",

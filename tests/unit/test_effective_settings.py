@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from delivery_semantics import budgets, rules
+from delivery_semantics import budgets, rule_catalog
 from delivery_semantics.entry import cli
 from delivery_semantics.plumbing import kafka_features
 
@@ -18,8 +18,8 @@ SOURCE = "io.debezium.connector.postgresql.PostgresConnector"
 SINK = "io.debezium.connector.jdbc.JdbcSinkConnector"
 
 
-def found(given: dict, client: str = "librdkafka", sources: dict | None = None) -> dict[str, rules.Prediction]:
-    return {p.rule.name: p for p in rules.predict(given, client, sources)}
+def found(given: dict, client: str = "librdkafka", sources: dict | None = None) -> dict[str, rule_catalog.Prediction]:
+    return {p.rule.name: p for p in rule_catalog.predict(given, client, sources)}
 
 
 def test_a_topic_without_its_own_min_insync_replicas_takes_its_brokers():
@@ -61,7 +61,7 @@ def test_the_delivery_timeout_is_compared_with_the_brokers_session_timeout(timeo
     assert (got is not None) is flagged
     if got and session:
         assert got.settings["broker.broker.session.timeout.ms"] == session
-    assert "partitioned_leader" in rules.RULES_BY_NAME["delivery_timeout_shorter_than_failover"].scenarios
+    assert "partitioned_leader" in rule_catalog.RULES_BY_NAME["delivery_timeout_shorter_than_failover"].scenarios
 
 
 def test_retries_zero_loses_sends_refused_as_a_leader_moves():
@@ -71,7 +71,7 @@ def test_retries_zero_loses_sends_refused_as_a_leader_moves():
 
 
 def test_acks_zero_names_every_fault_that_moves_a_leader():
-    assert set(rules.RULES_BY_NAME["acks_zero"].scenarios) >= {
+    assert set(rule_catalog.RULES_BY_NAME["acks_zero"].scenarios) >= {
         "leader_kill",
         "partitioned_leader",
         "isolated_leader",
@@ -80,8 +80,8 @@ def test_acks_zero_names_every_fault_that_moves_a_leader():
 
 
 def test_a_connector_is_a_source_or_a_sink_never_assumed():
-    with pytest.raises(rules.RuleError, match=r"connector\.class is needed"):
-        rules.predict({"connector": {"errors.tolerance": "all"}})
+    with pytest.raises(rule_catalog.RuleError, match=r"connector\.class is needed"):
+        rule_catalog.predict({"connector": {"errors.tolerance": "all"}})
     # A dead-letter queue is a sink's: a source that tolerates errors loses them all the same.
     dlq = {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq"}
     assert "errors_tolerated_without_a_dead_letter_queue" in found({"connector": {"connector.class": SOURCE, **dlq}})
@@ -138,7 +138,7 @@ def test_auto_commit_loses_only_where_the_client_commits_what_was_not_processed(
 
 
 def test_a_new_group_at_latest_loses_the_earlier_records_with_no_fault():
-    assert rules.RULES_BY_NAME["auto_offset_reset_latest"].scenarios[0] == "none"
+    assert rule_catalog.RULES_BY_NAME["auto_offset_reset_latest"].scenarios[0] == "none"
 
 
 def test_a_continuous_audits_window_is_its_schedules_longest_interval():

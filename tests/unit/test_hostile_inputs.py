@@ -200,7 +200,7 @@ def test_predict_hands_librdkafkas_parser_the_rules_keys_only(canary_library):
     """`predict --set` checks a value with librdkafka's own parser, but only for the keys the rules
     read: a key that loads a library when set stays text, and a value that would split a line or
     end a C string is refused in one line."""
-    from delivery_semantics import rules
+    from delivery_semantics import rule_catalog
     from delivery_semantics.clients import known_keys
 
     library, marker = canary_library
@@ -210,7 +210,7 @@ def test_predict_hands_librdkafkas_parser_the_rules_keys_only(canary_library):
     res = cli("predict", "--set", "producer.acks=1\r\nplugin.library.paths=/tmp/x.so")
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "no control character" in res.stderr, res.stderr
     with pytest.raises(known_keys.SettingRefused, match="no control character"):
-        known_keys.setting("producer", "acks", "1\x00", "librdkafka", rules.READS)
+        known_keys.setting("producer", "acks", "1\x00", "librdkafka", rule_catalog.READS)
     # A topic's name and a connection id are checked before any request.
     res = cli("predict", "--kafka", "kafka_default", "--topic", "../orders", "--set", "producer.acks=1")
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr

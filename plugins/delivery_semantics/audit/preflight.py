@@ -9,7 +9,7 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from delivery_semantics import budgets, rules
+from delivery_semantics import budgets, rule_catalog
 from delivery_semantics.audit import AuditError, schemas, stores
 from delivery_semantics.audit.audits import Audit, check_notifier, check_notifier_connection, check_window_order, load
 from delivery_semantics.plumbing import endpoints, kafka_features, topics
@@ -84,6 +84,6 @@ def given_settings(audit: Audit, kafka_conf: dict) -> tuple[dict[str, dict], dic
 
 
 def predictions(audit: Audit, kafka_conf: dict) -> list:
-    """The rule catalog's findings on the audit's topic and brokers (rules.predict)."""
+    """The rule catalog's findings on the audit's topic and brokers (rule_catalog.predict)."""
     given, sources = given_settings(audit, kafka_conf)
-    return rules.predict(given, sources=sources)
+    return rule_catalog.predict(given, sources=sources)

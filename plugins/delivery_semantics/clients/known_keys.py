@@ -14,7 +14,7 @@ from functools import cache
 from delivery_semantics import locations
 from delivery_semantics.files import control
 
-# The platform's own keys: what an application does around its client (rules.py), per family.
+# The platform's own keys: what an application does around its client (rule_catalog.py), per family.
 APP_KEYS = {
     "producer": ("app.resends_failed",),
     "consumer": ("app.commit", "app.dedup", "app.processing.ms"),

@@ -664,7 +664,7 @@ def _predict_parser(sub) -> None:
 
 
 def _predict(args) -> int:
-    from delivery_semantics import rules
+    from delivery_semantics import rule_catalog
     from delivery_semantics.clients import known_keys
     from delivery_semantics.plumbing import endpoints, topics
 
@@ -673,9 +673,9 @@ def _predict(args) -> int:
         sources: dict[str, str] = {}
         client = args.client
         if args.topic and not args.kafka:
-            raise rules.RuleError("--topic is read through a Kafka connection: give --kafka CONN_ID")
+            raise rule_catalog.RuleError("--topic is read through a Kafka connection: give --kafka CONN_ID")
         if args.mode:
-            given, client, sources = rules.of_mode(args.mode, client)
+            given, client, sources = rule_catalog.of_mode(args.mode, client)
         if args.audit or args.kafka:
             from delivery_semantics.audit import audits
             from delivery_semantics.audit import preflight as audit_preflight
@@ -694,26 +694,28 @@ def _predict(args) -> int:
             name, sep, value = pair.partition("=")
             family, dot, key = name.partition(".")
             if not sep or not dot or not key:
-                raise rules.RuleError(f"--set {pair[:80]!r} is not FAMILY.KEY=VALUE")
+                raise rule_catalog.RuleError(f"--set {pair[:80]!r} is not FAMILY.KEY=VALUE")
             try:  # a misspelt key read as unset would give the findings of its default
-                key, value = known_keys.setting(family, key, value, client or catalog.DEFAULT_CLIENT, rules.READS)
+                key, value = known_keys.setting(
+                    family, key, value, client or catalog.DEFAULT_CLIENT, rule_catalog.READS
+                )
             except known_keys.SettingRefused as e:
-                raise rules.RuleError(f"--set {e}") from None
+                raise rule_catalog.RuleError(f"--set {e}") from None
             given.setdefault(family, {})[key] = value
             sources.pop(f"{family}.{key}", None)  # set here: no longer what the cluster said
         if args.set and (why := known_keys.connector_refusal(given.get("connector") or {})):
-            raise rules.RuleError(f"--set {why}")  # once the class is known: a source's keys are not a sink's
-        unknown = [g for g in args.fail_on if g not in rules.GUARANTEES]
+            raise rule_catalog.RuleError(f"--set {why}")  # once the class is known: a source's keys are not a sink's
+        unknown = [g for g in args.fail_on if g not in rule_catalog.GUARANTEES]
         if unknown:
-            raise rules.RuleError(f"--fail-on {unknown[0]!r}: choose from {', '.join(rules.GUARANTEES)}")
+            raise rule_catalog.RuleError(f"--fail-on {unknown[0]!r}: choose from {', '.join(rule_catalog.GUARANTEES)}")
         if args.pipeline:
-            found = [p for role in rules.of_pipeline(args.pipeline).values() for p in rules.predict(role)]
+            found = [p for role in rule_catalog.of_pipeline(args.pipeline).values() for p in rule_catalog.predict(role)]
         elif not given:
-            raise rules.RuleError("nothing to read: give --mode, --audit, --pipeline, --connector or --set")
+            raise rule_catalog.RuleError("nothing to read: give --mode, --audit, --pipeline, --connector or --set")
         else:
-            found = rules.predict(given, client or catalog.DEFAULT_CLIENT, sources)
+            found = rule_catalog.predict(given, client or catalog.DEFAULT_CLIENT, sources)
     except (
-        rules.RuleError,
+        rule_catalog.RuleError,
         catalog.CatalogError,
         catalog.ModeError,
         topics.TopicError,
@@ -735,13 +737,13 @@ def _predict(args) -> int:
         else:
             print(p.line())
     if args.kafka or args.audit:  # what the cluster said, whether or not a rule fired on it
-        used = sorted(rules.READS & set(sources))
+        used = sorted(rule_catalog.READS & set(sources))
         facts = [f"{ref}={given[ref.split('.', 1)[0]][ref.split('.', 1)[1]]} ({sources[ref]})" for ref in used]
         features = [
             f"cluster.{k}={v}" for k, v in sorted((given.get("cluster") or {}).items()) if f"cluster.{k}" not in used
         ]
         print(f"predict: read from the cluster: {', '.join(facts + features) or 'nothing'}", file=sys.stderr)
-    print(f"predict: {len(found)} findings of {len(rules.RULES)} rules", file=sys.stderr)
+    print(f"predict: {len(found)} findings of {len(rule_catalog.RULES)} rules", file=sys.stderr)
     return 1 if any(p.rule.guarantee in args.fail_on for p in found) else 0
 
 

@@ -29,7 +29,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from delivery_semantics import catalog, modes, rules
+from delivery_semantics import catalog, modes, rule_catalog
 
 # The families each subject's runs exercise.
 PROVABLE = {"mode": ("producer", "topic", "consumer"), "pipeline": ("connector",)}
@@ -104,7 +104,7 @@ class ProveError(ValueError):
 @dataclass(frozen=True)
 class Planned:
     scenario: str
-    predictions: tuple[rules.Prediction, ...]
+    predictions: tuple[rule_catalog.Prediction, ...]
     strategy: str | None = None  # a consumer run of this strategy; None: a run of the subject
 
     @property
@@ -114,7 +114,7 @@ class Planned:
 
 @dataclass
 class Outcome:
-    prediction: rules.Prediction
+    prediction: rule_catalog.Prediction
     scenario: str | None = None
     run_id: str | None = None
     isolation: str | None = None
@@ -229,27 +229,29 @@ def request_of_form(params: dict) -> tuple[Request, bool | str]:
     return req, {"yes": True, "no": False, "only": ONLY}[params.get("reuse", "yes")]
 
 
-def predictions(req: Request) -> list[rules.Prediction]:
+def predictions(req: Request) -> list[rule_catalog.Prediction]:
     if req.kind == "pipeline":
         return [p for p, _ in _pipeline_findings(req.subject)]
-    given, _, tuned = rules.of_mode(req.subject, req.client)
+    given, _, tuned = rule_catalog.of_mode(req.subject, req.client)
     given["producer"].update(req.producer)
     given["topic"].update(req.topic)
     if req.consumer:
         given["consumer"] = dict(req.consumer)
-    return rules.predict(given, req.client, {k: v for k, v in tuned.items() if k.split(".", 1)[1] not in req.producer})
+    return rule_catalog.predict(
+        given, req.client, {k: v for k, v in tuned.items() if k.split(".", 1)[1] not in req.producer}
+    )
 
 
-def _pipeline_findings(name: str) -> list[tuple[rules.Prediction, str]]:
+def _pipeline_findings(name: str) -> list[tuple[rule_catalog.Prediction, str]]:
     """Each connector's findings with its role (source or sink), each rule once, source first."""
-    seen: dict[str, tuple[rules.Prediction, str]] = {}
-    for role, given in rules.of_pipeline(name).items():
-        for p in rules.predict(given):
+    seen: dict[str, tuple[rule_catalog.Prediction, str]] = {}
+    for role, given in rule_catalog.of_pipeline(name).items():
+        for p in rule_catalog.predict(given):
             seen.setdefault(p.rule.name, (p, role))
     return list(seen.values())
 
 
-def plan(found: list[rules.Prediction], req: Request) -> tuple[list[Planned], list[Outcome]]:
+def plan(found: list[rule_catalog.Prediction], req: Request) -> tuple[list[Planned], list[Outcome]]:
     """The fewest runs of the subject that can show each finding: a scenario at a time, the one that
     exposes the most findings not yet planned (ties to the rule's own order of scenarios); and the
     findings left out, with why."""
@@ -420,7 +422,7 @@ def _make_run(req: Request, p: Planned, messages: int, seed: int, inputs: list[s
     )
     run_id = scenarios.run(spec, p.scenario, topic_config=topic).run_id
     cleanup = [x for x in p.predictions if x.rule.name in CLEANUP_RULES]
-    if cleanup and not _await_cleanup(run_id, rules._int(req.topic.get("app.audit.window.ms")) / 1000):
+    if cleanup and not _await_cleanup(run_id, rule_catalog._int(req.topic.get("app.audit.window.ms")) / 1000):
         # Not a refutation: the broker has yet to act (its retention check or cleaner runs later
         # than a proof waits), so what the checker would read says nothing.
         why = f"the broker had deleted or compacted none of run {run_id} within {CLEANUP_WAIT_S} s"
@@ -523,7 +525,7 @@ def topic_of_run(req: Request, p: Planned) -> dict[str, str]:
     if "replication.factor" in topic and "min.insync.replicas" not in topic:
         topic["min.insync.replicas"] = str(min(int(topic["replication.factor"]), topics.MIN_INSYNC_REPLICAS))
     cleans = "compact" in topic.get("cleanup.policy", "") or any(
-        rules._int(topic.get(k), -1) >= 0 for k in ("retention.ms", "retention.bytes")
+        rule_catalog._int(topic.get(k), -1) >= 0 for k in ("retention.ms", "retention.bytes")
     )
     return {**topic, **CLEANED_TOPIC} if cleans else topic
 

@@ -21,7 +21,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from delivery_semantics import rules
+from delivery_semantics import rule_catalog
 from delivery_semantics.plumbing.endpoints import EndpointError, get_connection, private_dir
 
 CONNECT_CONN_ID = "kafka_connect"
@@ -116,7 +116,7 @@ class ConnectCluster:
         if not re.fullmatch(CONNECTOR_NAME, name or ""):
             raise ConnectError(f"connector name {str(name)[:80]!r} is not {CONNECTOR_NAME}")
         config = self.call("GET", f"/connectors/{_quoted(name)}/config", retry_for=10)
-        return {k: str(v) for k, v in config.items() if k in rules.CONNECTOR_KEYS}
+        return {k: str(v) for k, v in config.items() if k in rule_catalog.CONNECTOR_KEYS}
 
     def task_worker(self, name: str, task: int = 0) -> str | None:
         """The worker (host:port) running one of a connector's tasks, if it runs."""

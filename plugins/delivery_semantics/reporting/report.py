@@ -701,14 +701,14 @@ def proof_text(rows: list[dict]) -> str:
 def calibration_markdown() -> str:
     """Each rule of the catalog beside its newest proof (v_rule_calibration): its finding, the run
     that proved it or did not, the count seen there, and when; a rule no proof has run yet says so."""
-    from delivery_semantics import rules
+    from delivery_semantics import rule_catalog
 
     proved = {r["rule"]: r for r in query("SELECT * FROM v_rule_calibration")}
     lines = [
         "| rule | finding | proved on | run | seen | confirmed | of all its proofs | last proven |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for rule in rules.RULES:
+    for rule in rule_catalog.RULES:
         finding = f"{rule.kind} under {' or '.join(rule.scenarios)} ({rule.guarantee})"
         r = proved.get(rule.name)
         if r is None:

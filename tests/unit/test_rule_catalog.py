@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from delivery_semantics import catalog, rules
+from delivery_semantics import catalog, rule_catalog
 
 SOURCE = "io.debezium.connector.postgresql.PostgresConnector"
 SINK = "io.debezium.connector.jdbc.JdbcSinkConnector"
@@ -134,36 +134,36 @@ CASES = {
 
 
 def test_the_catalog_has_twenty_rules_across_every_family_each_with_its_reference():
-    assert len(rules.RULES) >= 20 and len(rules.RULES_BY_NAME) == len(rules.RULES)
+    assert len(rule_catalog.RULES) >= 20 and len(rule_catalog.RULES_BY_NAME) == len(rule_catalog.RULES)
     # `cluster` holds facts (feature levels) other families' rules read; it has no rule of its own.
-    assert {r.family for r in rules.RULES} == set(rules.FAMILIES) - {"cluster"}
-    for r in rules.RULES:
+    assert {r.family for r in rule_catalog.RULES} == set(rule_catalog.FAMILIES) - {"cluster"}
+    for r in rule_catalog.RULES:
         assert r.kind in catalog.KINDS, r.name
         assert r.scenarios and set(r.scenarios) <= set(catalog.SCENARIOS), r.name
-        assert r.guarantee in rules.GUARANTEES, r.name
+        assert r.guarantee in rule_catalog.GUARANTEES, r.name
         assert r.reference.startswith("https://") and r.reason, r.name
-        assert all(ref.split(".", 1)[0] in rules.FAMILIES for ref in r.reads), r.name
-    assert set(CASES) == set(rules.RULES_BY_NAME), "a known-answer case per rule"
+        assert all(ref.split(".", 1)[0] in rule_catalog.FAMILIES for ref in r.reads), r.name
+    assert set(CASES) == set(rule_catalog.RULES_BY_NAME), "a known-answer case per rule"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_each_rule_is_found_with_its_setting_and_not_without(name):
     tripped, held = CASES[name]
-    assert name in {p.rule.name for p in rules.predict(tripped)}, tripped
-    assert name not in {p.rule.name for p in rules.predict(held)}, held
-    assert name not in {p.rule.name for p in rules.predict({})}, "nothing given, nothing judged"
+    assert name in {p.rule.name for p in rule_catalog.predict(tripped)}, tripped
+    assert name not in {p.rule.name for p in rule_catalog.predict(held)}, held
+    assert name not in {p.rule.name for p in rule_catalog.predict({})}, "nothing given, nothing judged"
 
 
 def test_a_family_not_given_is_not_judged_with_its_defaults():
     # The consumer's defaults (auto commit, latest) would trip three rules: a producer alone trips none of them.
-    found = {p.rule.family for p in rules.predict({"producer": {"acks": "all", "enable.idempotence": "true"}})}
+    found = {p.rule.family for p in rule_catalog.predict({"producer": {"acks": "all", "enable.idempotence": "true"}})}
     assert "consumer" not in found and "connector" not in found
 
 
 def test_the_java_clients_defaults_are_its_own():
     # kafka-clients 3+ defaults to idempotence; librdkafka does not.
-    assert "retries_without_idempotence" not in {p.rule.name for p in rules.predict({"producer": {}}, "java")}
-    assert "retries_without_idempotence" in {p.rule.name for p in rules.predict({"producer": {}})}
+    assert "retries_without_idempotence" not in {p.rule.name for p in rule_catalog.predict({"producer": {}}, "java")}
+    assert "retries_without_idempotence" in {p.rule.name for p in rule_catalog.predict({"producer": {}})}
 
 
 def test_bad_input_is_one_line():
@@ -171,18 +171,18 @@ def test_bad_input_is_one_line():
         ({"nosuch": {}}, "librdkafka", "unknown settings family 'nosuch'"),
         ({"producer": {}}, "kotlin", "unknown client 'kotlin'"),
     ):
-        with pytest.raises(rules.RuleError, match=message):
-            rules.predict(given, client)
+        with pytest.raises(rule_catalog.RuleError, match=message):
+            rule_catalog.predict(given, client)
 
 
 def test_the_rules_and_design_md_agree_on_every_preset_pair_or_the_package_does_not_load(monkeypatch):
     """Two accounts of the semantics: what the rules predict of each preset's settings under each
     scenario, and what DESIGN.md §3 expects (catalog.Scenario.expected). Every count expected above
-    zero is predicted, and nothing predicted is expected to be zero; rules.py checks it as it loads."""
-    assert rules.disagreements() == []
+    zero is predicted, and nothing predicted is expected to be zero; rule_catalog.py checks it as it loads."""
+    assert rule_catalog.disagreements() == []
     # A rule taken away: the count it alone predicts is expected above zero and predicted by none.
-    monkeypatch.setattr(rules, "RULES", tuple(r for r in rules.RULES if r.name != "acks_zero"))
-    assert "at_most_once x leader_kill: DESIGN.md expects lost >0, predicted by no rule" in rules.disagreements()
+    monkeypatch.setattr(rule_catalog, "RULES", tuple(r for r in rule_catalog.RULES if r.name != "acks_zero"))
+    assert "at_most_once x leader_kill: DESIGN.md expects lost >0, predicted by no rule" in rule_catalog.disagreements()
 
 
 def test_predict_reads_a_mode_a_pipeline_or_settings_and_refuses_bad_input_in_one_line(capsys):
@@ -221,9 +221,11 @@ def test_a_live_source_that_requires_exactly_once_is_judged_by_that_and_only_rul
     # Through Connect's REST API the worker's setting is not visible; a connector that requires
     # exactly-once support runs only on a worker that gives it.
     source = {"connector.class": catalog.SOURCE_CONNECTOR, "exactly.once.support": "required"}
-    assert [p.rule.name for p in rules.predict({"connector": source})] == []
-    assert "connection.password" not in rules.CONNECTOR_KEYS and "connection.url" not in rules.CONNECTOR_KEYS
-    assert {"errors.tolerance", "insert.mode", "exactly.once.support", "connector.class"} <= rules.CONNECTOR_KEYS
+    assert [p.rule.name for p in rule_catalog.predict({"connector": source})] == []
+    assert (
+        "connection.password" not in rule_catalog.CONNECTOR_KEYS and "connection.url" not in rule_catalog.CONNECTOR_KEYS
+    )
+    assert {"errors.tolerance", "insert.mode", "exactly.once.support", "connector.class"} <= rule_catalog.CONNECTOR_KEYS
 
 
 @pytest.mark.parametrize("name", ["a b", "../connectors", "x\r\nHost: evil", "", "-leading", "a" * 201])
@@ -237,24 +239,26 @@ def test_a_connector_name_that_is_not_one_is_refused_before_any_request(name):
 
 def test_a_failed_send_is_lost_where_the_application_drops_it_and_a_single_replica_waits_for_its_broker():
     short = {"delivery.timeout.ms": "10000"}
-    fired = {p.rule.name for p in rules.predict({"producer": short, "topic": {"replication.factor": "1"}})}
+    fired = {p.rule.name for p in rule_catalog.predict({"producer": short, "topic": {"replication.factor": "1"}})}
     assert {"delivery_timeout_shorter_than_failover", "replication_factor_one"} <= fired
     # An application that sends again what failed loses none of it (the platform's loads but at_most_once).
     resent = {**short, "app.resends_failed": "true"}
-    fired = {p.rule.name for p in rules.predict({"producer": resent, "topic": {"replication.factor": "1"}})}
+    fired = {p.rule.name for p in rule_catalog.predict({"producer": resent, "topic": {"replication.factor": "1"}})}
     assert not fired & {"delivery_timeout_shorter_than_failover", "replication_factor_one"}
-    assert rules.of_mode("at_least_once")[0]["producer"]["app.resends_failed"] == "true"
-    assert rules.of_mode("at_most_once")[0]["producer"]["app.resends_failed"] == "false"
+    assert rule_catalog.of_mode("at_least_once")[0]["producer"]["app.resends_failed"] == "true"
+    assert rule_catalog.of_mode("at_most_once")[0]["producer"]["app.resends_failed"] == "false"
     # A transaction that fails to commit is the application's to send again too.
     transactional = {**short, "transactional.id": "t", "transaction.timeout.ms": "10000"}
-    fired = {p.rule.name for p in rules.predict({"producer": transactional})}
+    fired = {p.rule.name for p in rule_catalog.predict({"producer": transactional})}
     assert {"delivery_timeout_shorter_than_failover", "transaction_timeout_shorter_than_a_stall"} <= fired
-    fired = {p.rule.name for p in rules.predict({"producer": {**transactional, "app.resends_failed": "true"}})}
+    fired = {p.rule.name for p in rule_catalog.predict({"producer": {**transactional, "app.resends_failed": "true"}})}
     assert not fired & {"delivery_timeout_shorter_than_failover", "transaction_timeout_shorter_than_a_stall"}
     # Longer than a failover, shorter than a broker's restart: only the single replica loses.
     fired = {
         p.rule.name
-        for p in rules.predict({"producer": {"delivery.timeout.ms": "15000"}, "topic": {"replication.factor": "1"}})
+        for p in rule_catalog.predict(
+            {"producer": {"delivery.timeout.ms": "15000"}, "topic": {"replication.factor": "1"}}
+        )
     }
     assert "replication_factor_one" in fired and "delivery_timeout_shorter_than_failover" not in fired
 
@@ -263,7 +267,7 @@ def test_a_delivery_timeout_within_the_request_timeout_fails_a_send_before_any_r
     # Measured: at_least_once_all with delivery.timeout.ms=5000 under lost acks (request timeout 10 s):
     # no duplicate, 419 sends lost.
     def fired(producer):
-        return {p.rule.name for p in rules.predict({"producer": {"enable.idempotence": "false", **producer}})}
+        return {p.rule.name for p in rule_catalog.predict({"producer": {"enable.idempotence": "false", **producer}})}
 
     assert "retries_without_idempotence" in fired({})
     assert "retries_without_idempotence" in fired({"delivery.timeout.ms": "15000", "request.timeout.ms": "10000"})
