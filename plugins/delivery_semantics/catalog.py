@@ -804,6 +804,23 @@ def default_txn_size(messages: int) -> int:
 _CLEAN = MappingProxyType({"lost": "=0", "duplicate_events": "=0"})
 _NO_ACKED_LOSS = {"lost_acked": "=0"}
 _EXACTLY_ONCE = {"lost_acked": "=0", "duplicate_events": "=0"}
+_LOSES = {"lost": ">0", "duplicate_events": "=0"}
+_DUPLICATES = {"duplicate_events": ">0", "lost": "=0"}
+# The expectations several scenarios share, by what the fault does to the modes:
+# - a leader lost with nothing out of sync electable: acks=all keeps every ack, idempotence or
+#   transactions every event once;
+ACKS_ALL_KEEPS = {"at_least_once_all": _NO_ACKED_LOSS, "idempotent": _EXACTLY_ONCE, "transactional": _EXACTLY_ONCE}
+# - an out-of-sync replica elected (unclean): acks=1 writes truncated and their offsets written
+#   again; acks=all and idempotence are expected to keep their acks, transactions every event once;
+UNCLEAN_ELECTION = {
+    "at_least_once": {"lost_acked": ">0", "inconsistent_offsets": ">0"},
+    "at_least_once_all": _NO_ACKED_LOSS,
+    "idempotent": _NO_ACKED_LOSS,
+    "transactional": _EXACTLY_ONCE,
+}
+# - a connector pipeline under a broker fault or its worker's: the outbox keeps every acked row,
+#   and the exactly-once one every event once.
+CONNECT_KEEPS = {"debezium_outbox": _NO_ACKED_LOSS, "debezium_outbox_eos": _EXACTLY_ONCE}
 
 
 # What an expectation may observe: a kind's count (its reconcile_summary column), or `lost`, acked
@@ -844,8 +861,8 @@ SCENARIOS: dict[str, Scenario] = {
             expected=_expect(
                 **{
                     **{m: _CLEAN for m in [*MODES, *STRATEGIES, *PIPELINES]},
-                    "start_at_latest": {"lost": ">0", "duplicate_events": "=0"},
-                    "slow_poll_loop": {"duplicate_events": ">0", "lost": "=0"},
+                    "start_at_latest": _LOSES,
+                    "slow_poll_loop": _DUPLICATES,
                 }
             ),
         ),
@@ -869,14 +886,7 @@ SCENARIOS: dict[str, Scenario] = {
             "partition leader stalls 2 s (SIGSTOP), is killed (SIGKILL), restarted 12 s later",
             timeline=(Step("pause", at=6.0), Step("kill", at=8.0), Step("restart", at=20.0)),
             pipelines=True,
-            expected=_expect(
-                at_most_once={"lost": ">0", "duplicate_events": "=0"},
-                at_least_once_all=_NO_ACKED_LOSS,
-                idempotent=_EXACTLY_ONCE,
-                transactional=_EXACTLY_ONCE,
-                debezium_outbox=_NO_ACKED_LOSS,
-                debezium_outbox_eos=_EXACTLY_ONCE,
-            ),
+            expected=_expect(at_most_once=_LOSES, **ACKS_ALL_KEEPS, **CONNECT_KEEPS),
         ),
         # Controlled shutdowns move leadership before a broker goes: nothing acked is lost, and
         # an idempotent or transactional producer's retries are deduplicated by the new leader.
@@ -886,13 +896,7 @@ SCENARIOS: dict[str, Scenario] = {
             "partition is back in sync, the way an upgrade does it",
             timeline=(Step("rolling_restart", "cluster", at=5.0),),
             pipelines=True,
-            expected=_expect(
-                at_least_once_all=_NO_ACKED_LOSS,
-                idempotent=_EXACTLY_ONCE,
-                transactional=_EXACTLY_ONCE,
-                debezium_outbox=_NO_ACKED_LOSS,
-                debezium_outbox_eos=_EXACTLY_ONCE,
-            ),
+            expected=_expect(**ACKS_ALL_KEEPS, **CONNECT_KEEPS),
         ),
         Scenario(
             "coordinator_kill",
@@ -917,12 +921,7 @@ SCENARIOS: dict[str, Scenario] = {
             topic_config=MappingProxyType({"unclean.leader.election.enable": "true"}),
             # The acks=1 writes the followers never got are truncated, and the new leader writes
             # other events at their offsets: each lost ack is also an inconsistent offset.
-            expected=_expect(
-                at_least_once={"lost_acked": ">0", "inconsistent_offsets": ">0"},
-                at_least_once_all=_NO_ACKED_LOSS,
-                idempotent=_NO_ACKED_LOSS,
-                transactional=_EXACTLY_ONCE,
-            ),
+            expected=_expect(**UNCLEAN_ELECTION),
         ),
         # Unlike isolated_leader, the leader keeps its controllers: it shrinks the ISR to itself
         # (AlterPartition), and acks alone what acks=1, or min.insync.replicas=1 under acks=all,
@@ -943,12 +942,7 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             topic_config=MappingProxyType({"unclean.leader.election.enable": "true"}),
             requires_acks=True,
-            expected=_expect(
-                at_least_once={"lost_acked": ">0", "inconsistent_offsets": ">0"},
-                at_least_once_all=_NO_ACKED_LOSS,
-                idempotent=_NO_ACKED_LOSS,
-                transactional=_EXACTLY_ONCE,
-            ),
+            expected=_expect(**UNCLEAN_ELECTION),
         ),
         # Unlike isolated_leader, nothing is paused or killed, and clients still reach the leader:
         # it goes on acking acks=1 writes after the quorum has fenced it and elected a follower,
@@ -960,11 +954,9 @@ SCENARIOS: dict[str, Scenario] = {
             "(its inter-broker and controller links disabled in Toxiproxy, both ways); clients still reach it",
             timeline=(Step("partition", at=5.0), Step("heal_partition", at=20.0)),
             expected=_expect(
-                at_most_once={"lost": ">0", "duplicate_events": "=0"},
+                at_most_once=_LOSES,
                 at_least_once={"lost_acked": ">0", "inconsistent_offsets": ">0"},
-                at_least_once_all=_NO_ACKED_LOSS,
-                idempotent=_EXACTLY_ONCE,
-                transactional=_EXACTLY_ONCE,
+                **ACKS_ALL_KEEPS,
             ),
         ),
         Scenario(
@@ -1008,7 +1000,7 @@ SCENARIOS: dict[str, Scenario] = {
             "the Connect worker running the JDBC sink's task killed (SIGKILL) mid-stream, restarted 6 s later",
             side=PIPELINE_SIDE,
             timeline=(Step("kill_worker", "sink_worker", at=8.0), Step("start_worker", "sink_worker", at=14.0)),
-            expected=_expect(debezium_outbox=_NO_ACKED_LOSS, debezium_outbox_eos=_EXACTLY_ONCE),
+            expected=_expect(**CONNECT_KEEPS),
         ),
         Scenario(
             "connect_rebalance",
@@ -1016,7 +1008,7 @@ SCENARIOS: dict[str, Scenario] = {
             "tasks move to the other worker and back",
             side=PIPELINE_SIDE,
             timeline=(Step("stop_worker", "source_worker", at=8.0), Step("start_worker", "source_worker", at=20.0)),
-            expected=_expect(debezium_outbox=_NO_ACKED_LOSS, debezium_outbox_eos=_EXACTLY_ONCE),
+            expected=_expect(**CONNECT_KEEPS),
         ),
         Scenario(
             "outbox_db_restart",
@@ -1024,7 +1016,7 @@ SCENARIOS: dict[str, Scenario] = {
             "replication connection, the load its session and its open transaction",
             side=PIPELINE_SIDE,
             timeline=(Step("restart_outbox_db", "outbox_db", at=8.0),),
-            expected=_expect(debezium_outbox=_NO_ACKED_LOSS, debezium_outbox_eos=_EXACTLY_ONCE),
+            expected=_expect(**CONNECT_KEEPS),
         ),
         # Another writer puts records in the pipeline's topic that the sink's converter refuses
         # (plain JSON where the JsonConverter expects its schema envelope), each with an event id
@@ -1044,13 +1036,13 @@ SCENARIOS: dict[str, Scenario] = {
             "the consumer process is killed (SIGKILL) at its strategy's crash point and restarted in the same group",
             side=CONSUMER,
             expected=_expect(
-                commit_before_process={"lost": ">0", "duplicate_events": "=0"},
-                process_then_commit={"duplicate_events": ">0", "lost": "=0"},
+                commit_before_process=_LOSES,
+                process_then_commit=_DUPLICATES,
                 process_then_commit_dedup={"duplicate_events": "=0", "lost": "=0", "stale_overwrites": "=0"},
                 transactional_copy={"duplicate_events": "=0", "lost": "=0", "aborted_visible": "=0"},
-                auto_commit={"lost": ">0", "duplicate_events": "=0"},
-                start_at_latest={"lost": ">0", "duplicate_events": "=0"},
-                slow_poll_loop={"duplicate_events": ">0", "lost": "=0"},
+                auto_commit=_LOSES,
+                start_at_latest=_LOSES,
+                slow_poll_loop=_DUPLICATES,
             ),
         ),
     )
