@@ -8,7 +8,9 @@
 -- before the definitions moved here; the V files now hold tables only.
 
 
--- v_run_results (last changed by V039__coordinator_aborted.sql)
+-- v_run_results (last changed by V026__producer_clients_and_settings.sql)
+-- judged_as: the delivery mode (a producer run) or consumer strategy (a consumer run) whose promise
+-- is judged. It is appended; mode holds the same, kept for the queries written before.
 CREATE OR REPLACE VIEW v_run_results AS
 SELECT r.run_id, r.created_at, r.ended_at, r.mode, r.scenario, r.topic, r.messages, r.status AS load_status,
        r.sessions, r.acked, r.failed, r.unknown, r.records_per_sec, r.ack_p50_ms, r.ack_p99_ms,
@@ -19,7 +21,8 @@ SELECT r.run_id, r.created_at, r.ended_at, r.mode, r.scenario, r.topic, r.messag
        s.promise, s.verdict, s.broken_by, s.expectation, s.meets_expectation,
        'producer'::text AS side, NULL::text AS source_run_id, s.stale_overwrites, s.torn_events,
        s.inconsistent_offsets, s.poll_skips, s.nonmonotonic_polls,
-       r.client, r.settings, r.producer_config, r.findings, s.broken_settings, s.coordinator_aborted
+       r.client, r.settings, r.producer_config, r.findings, s.broken_settings, s.coordinator_aborted,
+       r.mode AS judged_as
 FROM runs r
 JOIN catalog_judged j ON j.name = r.mode
 JOIN reconcile_summary s ON s.reconciliation_id = r.run_id AND s.isolation = j.isolation
@@ -34,7 +37,8 @@ SELECT c.consumer_run_id, c.created_at, c.ended_at, c.strategy, c.scenario, s.to
        s.promise, s.verdict, s.broken_by, s.expectation, s.meets_expectation,
        'consumer'::text, c.source_run_id, s.stale_overwrites, s.torn_events, s.inconsistent_offsets,
        s.poll_skips, s.nonmonotonic_polls,
-       'librdkafka'::text, '{}'::jsonb, NULL::jsonb, '[]'::jsonb, s.broken_settings, s.coordinator_aborted
+       'librdkafka'::text, '{}'::jsonb, NULL::jsonb, '[]'::jsonb, s.broken_settings, s.coordinator_aborted,
+       c.strategy
 FROM consumer_runs c
 JOIN runs src ON src.run_id = c.source_run_id
 JOIN catalog_judged j ON j.name = c.strategy
@@ -63,10 +67,12 @@ WHERE v.verdict = 'broken';
 
 -- v_run_history (last changed by V037__retired_runs.sql)
 -- details_retired_at: when gc retired the run's events (its topic gone); its verdict and counts stay.
+-- judged_as: as v_run_results' (mode, the same, kept for the queries written before).
 CREATE OR REPLACE VIEW v_run_history AS
 SELECT run_id, created_at, mode, scenario, messages, load_status, acked, records_per_sec, lost, duplicate_events,
        verdict, meets_expectation, reconciled, side,
-       (SELECT rr.retired_at FROM retired_runs rr WHERE rr.run_id = h.run_id) AS details_retired_at
+       (SELECT rr.retired_at FROM retired_runs rr WHERE rr.run_id = h.run_id) AS details_retired_at,
+       mode AS judged_as
 FROM (
     SELECT r.run_id, r.created_at, r.mode, r.scenario, r.messages, r.status AS load_status, r.acked,
            r.records_per_sec, v.lost, v.duplicate_events, v.verdict, v.meets_expectation,
