@@ -747,10 +747,8 @@ def of_pipeline(name: str) -> dict[str, dict]:
 
 
 def observed_columns(found) -> set[str]:
-    """The summary counts predictions say are above zero (`lost` with either loss, and the kind a
-    kind is within with it)."""
-    kinds = [catalog.KINDS[p.rule.kind] for p in found]
-    cols = {k.summary for k in kinds} | {catalog.KINDS[k.within].summary for k in kinds if k.within}
+    """The summary counts predictions say are above zero (`lost` with either loss)."""
+    cols = {catalog.KINDS[p.rule.kind].summary for p in found}
     return cols | ({"lost"} if cols & {"lost_acked", "lost_unacked"} else set())
 
 

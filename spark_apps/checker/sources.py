@@ -474,7 +474,7 @@ def read_ledger(jdbc: Jdbc, src: Source, outbox: Store | None = None) -> DataFra
     database; or an audit's outbox, from its store (`outbox_ledger`)."""
     led = src.ledger
     if isinstance(led, PlatformLedger):
-        return _platform_ledger(jdbc, led.run_id, led.messages, led.transactional)
+        return _platform_ledger(jdbc, led)
     return outbox_ledger(outbox.read(jdbc.spark), src)
 
 
@@ -501,13 +501,13 @@ def outbox_ledger(rows: DataFrame, src: Source) -> DataFrame:
 _BY_COORDINATOR = "(status = 'aborted' AND error LIKE '" + catalog.COORDINATOR_ABORTED + ":%')"
 
 
-def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int, transactional: bool) -> anomalies.OutcomeLedger:
+def _platform_ledger(jdbc: Jdbc, led: PlatformLedger) -> anomalies.OutcomeLedger:
     """A platform run's ledger, rebuilt rather than read row by row: its event numbers are ranges
     (spark.range), its event ids derived from them (records.event.event_id), and its outcomes are a
     few batch rows (ledger_batches: ranges, expanded here) and the rows of the outcomes that were
     not clean (ledger_event_outcomes). Only those rows cross JDBC. The checker folds the outcomes
     into its aggregation of the topic's copies (anomalies.OutcomeLedger)."""
-    spark = jdbc.spark
+    spark, run_id, messages = jdbc.spark, led.run_id, led.messages
     literal = _run_id_literal(run_id)
     parts = max(parallelism(spark), min(64, messages // 250_000 + 1))
     # Events are recorded a batch at a time, as ranges of n (a hand-made ledger's as rows): merged,
@@ -609,7 +609,7 @@ def _platform_ledger(jdbc: Jdbc, run_id: str, messages: int, transactional: bool
         events=events,
         aborted=aborted,
         event_rows=event_rows,
-        transactional=transactional,
+        transactional=led.transactional,
     )
 
 
