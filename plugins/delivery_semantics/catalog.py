@@ -126,6 +126,8 @@ KINDS = {
             None,
             "a record (or an acked outbox row) past the grace never applied to the sink",
             {TOPIC_SINK: "sink_lost", OUTBOX_SINK: "end_to_end_lost"},
+            # what reached the topic was acked: a sink's reader loses it as an acked event
+            breaks="no_acked_loss",
             loss=True,
         ),
         _kind(
@@ -212,13 +214,81 @@ KINDS = {
         ),
     )
 }
-# The kind, and the summary count, that break each guarantee.
-BROKEN_BY = {k.breaks: (k.name, k.summary) for k in KINDS.values() if k.breaks}
+# The kinds that break each guarantee, at whichever stage counts them.
+BROKEN_BY = {
+    g: tuple(k.name for k in KINDS.values() if k.breaks == g)
+    for g in GUARANTEES
+    if any(k.breaks == g for k in KINDS.values())
+}
 if set(BROKEN_BY) != set(GUARANTEES):
     raise CatalogError(f"no kind breaks {set(GUARANTEES) - set(BROKEN_BY)}: every guarantee is broken by some kind")
 LOSSES = tuple(k.name for k in KINDS.values() if k.loss)
 if any(k.within not in (None, *KINDS) or (k.within and (k.loss or k.breaks)) for k in KINDS.values()):
     raise CatalogError("a kind within another names a kind, and is not counted as a loss or a break twice")
+
+
+class Counts:
+    """One map of what a run, an audit window or a pipeline run counted: the events (the copies,
+    for a kind that counts copies) of each kind at each stage, keyed by the catalog's kinds.
+
+    A platform run's ledger plays the outbox, so its summary row is the outbox_topic stage. A kind
+    the observation cannot show is None ("-"), not 0; a name no kind has is an error, never 0.
+    Built by its three constructors only, so a count's column is read in one place."""
+
+    def __init__(self, counted: Mapping[tuple[str, str], int | None]):
+        for stage, kind in counted:
+            if stage not in STAGES or kind not in KINDS:
+                raise CatalogError(f"counts: no kind {kind!r} at stage {stage!r}")
+        self._counted = MappingProxyType({key: None if n is None else int(n) for key, n in counted.items()})
+
+    @classmethod
+    def from_summary(cls, row: Mapping) -> Counts:
+        """A `reconcile_summary` row (or a view's row with its columns)."""
+        return cls(
+            {(OUTBOX_TOPIC, k.name): row.get(k.summary) for k in KINDS.values() if k.summary and k.summary in row}
+        )
+
+    @classmethod
+    def from_window(cls, row: Mapping) -> Counts:
+        """An `audit_windows` row by stage, through each kind's `windows`; or a pipeline run's totals,
+        which are its windows' columns summed (its losses net of the late copies that resolved them)."""
+        return cls({(stage, kind): row.get(col) for col, (stage, kind) in window_columns().items() if col in row})
+
+    @classmethod
+    def from_pipeline(cls, row: Mapping) -> Counts:
+        """A `pipeline_runs` row: its windows' counts summed, each loss net of the late copies that
+        resolved it, where `lost` is the outbox-to-topic loss (a committed outbox row is acked)."""
+        return cls.from_window({**row, "lost_acked": row.get("lost")})
+
+    def get(self, kind: str, stage: str = OUTBOX_TOPIC) -> int | None:
+        """The kind's count at the stage; None where the observation does not count it."""
+        if kind not in KINDS or stage not in STAGES:
+            raise CatalogError(f"counts: no kind {kind!r} at stage {stage!r}")
+        return self._counted.get((stage, kind))
+
+    def of(self, kind: str, stage: str = OUTBOX_TOPIC) -> int:
+        """The kind's count at the stage, 0 where not counted: what a verdict reads."""
+        return self.get(kind, stage) or 0
+
+    def losses(self, stage: str = OUTBOX_TOPIC) -> int:
+        """The catalog's loss kinds as a group: every event lost at the stage, acked or not."""
+        return sum(self.of(k, stage) for k in LOSSES)
+
+    def observe(self, kind: str, stage: str = OUTBOX_TOPIC) -> int | None:
+        """What an expectation or a prediction of the kind at the stage is checked against: its count,
+        where `lost` (a record never read or applied, whatever its acks) is the stage's losses. None
+        where the stage counts no such kind."""
+        if kind == "lost":
+            return self.losses(stage) if any(self.get(k, stage) is not None for k in LOSSES) else None
+        return self.get(kind, stage)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Counts) and self._counted == other._counted
+
+    def __repr__(self) -> str:
+        return f"Counts({dict(self._counted)!r})"
+
+
 # The ledger's error of an event whose transaction the coordinator aborted begins with it (the load
 # writes it, the checker's coordinator_aborted reads it).
 COORDINATOR_ABORTED = "coordinator aborted"
@@ -660,6 +730,11 @@ class Pipeline:
         return self.sink_settings.get("errors.tolerance") == "all"
 
 
+# A pipeline's JDBC sink is at least once: judged as this strategy is, at each stage that ends in it.
+PIPELINE_SINK_STRATEGY = "process_then_commit"
+SINK_STAGES = (TOPIC_SINK, OUTBOX_SINK)
+
+
 def _pipeline(name, description, isolation, promise, connect_conn_id, worker, source=None, sink=None, **flags):
     return Pipeline(
         name,
@@ -823,17 +898,20 @@ UNCLEAN_ELECTION = {
 CONNECT_KEEPS = {"debezium_outbox": _NO_ACKED_LOSS, "debezium_outbox_eos": _EXACTLY_ONCE}
 
 
-# What an expectation may observe: a kind's count (its reconcile_summary column), or `lost`, acked
-# or not.
-# The counts an expectation may name: the checker's summary columns, and the window columns a
-# pipeline run sums (pipeline_runs), each a kind's.
-OBSERVABLE = frozenset(
-    {
-        *(k.summary for k in KINDS.values() if k.summary),
-        "lost",
-        *(c for k in KINDS.values() for c in k.windows.values()),
-    }
+# What an expectation names, and where Counts.observe reads it: a mode's or strategy's, a kind's
+# reconcile_summary column (the outbox_topic stage); a pipeline's, an audit window's column of a
+# kind at its stage, which its run sums; either's `lost`, the losses acked or not. Two maps, as a
+# column name may count one kind at two stages (stale_overwrites: a consumer's sink, a window's).
+_LOST = (OUTBOX_TOPIC, "lost")
+SUMMARY_OBSERVATIONS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {**{k.summary: (OUTBOX_TOPIC, k.name) for k in KINDS.values() if k.summary}, "lost": _LOST}
 )
+WINDOW_OBSERVATIONS: Mapping[str, tuple[str, str]] = MappingProxyType({**window_columns(), "lost": _LOST})
+
+
+def observations(name: str) -> Mapping[str, tuple[str, str]]:
+    """What an expectation of the mode, strategy or pipeline of that name may observe: name -> (stage, kind)."""
+    return WINDOW_OBSERVATIONS if name in PIPELINES else SUMMARY_OBSERVATIONS
 
 
 def _expect(**by_name: dict[str, str]) -> Mapping[str, Mapping[str, str]]:
@@ -843,9 +921,9 @@ def _expect(**by_name: dict[str, str]) -> Mapping[str, Mapping[str, str]]:
         if name not in MODES and name not in STRATEGIES and name not in PIPELINES:
             raise CatalogError(f"expectation of {name}: no mode, consumer strategy or pipeline of that name")
         for key, value in observed.items():
-            if key not in OBSERVABLE or value not in (">0", "=0"):
+            if key not in observations(name) or value not in (">0", "=0"):
                 raise CatalogError(
-                    f"expectation of {name}: {key} {value}: observe one of {sorted(OBSERVABLE)}, >0 or =0"
+                    f"expectation of {name}: {key} {value}: observe one of {sorted(observations(name))}, >0 or =0"
                 )
     return MappingProxyType({k: MappingProxyType(v) for k, v in by_name.items()})
 
@@ -1211,21 +1289,15 @@ def expectation_text(name: str, scenario: str) -> str:
     return ", ".join(f"{k} {v[0]} {v[1:]}" for k, v in expectation(name, scenario).items()) or "-"
 
 
-def observed(counts: Mapping, name: str) -> int:
-    """A count of a summary row by its column, or `lost`: acked or not."""
-    if name == "lost":
-        return int(counts.get("lost_acked") or 0) + int(counts.get("lost_unacked") or 0)
-    return int(counts.get(name) or 0)
-
-
 def broken_settings(findings: list[Mapping], broken: list[str]) -> list[str]:
     """The settings (runs.findings) that contradict a guarantee the broken kinds broke."""
     guarantees = {KINDS[k].breaks for k in broken}
     return [f["setting"] for f in findings if f["guarantee"] in guarantees]
 
 
-def meets_expectation(name: str, scenario: str, counts: Mapping) -> bool | None:
+def meets_expectation(name: str, scenario: str, counts: Counts) -> bool | None:
     exp = expectation(name, scenario)
     if not exp:
         return None
-    return all((observed(counts, k) > 0) if v == ">0" else (observed(counts, k) == 0) for k, v in exp.items())
+    seen = {key: counts.observe(kind, stage) or 0 for key, (stage, kind) in observations(name).items() if key in exp}
+    return all((seen[key] > 0) if v == ">0" else (seen[key] == 0) for key, v in exp.items())

@@ -10,23 +10,23 @@ the scenario leaves in force.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 from delivery_semantics import catalog, mode_files
 from delivery_semantics.catalog import (
     BROKEN_BY,
     CONSUMER,
     MODES,
+    OUTBOX_TOPIC,
     PIPELINE_SIDE,
     PIPELINES,
     PRODUCER,
     STRATEGIES,
+    Counts,
     DeliveryMode,
     Pipeline,
     Scenario,
     Strategy,
     get_scenario,
-    observed,
 )
 from delivery_semantics.errors import ModeError, ScenarioError
 
@@ -104,14 +104,19 @@ def guarantees_kept(name: str, scenario: str, broken_by: list[str]) -> list[tupl
     subject = judged(name)
     if subject is None:
         return []
-    return [(g, BROKEN_BY[g][0] not in broken_by) for g in subject.promise.in_force(scenario)]
+    return [(g, not set(BROKEN_BY[g]) & set(broken_by)) for g in subject.promise.in_force(scenario)]
 
 
-def verdict(name: str, scenario: str, isolation: str, counts: Mapping) -> tuple[str, list[str]]:
-    """('kept' | 'broken' | 'n/a', the kinds that broke it), judged on the mode's or strategy's
-    own isolation level with the guarantees the scenario leaves in force."""
+def verdict(
+    name: str, scenario: str, isolation: str, counts: Counts, stage: str = OUTBOX_TOPIC
+) -> tuple[str, list[str]]:
+    """('kept' | 'broken' | 'n/a', the kinds that broke it): the one verdict of every subject, on its
+    counts at the stage it reads (a sink's strategy reads the topic-to-sink stage), on its own
+    isolation level, with the guarantees the scenario leaves in force. As Jepsen's checker: the
+    kinds seen, less those the promise allows."""
     subject = judged(name)
     if subject is None or subject.isolation != isolation:
         return "n/a", []
-    broken = [BROKEN_BY[g][0] for g in subject.promise.in_force(scenario) if observed(counts, BROKEN_BY[g][1]) > 0]
+    in_force = subject.promise.in_force(scenario)
+    broken = [k for g in in_force for k in BROKEN_BY[g] if counts.of(k, stage) > 0]
     return ("broken" if broken else "kept"), broken

@@ -243,9 +243,8 @@ def _earlier_state(jdbc: Jdbc, name: str, t: str, start: str, horizon: str, ids_
 
 def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, totals: dict, counted: dict) -> dict:
     counts = {col: counted.get(sk, 0) for col, sk in COUNTED.items()}
-    verdict, broken = modes.verdict(
-        audit.judged_as, audits.AUDIT_SCENARIO, isolation, {**counts, "aborted_visible": 0, "stale_overwrites": 0}
-    )
+    judged = catalog.Counts.from_window(counts)
+    verdict, broken = modes.verdict(audit.judged_as, audits.AUDIT_SCENARIO, isolation, judged)
     row = {
         "audit": audit.name,
         "window_end": _iso(b.end),
@@ -270,14 +269,7 @@ def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, tot
     if audit.sink:
         strategy = catalog.get_strategy(audit.sink_strategy)
         sink_verdict, sink_broken = modes.verdict(
-            strategy.name,
-            audits.AUDIT_SCENARIO,
-            strategy.isolation,
-            {
-                "lost_acked": counts["sink_lost"],
-                "duplicate_events": counts["sink_duplicates"],
-                "stale_overwrites": counts["stale_overwrites"],
-            },
+            strategy.name, audits.AUDIT_SCENARIO, strategy.isolation, judged, catalog.TOPIC_SINK
         )
         row.update(
             sink_table=audit.sink_label,

@@ -54,7 +54,8 @@ def summary(src: Source, isolation: str, counts: dict, end: dict) -> dict:
     gives for the run's mode or strategy under its scenario."""
     n = max(1, counts["ledger_events"])
     name = src.judged_as or ""
-    verdict, broken = modes.verdict(name, src.scenario, isolation, counts)
+    counted = catalog.Counts.from_summary(counts)
+    verdict, broken = modes.verdict(name, src.scenario, isolation, counted)
     subject = modes.judged(name)
     return {
         "reconciliation_id": src.reconciliation_id,
@@ -63,14 +64,14 @@ def summary(src: Source, isolation: str, counts: dict, end: dict) -> dict:
         "judged_as": src.judged_as or None,
         "scenario": src.scenario,
         **counts,
-        "loss_rate": (counts["lost_acked"] + counts["lost_unacked"]) / n,
+        "loss_rate": counted.losses() / n,
         "duplicate_rate": counts["duplicate_copies"] / n,
         "promise": subject.promise.text if subject else None,
         "verdict": verdict,
         "broken_by": ",".join(broken) or None,
         "broken_settings": ", ".join(catalog.broken_settings(src.findings, broken)) or None,
         "expectation": catalog.expectation_text(name, src.scenario) if name else None,
-        "meets_expectation": catalog.meets_expectation(name, src.scenario, counts) if name else None,
+        "meets_expectation": catalog.meets_expectation(name, src.scenario, counted) if name else None,
         "end_offsets": json.dumps({str(p): o for p, o in sorted(end.items())}),
         "audit": src.audit,
     }

@@ -85,12 +85,9 @@ CONSUMER_STRATEGY = {
     "auto_offset_reset_latest": ("start_at_latest", "none"),
     "max_poll_interval_shorter_than_processing": ("slow_poll_loop", "none"),
 }
-# A pipeline run's counts (pipeline_runs) by the kind a connector rule predicts: in the topic for a
-# source's setting, in the sink table for a sink's.
-PIPELINE_COUNTS = {
-    "source": {"duplicate": "duplicate_events", "lost": "lost", "lost_acked": "lost"},
-    "sink": {"duplicate": "sink_duplicates", "lost": "sink_lost", "lost_acked": "sink_lost"},
-}
+# Where a pipeline run counts what a connector rule predicts: in the topic for a source's setting,
+# in the sink table for a sink's.
+PIPELINE_STAGES = {"source": catalog.OUTBOX_TOPIC, "sink": catalog.TOPIC_SINK}
 
 
 class CheckerFailed(RuntimeError):
@@ -441,9 +438,11 @@ def judge(req: Request, made: Made) -> list[Outcome]:
         summaries = {s["isolation"]: s for s in _summaries(run_id)}
         for pred in p.predictions:
             iso = isolation_of(pred.rule.kind, p.strategy or req.subject)
-            column = catalog.KINDS[pred.rule.kind].summary or pred.rule.kind
-            seen = catalog.observed(summaries[iso], column) if iso in summaries else None
-            why = "" if seen is not None else f"run {run_id} has no summary at {iso}: the checker did not judge it"
+            if iso not in summaries:
+                seen, why = None, f"run {run_id} has no summary at {iso}: the checker did not judge it"
+            else:
+                seen = catalog.Counts.from_summary(summaries[iso]).observe(pred.rule.kind)
+                why = "" if seen is not None else f"run {run_id}'s checker could not count {pred.rule.kind}"
             outcomes.append(Outcome(pred, p.label, run_id, iso, seen, why, reused))
     outcomes += made.left
     store(req, outcomes)
@@ -456,11 +455,13 @@ def _judge_pipeline_run(req: Request, p: Planned, run_id: str, reused: bool) -> 
     roles = {x.rule.name: role for x, role in _pipeline_findings(req.subject)}
     isolation = catalog.get_pipeline(req.subject).isolation
     [row] = query("SELECT * FROM pipeline_runs WHERE run_id = %s", (run_id,))
+    counts = catalog.Counts.from_pipeline(row)
     outcomes = []
     for pred in p.predictions:
-        column = PIPELINE_COUNTS[roles[pred.rule.name]].get(pred.rule.kind)
-        seen = None if column is None or row.get(column) is None else int(row[column])
-        why = "" if column else f"a pipeline run does not count {pred.rule.kind}"
+        seen = counts.observe(pred.rule.kind, PIPELINE_STAGES[roles[pred.rule.name]])
+        why = (
+            "" if seen is not None else f"a pipeline run does not count {pred.rule.kind} at its {roles[pred.rule.name]}"
+        )
         outcomes.append(Outcome(pred, p.label, run_id, isolation, seen, why, reused))
     return outcomes
 

@@ -114,10 +114,9 @@ VERDICT_MARKS = {"kept": "\u2713 kept", "broken": "\u2717 broken", "n/a": "\u201
 
 
 def observed(r: dict) -> str:
-    lost = (r["lost_acked"] or 0) + (r["lost_unacked"] or 0)
-    dup = r["duplicate_events"] or 0
+    counts = catalog.Counts.from_summary(r)
     return {(False, False): "clean", (False, True): "duplicates", (True, False): "loss"}.get(
-        (lost > 0, dup > 0), "both"
+        (counts.losses() > 0, counts.of("duplicate") > 0), "both"
     )
 
 
@@ -139,7 +138,7 @@ def grid_view(rows: list[dict], run_link: str | None = None) -> dict:
             "observed": seen,
             "colour": OBSERVED_COLOURS[seen],
             "tip": tip + verdict_text(r).removeprefix(r["verdict"]),
-            "lost": (r["lost_acked"] or 0) + (r["lost_unacked"] or 0),
+            "lost": catalog.Counts.from_summary(r).losses(),
             "dup": r["duplicate_events"],
             "mark": VERDICT_MARKS.get(r["verdict"], r["verdict"] or "-"),
             "href": run_link.format(run_id=r["run_id"]) if run_link else None,
@@ -200,7 +199,6 @@ NEMESIS_SPANS = {
     "kill_worker": "start_worker",
     "stop_worker": "start_worker",
 }
-LOST_KINDS = ("lost_acked", "lost_unacked")
 
 
 def run_timeline(run_id: str) -> dict:
@@ -243,7 +241,7 @@ def run_timeline(run_id: str) -> dict:
         "produced": produced,
         "latency": latency,
         "nemesis": ((run[0]["timeline"] or {}).get("events") or []),
-        "lost": [m["publish_at"] for m in marked if m["kind"] in LOST_KINDS],
+        "lost": [m["publish_at"] for m in marked if m["kind"] in catalog.LOSSES],
         "duplicated": [m["publish_at"] for m in marked if m["kind"] == "duplicate"],
     }
 
@@ -615,8 +613,9 @@ def html_report(
         fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(rows)), 3.5))
         labels = [f"{r['mode']}\n{r['scenario']}" for r in rows]
         xs = range(len(rows))
-        ax.bar([x - 0.2 for x in xs], [r["lost_acked"] + r["lost_unacked"] for r in rows], 0.4, label="lost")
-        ax.bar([x + 0.2 for x in xs], [r["duplicate_events"] for r in rows], 0.4, label="duplicated")
+        counts = [catalog.Counts.from_summary(r) for r in rows]
+        ax.bar([x - 0.2 for x in xs], [c.losses() for c in counts], 0.4, label="lost")
+        ax.bar([x + 0.2 for x in xs], [c.of("duplicate") for c in counts], 0.4, label="duplicated")
         ax.set_xticks(list(xs), labels, rotation=90, fontsize=7)
         ax.set_yscale("symlog")
         ax.legend()
