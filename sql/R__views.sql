@@ -11,6 +11,9 @@
 -- v_run_results (last changed by V026__producer_clients_and_settings.sql)
 -- judged_as: the delivery mode (a producer run) or consumer strategy (a consumer run) whose promise
 -- is judged. It is appended; mode holds the same, kept for the queries written before.
+-- definition_hash: the content hash of what the run is judged against (runs.definition, V040),
+-- whose isolation level picks the run's own summary: a run stays here with its verdict when its
+-- mode file is edited or deleted. A run made before V040 has none: the catalog's isolation.
 CREATE OR REPLACE VIEW v_run_results AS
 SELECT r.run_id, r.created_at, r.ended_at, r.mode, r.scenario, r.topic, r.messages, r.status AS load_status,
        r.sessions, r.acked, r.failed, r.unknown, r.records_per_sec, r.ack_p50_ms, r.ack_p99_ms,
@@ -22,10 +25,11 @@ SELECT r.run_id, r.created_at, r.ended_at, r.mode, r.scenario, r.topic, r.messag
        'producer'::text AS side, NULL::text AS source_run_id, s.stale_overwrites, s.torn_events,
        s.inconsistent_offsets, s.poll_skips, s.nonmonotonic_polls,
        r.client, r.settings, r.producer_config, r.findings, s.broken_settings, s.coordinator_aborted,
-       r.mode AS judged_as
+       r.mode AS judged_as, r.definition_hash
 FROM runs r
-JOIN catalog_judged j ON j.name = r.mode
-JOIN reconcile_summary s ON s.reconciliation_id = r.run_id AND s.isolation = j.isolation
+LEFT JOIN catalog_judged j ON j.name = r.mode
+JOIN reconcile_summary s
+  ON s.reconciliation_id = r.run_id AND s.isolation = coalesce(r.definition ->> 'isolation', j.isolation)
 UNION ALL
 SELECT c.consumer_run_id, c.created_at, c.ended_at, c.strategy, c.scenario, s.topic, src.messages, c.status,
        c.sessions, src.acked, src.failed, src.unknown, c.records_per_sec, NULL::double precision,
@@ -38,11 +42,12 @@ SELECT c.consumer_run_id, c.created_at, c.ended_at, c.strategy, c.scenario, s.to
        'consumer'::text, c.source_run_id, s.stale_overwrites, s.torn_events, s.inconsistent_offsets,
        s.poll_skips, s.nonmonotonic_polls,
        'librdkafka'::text, '{}'::jsonb, NULL::jsonb, '[]'::jsonb, s.broken_settings, s.coordinator_aborted,
-       c.strategy
+       c.strategy, c.definition_hash
 FROM consumer_runs c
 JOIN runs src ON src.run_id = c.source_run_id
-JOIN catalog_judged j ON j.name = c.strategy
-JOIN reconcile_summary s ON s.reconciliation_id = c.consumer_run_id AND s.isolation = j.isolation;
+LEFT JOIN catalog_judged j ON j.name = c.strategy
+JOIN reconcile_summary s
+  ON s.reconciliation_id = c.consumer_run_id AND s.isolation = coalesce(c.definition ->> 'isolation', j.isolation);
 
 -- v_trends (last changed by V005__reporting_views.sql)
 -- Daily trends per mode and scenario: loss and duplicate rates and throughput.
@@ -68,20 +73,22 @@ WHERE v.verdict = 'broken';
 -- v_run_history (last changed by V037__retired_runs.sql)
 -- details_retired_at: when gc retired the run's events (its topic gone); its verdict and counts stay.
 -- judged_as: as v_run_results' (mode, the same, kept for the queries written before).
+-- definition_hash: as v_run_results'; a mode's runs under one scenario with another hash were
+-- judged against another definition (its file was edited in between).
 CREATE OR REPLACE VIEW v_run_history AS
 SELECT run_id, created_at, mode, scenario, messages, load_status, acked, records_per_sec, lost, duplicate_events,
        verdict, meets_expectation, reconciled, side,
        (SELECT rr.retired_at FROM retired_runs rr WHERE rr.run_id = h.run_id) AS details_retired_at,
-       mode AS judged_as
+       mode AS judged_as, definition_hash
 FROM (
     SELECT r.run_id, r.created_at, r.mode, r.scenario, r.messages, r.status AS load_status, r.acked,
            r.records_per_sec, v.lost, v.duplicate_events, v.verdict, v.meets_expectation,
-           (v.run_id IS NOT NULL) AS reconciled, 'producer'::text AS side
+           (v.run_id IS NOT NULL) AS reconciled, 'producer'::text AS side, r.definition_hash
     FROM runs r LEFT JOIN v_run_results v USING (run_id)
     UNION ALL
     SELECT c.consumer_run_id, c.created_at, c.strategy, c.scenario, src.messages, c.status, src.acked,
            c.records_per_sec, v.lost, v.duplicate_events, v.verdict, v.meets_expectation,
-           (v.run_id IS NOT NULL), 'consumer'::text
+           (v.run_id IS NOT NULL), 'consumer'::text, c.definition_hash
     FROM consumer_runs c JOIN runs src ON src.run_id = c.source_run_id
     LEFT JOIN v_run_results v ON v.run_id = c.consumer_run_id
 ) h

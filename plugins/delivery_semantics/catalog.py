@@ -9,6 +9,8 @@ the Spark checker's driver imports it too.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -909,9 +911,13 @@ SUMMARY_OBSERVATIONS: Mapping[str, tuple[str, str]] = MappingProxyType(
 WINDOW_OBSERVATIONS: Mapping[str, tuple[str, str]] = MappingProxyType({**window_columns(), "lost": _LOST})
 
 
-def observations(name: str) -> Mapping[str, tuple[str, str]]:
-    """What an expectation of the mode, strategy or pipeline of that name may observe: name -> (stage, kind)."""
-    return WINDOW_OBSERVATIONS if name in PIPELINES else SUMMARY_OBSERVATIONS
+def observations(side: str) -> Mapping[str, tuple[str, str]]:
+    """What an expectation of a subject of that side may observe: name -> (stage, kind)."""
+    return WINDOW_OBSERVATIONS if side == PIPELINE_SIDE else SUMMARY_OBSERVATIONS
+
+
+def side_of(name: str) -> str:
+    return PIPELINE_SIDE if name in PIPELINES else CONSUMER if name in STRATEGIES else PRODUCER
 
 
 def _expect(**by_name: dict[str, str]) -> Mapping[str, Mapping[str, str]]:
@@ -921,9 +927,9 @@ def _expect(**by_name: dict[str, str]) -> Mapping[str, Mapping[str, str]]:
         if name not in MODES and name not in STRATEGIES and name not in PIPELINES:
             raise CatalogError(f"expectation of {name}: no mode, consumer strategy or pipeline of that name")
         for key, value in observed.items():
-            if key not in observations(name) or value not in (">0", "=0"):
+            if key not in observations(side_of(name)) or value not in (">0", "=0"):
                 raise CatalogError(
-                    f"expectation of {name}: {key} {value}: observe one of {sorted(observations(name))}, >0 or =0"
+                    f"expectation of {name}: {key} {value}: observe one of {sorted(observations(side_of(name)))}, >0 or =0"
                 )
     return MappingProxyType({k: MappingProxyType(v) for k, v in by_name.items()})
 
@@ -1286,7 +1292,11 @@ def expectation(name: str, scenario: str) -> Mapping[str, str]:
 
 
 def expectation_text(name: str, scenario: str) -> str:
-    return ", ".join(f"{k} {v[0]} {v[1:]}" for k, v in expectation(name, scenario).items()) or "-"
+    return _expectation_text(expectation(name, scenario))
+
+
+def _expectation_text(expected: Mapping[str, str]) -> str:
+    return ", ".join(f"{k} {v[0]} {v[1:]}" for k, v in expected.items()) or "-"
 
 
 def broken_settings(findings: list[Mapping], broken: list[str]) -> list[str]:
@@ -1296,8 +1306,106 @@ def broken_settings(findings: list[Mapping], broken: list[str]) -> list[str]:
 
 
 def meets_expectation(name: str, scenario: str, counts: Counts) -> bool | None:
-    exp = expectation(name, scenario)
-    if not exp:
+    return _meets(side_of(name), expectation(name, scenario), counts)
+
+
+def _meets(side: str, expected: Mapping[str, str], counts: Counts) -> bool | None:
+    if not expected:
         return None
-    seen = {key: counts.observe(kind, stage) or 0 for key, (stage, kind) in observations(name).items() if key in exp}
-    return all((seen[key] > 0) if v == ">0" else (seen[key] == 0) for key, v in exp.items())
+    seen = {
+        key: counts.observe(kind, stage) or 0 for key, (stage, kind) in observations(side).items() if key in expected
+    }
+    return all((seen[key] > 0) if v == ">0" else (seen[key] == 0) for key, v in expected.items())
+
+
+@dataclass(frozen=True)
+class Definition:
+    """What a run is judged against, resolved when it is made and kept with it (`runs.definition`,
+    `consumer_runs.definition`): the subject's side, isolation and promise, the guarantees its
+    scenario leaves in force, DESIGN.md's expectation under that scenario, whether it writes
+    transactions, and a mode's producer settings. As Jepsen keeps a test's map with its history, a
+    run is judged by its own: editing or deleting a mode file later changes no verdict of a run
+    made before, and a changed definition has a new `digest`."""
+
+    name: str
+    side: str
+    scenario: str
+    isolation: str
+    promise: str
+    in_force: tuple[str, ...]
+    expected: Mapping[str, str] = field(default_factory=dict)
+    transactional: bool = False
+    settings: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, subject: DeliveryMode | Strategy | Pipeline, side: str, scenario: str, settings: Mapping | None = None
+    ) -> Definition:
+        return cls(
+            subject.name,
+            side,
+            scenario,
+            subject.isolation,
+            subject.promise.text,
+            tuple(subject.promise.in_force(scenario)),
+            MappingProxyType(dict(expectation(subject.name, scenario))),
+            subject.transactional,
+            MappingProxyType({k: str(v) for k, v in (settings or {}).items()}),
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "side": self.side,
+            "scenario": self.scenario,
+            "isolation": self.isolation,
+            "promise": self.promise,
+            "in_force": list(self.in_force),
+            "expected": dict(self.expected),
+            "transactional": self.transactional,
+            "settings": dict(self.settings),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping) -> Definition:
+        """A definition kept with a run; one that is not what to_json wrote is refused, not guessed at."""
+        try:
+            d = cls(
+                doc["name"],
+                doc["side"],
+                doc["scenario"],
+                doc["isolation"],
+                doc["promise"],
+                tuple(doc["in_force"]),
+                MappingProxyType(dict(doc["expected"])),
+                bool(doc["transactional"]),
+                MappingProxyType(dict(doc["settings"])),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise CatalogError(f"a run's definition is not one the platform wrote: {e!r}") from None
+        if set(doc) != set(d.to_json()) or not set(d.in_force) <= set(GUARANTEES) or d.isolation not in ISOLATIONS:
+            raise CatalogError(f"a run's definition is not one the platform wrote: {sorted(doc)}")
+        return d
+
+    @property
+    def digest(self) -> str:
+        """A content hash of the definition: two runs judged alike have the same."""
+        text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def verdict(self, isolation: str, counts: Counts, stage: str = OUTBOX_TOPIC) -> tuple[str, list[str]]:
+        """('kept' | 'broken' | 'n/a', the kinds that broke it): the one verdict of every subject, on
+        its counts at the stage it reads (a sink's strategy reads topic_sink), on its own isolation
+        level, with the guarantees in force. As Jepsen's checker: the kinds seen, less those the
+        promise allows."""
+        if isolation != self.isolation:
+            return "n/a", []
+        broken = [k for g in self.in_force for k in BROKEN_BY[g] if counts.of(k, stage) > 0]
+        return ("broken" if broken else "kept"), broken
+
+    def meets(self, counts: Counts) -> bool | None:
+        return _meets(self.side, self.expected, counts)
+
+    @property
+    def expectation_text(self) -> str:
+        return _expectation_text(self.expected)

@@ -107,16 +107,21 @@ def guarantees_kept(name: str, scenario: str, broken_by: list[str]) -> list[tupl
     return [(g, not set(BROKEN_BY[g]) & set(broken_by)) for g in subject.promise.in_force(scenario)]
 
 
+def definition(name: str, scenario: str, client: str | None = None) -> catalog.Definition | None:
+    """What a run of the mode (a preset or a mode file), strategy or pipeline of that name under the
+    scenario is judged against, resolved now; None for a name none has."""
+    subject = judged(name)
+    if isinstance(subject, DeliveryMode):
+        return catalog.Definition.of(subject, PRODUCER, scenario, subject.producer_settings(client))
+    if isinstance(subject, Strategy):
+        return catalog.Definition.of(subject, CONSUMER, scenario, subject.settings)
+    return catalog.Definition.of(subject, PIPELINE_SIDE, scenario) if subject else None
+
+
 def verdict(
     name: str, scenario: str, isolation: str, counts: Counts, stage: str = OUTBOX_TOPIC
 ) -> tuple[str, list[str]]:
-    """('kept' | 'broken' | 'n/a', the kinds that broke it): the one verdict of every subject, on its
-    counts at the stage it reads (a sink's strategy reads the topic-to-sink stage), on its own
-    isolation level, with the guarantees the scenario leaves in force. As Jepsen's checker: the
-    kinds seen, less those the promise allows."""
-    subject = judged(name)
-    if subject is None or subject.isolation != isolation:
-        return "n/a", []
-    in_force = subject.promise.in_force(scenario)
-    broken = [k for g in in_force for k in BROKEN_BY[g] if counts.of(k, stage) > 0]
-    return ("broken" if broken else "kept"), broken
+    """The verdict (catalog.Definition.verdict) of the subject of that name as it is defined now:
+    n/a for a name none has."""
+    defined = definition(name, scenario)
+    return defined.verdict(isolation, counts, stage) if defined else ("n/a", [])

@@ -21,7 +21,6 @@ from checker.sources import (
     read_sink,
     read_topic,
 )
-from delivery_semantics import modes
 from delivery_semantics.audit.stores import Store
 from delivery_semantics.catalog import READ_COMMITTED, READ_UNCOMMITTED
 
@@ -112,8 +111,8 @@ def reconcile(
     # these rows already.
     dedup = None
     if copy_wanted:
-        mode = modes.judged(src.judged_as or "")
-        _, counts, obs = classified[mode.isolation if mode else READ_COMMITTED]
+        defined = src.definition
+        _, counts, obs = classified[defined.isolation if defined else READ_COMMITTED]
         if reread:
             # The records the cached read saw, to the last of each partition: with read_committed
             # a transaction open then and ended since shows no more of itself the second time.

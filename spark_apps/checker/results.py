@@ -14,7 +14,7 @@ from checker import dedup_copy
 from checker.anomalies import Observation, OutcomeLedger
 from checker.dedup_copy import DedupCopy
 from checker.sources import Jdbc, Source
-from delivery_semantics import catalog, modes
+from delivery_semantics import catalog
 
 
 def counts(disc: DataFrame, totals: dict, obs: Observation) -> dict:
@@ -53,10 +53,9 @@ def summary(src: Source, isolation: str, counts: dict, end: dict) -> dict:
     """One `reconcile_summary` row: the counts, rates, and the verdict and expectation the catalog
     gives for the run's mode or strategy under its scenario."""
     n = max(1, counts["ledger_events"])
-    name = src.judged_as or ""
+    defined = src.definition
     counted = catalog.Counts.from_summary(counts)
-    verdict, broken = modes.verdict(name, src.scenario, isolation, counted)
-    subject = modes.judged(name)
+    verdict, broken = defined.verdict(isolation, counted) if defined else ("n/a", [])
     return {
         "reconciliation_id": src.reconciliation_id,
         "isolation": isolation,
@@ -66,12 +65,12 @@ def summary(src: Source, isolation: str, counts: dict, end: dict) -> dict:
         **counts,
         "loss_rate": counted.losses() / n,
         "duplicate_rate": counts["duplicate_copies"] / n,
-        "promise": subject.promise.text if subject else None,
+        "promise": defined.promise if defined else None,
         "verdict": verdict,
         "broken_by": ",".join(broken) or None,
         "broken_settings": ", ".join(catalog.broken_settings(src.findings, broken)) or None,
-        "expectation": catalog.expectation_text(name, src.scenario) if name else None,
-        "meets_expectation": catalog.meets_expectation(name, src.scenario, counted) if name else None,
+        "expectation": defined.expectation_text if defined else None,
+        "meets_expectation": defined.meets(counted) if defined else None,
         "end_offsets": json.dumps({str(p): o for p, o in sorted(end.items())}),
         "audit": src.audit,
     }

@@ -139,6 +139,9 @@ class Source:
     record_format: formats.RecordFormat = field(default_factory=formats.RecordFormat)
     # A platform run's record layout (generator.py), whose topic the platform reader reads.
     layout: str | None = None
+    # What judged_as promised, as its run recorded it (or, for a run made before and an audit, as
+    # the catalog and the mode files define it now); None: nothing is judged.
+    definition: catalog.Definition | None = None
 
     @property
     def id_prefix(self) -> str | None:
@@ -192,8 +195,22 @@ def _platform_format(layout: str) -> formats.RecordFormat:
     return formats.RecordFormat("avro", schemas={"value": {event.id: event}, "key": {}})
 
 
+def recorded_definition(run: dict, name: str) -> catalog.Definition:
+    """The definition a run recorded when it was made; a run made before that, its subject's now."""
+    if run.get("definition"):
+        return catalog.Definition.from_json(json.loads(run["definition"]))
+    defined = modes.definition(name, run["scenario"])
+    if defined is None:
+        raise InputError(
+            f"{name!r}, which run {run.get('run_id') or run.get('consumer_run_id')} is judged as, is no "
+            "longer defined, and the run recorded no definition of its own"
+        )
+    return defined
+
+
 def platform_source(run: dict, kafka: Kafka) -> Source:
-    transactional = modes.get_mode(run["mode"]).transactional
+    definition = recorded_definition(run, run["mode"])
+    transactional = definition.transactional
     return Source(
         reconciliation_id=run["run_id"],
         kafka=kafka,
@@ -208,6 +225,7 @@ def platform_source(run: dict, kafka: Kafka) -> Source:
         findings=json.loads(run.get("findings") or "[]"),
         record_format=_platform_format(run.get("record_layout", layouts.HEADERS_LAYOUT)),
         layout=run.get("record_layout", layouts.HEADERS_LAYOUT),
+        definition=definition,
     )
 
 
@@ -217,6 +235,7 @@ def consumer_source(crun: dict, input_run: dict, kafka: Kafka) -> Source:
     copier = crun["output_topic"] is not None
     src = platform_source(input_run, kafka)
     src.reconciliation_id, src.judged_as, src.scenario = crun["consumer_run_id"], crun["strategy"], crun["scenario"]
+    src.definition = recorded_definition(crun, crun["strategy"])
     src.topic = crun["output_topic"] if copier else crun["input_topic"]
     src.judged_by_reader, src.transactional, src.findings = False, copier, []
     end = {int(p): int(o) for p, o in json.loads(crun["input_end_offsets"]).items()}
@@ -246,6 +265,7 @@ def audit_source(
         transactional=audit.transactional,
         audit=audit.name,
         record_format=record_format or formats.RecordFormat.of(rec, schemas.load(audit)),
+        definition=modes.definition(audit.judged_as, audits.AUDIT_SCENARIO) if audit.judged_as else None,
     )
 
 
@@ -648,8 +668,21 @@ def typed(df: DataFrame, types: dict[str, str]) -> DataFrame:
 
 def platform_run_source(jdbc: Jdbc, run_id: str, kafka: Kafka) -> Source:
     """A producer run, or a consumer run checked against its input run's ledger."""
-    run_cols = ("run_id", "topic", "mode", "scenario", "messages", "record_layout", "findings", "acked_ends")
-    select = "SELECT run_id, topic, mode, scenario, messages, record_layout, findings::text, acked_ends::text FROM runs"
+    run_cols = (
+        "run_id",
+        "topic",
+        "mode",
+        "scenario",
+        "messages",
+        "record_layout",
+        "findings",
+        "acked_ends",
+        "definition",
+    )
+    select = (
+        "SELECT run_id, topic, mode, scenario, messages, record_layout, findings::text, acked_ends::text, "
+        "definition::text FROM runs"
+    )
     rows = jdbc.scalar_rows(f"{select} WHERE run_id = ?", [run_id])
     if rows:
         return platform_source(dict(zip(run_cols, rows[0], strict=False)), kafka)
@@ -662,9 +695,10 @@ def platform_run_source(jdbc: Jdbc, run_id: str, kafka: Kafka) -> Source:
         "input_topic",
         "input_end_offsets",
         "output_topic",
+        "definition",
     )
     rows = jdbc.scalar_rows(
-        f"SELECT {', '.join(crun_cols[:-2])}, input_end_offsets::text, output_topic "
+        f"SELECT {', '.join(crun_cols[:-3])}, input_end_offsets::text, output_topic, definition::text "
         "FROM consumer_runs WHERE consumer_run_id = ?",
         [run_id],
     )

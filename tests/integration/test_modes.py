@@ -8,7 +8,7 @@ import json
 import os
 
 import jsonschema
-from conftest import REPO, airflow_xcom, run, through_spark_connect
+from conftest import REPO, airflow_xcom, assert_judged, run, semantics, through_spark_connect
 
 from delivery_semantics.reporting import results_file
 from delivery_semantics.reporting.report import query
@@ -105,3 +105,62 @@ def test_bad_settings_and_clients_are_refused_with_one_line_and_nothing_written(
     [after] = query("SELECT count(*) AS n FROM runs")
     assert after == before, "nothing recorded"
     assert set(AdminClient(kafka_conf).list_topics(timeout=10).topics) == topics_before, "no topic made"
+
+
+# A mode file judged, then edited and deleted: its runs keep the definition they were made with.
+KEEPS_ACKS = """
+description: a team's producer whose file is edited after its run
+client: librdkafka
+settings:
+  acks: all
+  enable.idempotence: false
+promise: no_acked_loss
+"""
+EDITED = KEEPS_ACKS.replace("acks: all", "acks: 1").replace("promise: no_acked_loss", "promise: no_duplicates")
+
+
+def test_a_run_is_judged_by_the_definition_it_recorded_after_its_mode_file_is_edited_and_deleted(tmp_path, monkeypatch):
+    from delivery_semantics import catalog
+    from delivery_semantics.workload import load
+
+    monkeypatch.setenv("SEMANTICS_MODES_DIR", str(tmp_path))
+    path = tmp_path / "team_edited.yaml"
+    path.write_text(KEEPS_ACKS)
+    run_id = load.start(load.LoadSpec(mode="team_edited", messages=300)).run_id
+
+    def judged() -> dict:
+        res = semantics("reconcile", "--run-id", run_id, "--no-dedup-copy")
+        assert_judged(res)
+        [row] = query(
+            """SELECT v.isolation, v.verdict, v.broken_by, v.promise, v.expectation, v.meets_expectation,
+                      v.definition_hash, h.definition_hash AS history_hash
+               FROM v_run_results v JOIN v_run_history h USING (run_id) WHERE v.run_id = %s""",
+            (run_id,),
+        )
+        return row
+
+    first = judged()
+    kept = catalog.PROMISES["no_acked_loss"].text
+    assert (first["isolation"], first["verdict"], first["promise"]) == ("read_uncommitted", "kept", kept)
+    assert first["definition_hash"] and first["history_hash"] == first["definition_hash"]
+    [recorded] = query("SELECT definition, definition_hash FROM runs WHERE run_id = %s", (run_id,))
+    defined = catalog.Definition.from_json(recorded["definition"])
+    assert (defined.settings["acks"], defined.in_force, defined.digest) == (
+        "all",
+        ("no_acked_loss",),
+        recorded["definition_hash"],
+    )
+    # Edited (acks=1, another promise), then deleted: reconciled again, the run is judged as before.
+    path.write_text(EDITED)
+    assert judged() == first
+    path.unlink()
+    assert judged() == first
+    # A new run of the edited file records the new definition, under a new hash.
+    path.write_text(EDITED)
+    second = load.start(load.LoadSpec(mode="team_edited", messages=300)).run_id
+    [new] = query(
+        "SELECT r.definition, h.definition_hash FROM v_run_history h JOIN runs r USING (run_id) WHERE run_id = %s",
+        (second,),
+    )
+    assert new["definition_hash"] != first["definition_hash"]
+    assert (new["definition"]["settings"]["acks"], new["definition"]["in_force"]) == ("1", ["no_duplicates"])

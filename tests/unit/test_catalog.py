@@ -56,7 +56,10 @@ NONE = catalog.Counts({})
 def counted(name: str, by_observation: dict) -> catalog.Counts:
     """Counts of an expectation's observations, `lost` planted as an unacked loss."""
     renamed = {("lost_unacked" if k == "lost" else k): v for k, v in by_observation.items()}
-    observations = {**catalog.observations(name), "lost_unacked": (catalog.OUTBOX_TOPIC, "lost_unacked")}
+    observations = {
+        **catalog.observations(catalog.side_of(name)),
+        "lost_unacked": (catalog.OUTBOX_TOPIC, "lost_unacked"),
+    }
     return catalog.Counts({observations[k]: v for k, v in renamed.items()})
 
 

@@ -157,3 +157,51 @@ def test_the_rows_the_checker_recorded_are_judged_again_as_they_were():
         )
         assert (verdict, ",".join(broken) or None) == (r["verdict"], r.get("broken_by")), r
         assert catalog.meets_expectation(r["pipeline"], r["scenario"], counts) == r.get("meets_expectation"), r
+
+
+# --------------------------------------------------------------------------- the definition a run keeps
+
+
+def test_a_definition_is_kept_as_json_and_read_back_whole_with_the_same_digest():
+    for name, scenario in [
+        *catalog.valid_pairs(),
+        ("process_then_commit", "consumer_crash"),
+        *catalog.pipeline_pairs(),
+    ]:
+        defined = modes.definition(name, scenario)
+        again = catalog.Definition.from_json(json.loads(json.dumps(defined.to_json())))
+        assert again == defined and again.digest == defined.digest, (name, scenario)
+        assert defined.expected == catalog.expectation(name, scenario)
+        assert list(defined.in_force) == modes.judged(name).promise.in_force(scenario)
+    assert modes.definition("no_such_mode", "none") is None
+    assert modes.verdict("no_such_mode", "none", catalog.READ_COMMITTED, Counts({})) == ("n/a", [])
+
+
+def test_the_digest_changes_with_what_the_run_is_judged_against_and_nothing_else():
+    base = modes.definition("at_least_once", "leader_kill")
+    assert base.digest == modes.definition("at_least_once", "leader_kill").digest
+    assert modes.definition("at_least_once", "leader_kill", "java").digest != base.digest, "the client's settings"
+    assert modes.definition("at_least_once", "lost_ack").digest != base.digest, "the scenario's guarantees in force"
+    assert modes.definition("at_least_once_all", "leader_kill").digest != base.digest
+
+
+def test_a_kept_definition_judges_as_it_was_made_and_a_damaged_one_is_refused():
+    doc = modes.definition("transactional", "txn_abort").to_json()
+    # the run's own definition, not the catalog's: a guarantee it did not keep in force breaks nothing
+    lifted = catalog.Definition.from_json({**doc, "in_force": ["no_acked_loss"]})
+    duplicated = Counts.from_summary({"duplicate_events": 4, "aborted_visible": 2})
+    assert lifted.verdict(catalog.READ_COMMITTED, duplicated) == ("kept", [])
+    assert catalog.Definition.from_json(doc).verdict(catalog.READ_COMMITTED, duplicated) == (
+        "broken",
+        ["duplicate", "aborted_visible"],
+    )
+    assert lifted.verdict(catalog.READ_UNCOMMITTED, duplicated) == ("n/a", [])
+    for damaged in (
+        {k: v for k, v in doc.items() if k != "in_force"},
+        {**doc, "in_force": ["no_such_guarantee"]},
+        {**doc, "isolation": "snapshot"},
+        {**doc, "extra": 1},
+        {**doc, "expected": None},
+    ):
+        with pytest.raises(CatalogError):
+            catalog.Definition.from_json(damaged)

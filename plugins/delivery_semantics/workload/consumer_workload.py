@@ -139,6 +139,7 @@ def start(spec: ConsumerSpec, *, kafka_conf: dict | None = None, db: Database | 
         cid = spec.consumer_run_id or new_run_id("c")
         strategy = catalog.get_strategy(spec.strategy)
         output_topic = f"semantics.copy.{cid}" if strategy.transactional else None
+        defined = catalog.Definition.of(strategy, catalog.CONSUMER, spec.scenario, strategy.settings)
         if output_topic:
             topics.ensure_topic(kafka_conf, output_topic, partitions=len(ends))
         ledger.create_consumer_run(
@@ -156,6 +157,8 @@ def start(spec: ConsumerSpec, *, kafka_conf: dict | None = None, db: Database | 
                 "transactional_id": f"semantics-copier-{cid}" if strategy.transactional else None,
                 "airflow_run_id": spec.airflow_run_id,
                 "settings": run_settings(spec),
+                "definition": defined.to_json(),
+                "definition_hash": defined.digest,
             }
         )
         return _drive(ledger, cid, kafka_conf, db)

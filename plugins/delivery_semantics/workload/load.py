@@ -266,6 +266,9 @@ def create(
         topic = spec.topic or default_topic(mode.name, run_id)
         topics.ensure_topic(kafka_conf, topic, partitions=spec.partitions, config=topic_config)
         transactional_id = f"semantics-{run_id}" if mode.transactional else None
+        defined = catalog.Definition.of(
+            mode, catalog.PRODUCER, spec.scenario, mask_secrets(mode.producer_settings(resolved.client))
+        )
         ledger.create_run(
             {
                 "run_id": run_id,
@@ -289,6 +292,8 @@ def create(
                 "resends_failed": spec.resends_failed,
                 "findings": resolved.finding_rows,
                 "airflow_run_id": spec.airflow_run_id,
+                "definition": defined.to_json(),
+                "definition_hash": defined.digest,
             },
             [
                 {
