@@ -470,6 +470,7 @@ class DeliveryMode:
     resends_unacked: bool = True
     client: str | None = None  # a mode file's; None: a preset
     source: str | None = None  # a mode file's path
+    connection: str | None = None  # a mode file's Kafka connection; None: kafka_default
 
     @property
     def clients(self) -> tuple[str, ...]:

@@ -125,6 +125,7 @@ def _mode(spec: dict, name: str, where: str) -> catalog.DeliveryMode:
         resends_unacked=str(settings.get("acks", "all")) != "0",
         client=spec["client"],
         source=where,
+        connection=spec.get("connection"),
     )
 
 

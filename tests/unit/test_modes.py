@@ -172,3 +172,37 @@ def test_the_matrix_runs_a_mode_file_on_its_own_client_beside_the_presets_on_eac
     ]
     assert "orders" in forms.matrix_form()["modes"]["items"]["enum"]
     assert forms.matrix_form()["modes"]["default"] == list(catalog.MODES)
+
+
+def test_a_run_request_reads_its_mode_file_and_checks_its_pair_once(tmp_path, monkeypatch):
+    from delivery_semantics.entry import orchestration
+
+    monkeypatch.setenv("SEMANTICS_MODES_DIR", str(tmp_path))
+    spec = {
+        "client": "librdkafka",
+        "settings": {"acks": "all"},
+        "promise": "no_acked_loss",
+        "connection": "kafka_orders",
+    }
+    write(tmp_path, "orders", spec)
+    calls = {"check_pair": 0, "load": 0}
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, call)
+
+    counted(modes, "check_pair")
+    counted(mode_files, "load")
+    params, request = orchestration._request({"mode": "orders", "scenario": "lost_ack", "messages": 100})
+    assert calls == {"check_pair": 1, "load": 1}
+    assert (params["connection"], params["client"], request.mode.name) == ("kafka_orders", "librdkafka", "orders")
+    # The request passes on as it is: the run it begins checks neither again.
+    from delivery_semantics.workload import scenarios
+
+    assert scenarios.validate(request, "lost_ack")[0] is request
+    assert calls == {"check_pair": 1, "load": 1}

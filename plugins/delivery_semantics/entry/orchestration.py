@@ -45,7 +45,7 @@ def _request(conf: dict[str, Any], airflow_run_id: str | None = None) -> tuple[d
     except KeyError:
         raise ConfError("mode is required") from None
     try:
-        m, _ = modes.check_pair(mode, scenario)
+        m, checked = modes.check_pair(mode, scenario)
         client = catalog.get_client(conf.get("client") or None, m)
     except catalog.CatalogError as e:
         raise ConfError(str(e)) from None
@@ -54,7 +54,7 @@ def _request(conf: dict[str, Any], airflow_run_id: str | None = None) -> tuple[d
         "scenario": scenario,
         "client": client,
         "overrides": dict(conf.get("producer_settings") or conf.get("overrides") or {}),
-        "connection": mode_files.connection_of(mode),
+        "connection": m.connection,
         "record_format": conf.get("record_format") or "text",
         **_checked_ints(conf, ("messages", "partitions", "keys", "payload_bytes", "txn_size", "seed", "producers")),
     }
@@ -63,8 +63,8 @@ def _request(conf: dict[str, Any], airflow_run_id: str | None = None) -> tuple[d
         raise ConfError(f"abort_ratio must be in [0, 1), got {ratio!r}")
     out["abort_ratio"] = float(ratio)
     try:
-        request, _ = scenarios.validate(dataclasses.replace(_spec(out), airflow_run_id=airflow_run_id), scenario)
-    except load.LoadError as e:
+        request = scenarios.request(dataclasses.replace(_spec(out), airflow_run_id=airflow_run_id), m, checked)
+    except (load.LoadError, catalog.CatalogError) as e:
         raise ConfError(str(e)) from None
     return out, request
 

@@ -205,10 +205,12 @@ def run_timeline(run_id: str) -> dict:
     """What a run's timeline plot shows, from the ledger and the checker's results: events
     produced per second, ack latency per second (p50 and max), the nemesis steps, and the publish
     times of the events lost and duplicated at the run's own isolation level."""
-    run = query("SELECT run_id, mode, scenario, timeline FROM runs WHERE run_id = %s", (run_id,))
+    run = query("SELECT run_id, mode, scenario, timeline, definition FROM runs WHERE run_id = %s", (run_id,))
     if not run:
         return {}
+    # The run's own isolation level: the one its definition recorded (its mode file may be gone).
     mode = modes.judged(run[0]["mode"])
+    isolation = (run[0]["definition"] or {}).get("isolation") or (mode.isolation if mode else catalog.READ_COMMITTED)
     events = """SELECT publish_at, n_hi - n_lo AS events FROM ledger_event_ranges WHERE run_id = %(r)s
                 UNION ALL SELECT publish_at, 1 FROM ledger_event_rows WHERE run_id = %(r)s"""
     [span] = query(
@@ -234,7 +236,7 @@ def run_timeline(run_id: str) -> dict:
            JOIN ledger_events e ON e.run_id = %(r)s AND e.event_id = d.event_id
            WHERE d.reconciliation_id = %(r)s AND d.isolation = %(iso)s
              AND d.kind IN ('lost_acked', 'lost_unacked', 'duplicate')""",
-        {"r": run_id, "iso": mode.isolation if mode else catalog.READ_COMMITTED},
+        {"r": run_id, "iso": isolation},
     )
     return {
         "run": run[0],

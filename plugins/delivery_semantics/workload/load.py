@@ -164,11 +164,11 @@ class RunRequest:
     resolved: settings.Resolved
 
 
-def validate(spec: LoadSpec) -> RunRequest:
+def validate(spec: LoadSpec, mode: catalog.DeliveryMode | None = None) -> RunRequest:
     """Everything that can be checked without touching Kafka or the ledger: the producer settings
-    by the client itself."""
+    by the client itself. `mode`: the spec's, when the caller has read it already."""
     try:
-        mode = modes.get_mode(spec.mode)
+        mode = mode or modes.get_mode(spec.mode)
         catalog.get_client(spec.client, mode)
     except catalog.ModeError as e:
         raise LoadError(str(e)) from None

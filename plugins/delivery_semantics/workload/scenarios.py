@@ -20,7 +20,7 @@ import threading
 import time
 
 from delivery_semantics import catalog, modes
-from delivery_semantics.catalog import Scenario, ScenarioError, Step
+from delivery_semantics.catalog import DeliveryMode, Scenario, ScenarioError, Step, get_scenario
 from delivery_semantics.faults.nemesis import Nemesis, NemesisError, backend_from_env, wait_healthy
 from delivery_semantics.history.ledger import Ledger
 from delivery_semantics.plumbing.endpoints import Database, kafka_config, ledger_database
@@ -39,21 +39,27 @@ def prepare(spec: load.LoadSpec, scenario: Scenario) -> load.LoadSpec:
 
 
 def validate(spec: load.LoadSpec | load.RunRequest, scenario_name: str) -> tuple[load.RunRequest, Scenario]:
-    """The pair and the prepared spec, checked before anything starts (the producer settings by
-    the client, once: a RunRequest passes as it is); and that the nemesis's backend can inject the
-    scenario's faults."""
-    _, scenario = modes.check_pair(spec.mode if isinstance(spec, load.LoadSpec) else spec.spec.mode, scenario_name)
+    """The pair and the prepared spec, checked before anything starts, once: a RunRequest was
+    checked when it was made (its pair, and its producer settings by the client) and passes as it is."""
+    if isinstance(spec, load.RunRequest):
+        if spec.spec.scenario != scenario_name:
+            raise ScenarioError(f"the request was prepared for {spec.spec.scenario}, not {scenario_name}")
+        return spec, get_scenario(scenario_name)
+    mode, scenario = modes.check_pair(spec.mode, scenario_name)
+    return request(spec, mode, scenario), scenario
+
+
+def request(spec: load.LoadSpec, mode: DeliveryMode, scenario: Scenario) -> load.RunRequest:
+    """The request of a spec whose mode x scenario pair is checked: the nemesis's backend able to
+    inject the scenario's faults, then the spec prepared and validated with the mode given (not read
+    again)."""
     try:
         backend = backend_from_env()
         if any(step.action == "partition" for step in scenario.timeline):
             backend.link_proxies(1)
     except NemesisError as e:
         raise ScenarioError(f"{scenario.name}: {e}") from None
-    if isinstance(spec, load.RunRequest):
-        if spec.spec.scenario != scenario.name:
-            raise ScenarioError(f"the request was prepared for {spec.spec.scenario}, not {scenario.name}")
-        return spec, scenario
-    return load.validate(prepare(spec, scenario)), scenario
+    return load.validate(prepare(spec, scenario), mode)
 
 
 def run(
