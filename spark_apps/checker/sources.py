@@ -196,9 +196,11 @@ def _platform_format(layout: str) -> formats.RecordFormat:
 
 
 def recorded_definition(run: dict, name: str) -> catalog.Definition:
-    """The definition a run recorded when it was made; a run made before that, its subject's now."""
-    if run.get("definition"):
-        return catalog.Definition.from_json(json.loads(run["definition"]))
+    """The definition a run recorded when it was made (its ledger row's JSON, as text or read); a run
+    made before that, its subject's now."""
+    recorded = run.get("definition")
+    if recorded:
+        return catalog.Definition.from_json(json.loads(recorded) if isinstance(recorded, str) else recorded)
     defined = modes.definition(name, run["scenario"])
     if defined is None:
         raise InputError(
