@@ -50,8 +50,8 @@ def counts(disc: DataFrame, totals: dict, obs: Observation) -> dict:
 
 
 def summary(src: Source, isolation: str, counts: dict, end: dict) -> dict:
-    """One `reconcile_summary` row: the counts, rates, and the verdict and expectation the catalog
-    gives for the run's mode or strategy under its scenario."""
+    """One `reconcile_summary` row: the counts, rates, and the verdict and expectation of what the
+    run is judged against (its recorded catalog.Definition)."""
     n = max(1, counts["ledger_events"])
     defined = src.definition
     counted = catalog.Counts.from_summary(counts)
