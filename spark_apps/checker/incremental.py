@@ -128,7 +128,7 @@ def reconcile_window(
 
     b = Bounds(jdbc, src, audit, end)
     grace = audit.grace
-    isolation = modes.judged(audit.judged_as).isolation
+    isolation = src.definition.isolation
     token = jdbc.staging_token(src.reconciliation_id)
     staged: list[str] = []
 
@@ -244,7 +244,7 @@ def _earlier_state(jdbc: Jdbc, name: str, t: str, start: str, horizon: str, ids_
 def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, totals: dict, counted: dict) -> dict:
     counts = {col: counted.get(sk, 0) for col, sk in COUNTED.items()}
     judged = catalog.Counts.from_window(counts)
-    verdict, broken = modes.verdict(audit.judged_as, audits.AUDIT_SCENARIO, isolation, judged)
+    verdict, broken = src.definition.verdict(isolation, judged)
     row = {
         "audit": audit.name,
         "window_end": _iso(b.end),
@@ -257,7 +257,7 @@ def _window_row(src: Source, audit: audits.Audit, b: Bounds, isolation: str, tot
         "isolation": isolation,
         **totals,
         **counts,
-        "promise": modes.judged(audit.judged_as).promise.text,
+        "promise": src.definition.promise,
         "verdict": verdict,
         "broken_by": ",".join(broken) or None,
         "sink_table": None,
