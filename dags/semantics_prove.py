@@ -50,7 +50,7 @@ def semantics_prove():
             raise AirflowFailException(f"bad input: {e}") from None
         outcomes = [prove.Outcome(p, pl.label) for pl in planned for p in pl.predictions] + left
         print(prove.table(outcomes))
-        return req.subject
+        return req.name
 
     @task(retries=0, pool=CLUSTER_POOL, pool_slots=CLUSTER_POOL_SLOTS, outlets=[RUNS_ASSET])
     def make_runs(subject: str, params=None) -> dict:

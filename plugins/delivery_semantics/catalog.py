@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import ClassVar
 
 from delivery_semantics import clients
 from delivery_semantics.clients.base import RETRIES_MAX
@@ -453,8 +454,57 @@ def contradictions(promise: Promise, effective: Mapping[str, str], transactional
     return out
 
 
+# The sides a judged subject runs on: a producer (a delivery mode), a consumer (a strategy), a
+# connector pipeline.
+PRODUCER, CONSUMER, PIPELINE_SIDE = "producer", "consumer", "pipeline"
+
+
+class Subject:
+    """What a run judges: a delivery mode (a preset or a mode file), a consumer strategy or a
+    connector pipeline. Each owns its facts, as a Debezium dialect does: its side, the isolation
+    level it is judged on, its promise, the rule families its runs exercise, which scenarios it
+    runs under (`check`), what a run of it is judged against (`definition`) and how a run's counts
+    are read (`counts`). Its runs are made by its workload (workload/)."""
+
+    side: ClassVar[str]
+    rule_families: ClassVar[tuple[str, ...]]
+    name: str
+    isolation: str
+    promise: Promise
+    transactional: bool
+
+    def incompatibility(self, scenario: Scenario) -> str | None:
+        raise NotImplementedError
+
+    def check(self, scenario: str) -> Scenario:
+        """The scenario, when a run of this subject can run under it; ScenarioError with why if not."""
+        found = get_scenario(scenario)
+        reason = self.incompatibility(found)
+        if reason:
+            raise ScenarioError(reason)
+        return found
+
+    def runs_under(self, scenario: str) -> bool:
+        try:
+            self.check(scenario)
+        except CatalogError:
+            return False
+        return True
+
+    def run_settings(self, client: str | None = None) -> Mapping[str, str]:
+        """The client settings a run of it is made with and keeps in its definition."""
+        return {}
+
+    def definition(self, scenario: str, client: str | None = None) -> Definition:
+        return Definition.of(self, scenario, self.run_settings(client))
+
+    def counts(self, row: Mapping) -> Counts:
+        """A run's counts from its judged row: a `reconcile_summary` row."""
+        return Counts.from_summary(row)
+
+
 @dataclass(frozen=True)
-class DeliveryMode:
+class DeliveryMode(Subject):
     """A producer under test. A preset (the five built-in modes) runs on either client: its
     `semantics` keys have the same name and meaning in both, and each client adds its tuning. A
     mode file (modes/<name>.yaml, mode_files.py) names its client and gives that client's settings,
@@ -471,6 +521,15 @@ class DeliveryMode:
     client: str | None = None  # a mode file's; None: a preset
     source: str | None = None  # a mode file's path
     connection: str | None = None  # a mode file's Kafka connection; None: kafka_default
+
+    side: ClassVar[str] = PRODUCER
+    rule_families: ClassVar[tuple[str, ...]] = ("producer", "topic", "consumer")
+
+    def incompatibility(self, scenario: Scenario) -> str | None:
+        return scenario.incompatible(self)
+
+    def run_settings(self, client: str | None = None) -> Mapping[str, str]:
+        return self.producer_settings(client)
 
     @property
     def clients(self) -> tuple[str, ...]:
@@ -567,7 +626,7 @@ MODES: dict[str, DeliveryMode] = {
 
 
 @dataclass(frozen=True)
-class Strategy:
+class Strategy(Subject):
     """A consumer strategy: how a consumer commits and writes. It reads its input read_committed
     and is judged on what it wrote (a sink table, or an output topic read read_committed)."""
 
@@ -587,6 +646,17 @@ class Strategy:
     auto_commit: bool = False  # librdkafka commits on its timer what poll() returned
     offset_reset: str = "earliest"  # a new group's start; `latest` joins after its input was written
     stalls: bool = False  # one batch processed for app.processing.ms, past max.poll.interval.ms
+
+    side: ClassVar[str] = CONSUMER
+    rule_families: ClassVar[tuple[str, ...]] = ("consumer",)
+
+    def incompatibility(self, scenario: Scenario) -> str | None:
+        if scenario.name not in CONSUMER_SCENARIOS:
+            return f"{scenario.name} is not a consumer scenario: choose one of {', '.join(CONSUMER_SCENARIOS)}"
+        return None
+
+    def run_settings(self, client: str | None = None) -> Mapping[str, str]:
+        return self.settings
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -682,7 +752,6 @@ CONSUMER_RUN_SETTINGS = {
 
 # --------------------------------------------------------------------------- connector pipelines
 
-PIPELINE_SIDE = "pipeline"
 # The connectors of a pipeline, by class: Debezium's PostgreSQL source with its outbox event router,
 # and Debezium's JDBC sink (local/maven/connect-plugins holds their version).
 SOURCE_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
@@ -704,8 +773,13 @@ PIPELINE_CONNECTIONS = {
 }
 
 
+# The audits a connector pipeline's run makes for itself (audit/pipeline_audit.py) are named with
+# this prefix, which no audit file may take.
+PLATFORM_AUDIT_PREFIX = "pipeline_"
+
+
 @dataclass(frozen=True)
-class Pipeline:
+class Pipeline(Subject):
     """A connector pipeline under test: an outbox table that a load writes in transactions, read
     by change data capture (Debezium's PostgreSQL connector and its outbox event router) into a
     topic, which Debezium's JDBC sink connector appends to a table. It is judged three ways
@@ -727,6 +801,16 @@ class Pipeline:
     sink_settings: Mapping[str, str] = field(default_factory=dict)
     transactional: bool = False
     scenarios: tuple[str, ...] = ()
+
+    side: ClassVar[str] = PIPELINE_SIDE
+    rule_families: ClassVar[tuple[str, ...]] = ("connector",)
+
+    def incompatibility(self, scenario: Scenario) -> str | None:
+        return scenario.incompatible_pipeline(self)
+
+    def counts(self, row: Mapping) -> Counts:
+        """A `pipeline_runs` row: its windows' counts summed."""
+        return Counts.from_pipeline(row)
 
     @property
     def sink_tolerates_errors(self) -> bool:
@@ -792,8 +876,6 @@ PIPELINES: dict[str, Pipeline] = {
 
 
 # --------------------------------------------------------------------------- scenarios
-
-PRODUCER, CONSUMER = "producer", "consumer"
 
 
 @dataclass(frozen=True)
@@ -1248,12 +1330,6 @@ def get_scenario(name: str) -> Scenario:
         raise ScenarioError(f"unknown scenario {name!r}: choose one of {', '.join(SCENARIOS)}") from None
 
 
-def check_consumer_scenario(name: str) -> Scenario:
-    if name not in CONSUMER_SCENARIOS:
-        raise ScenarioError(f"unknown consumer scenario {name!r}: choose one of {', '.join(CONSUMER_SCENARIOS)}")
-    return SCENARIOS[name]
-
-
 def get_pipeline(name: str) -> Pipeline:
     try:
         return PIPELINES[name]
@@ -1262,11 +1338,8 @@ def get_pipeline(name: str) -> Pipeline:
 
 
 def check_pipeline_pair(pipeline_name: str, scenario_name: str) -> tuple[Pipeline, Scenario]:
-    pipeline, scenario = get_pipeline(pipeline_name), get_scenario(scenario_name)
-    reason = scenario.incompatible_pipeline(pipeline)
-    if reason:
-        raise ScenarioError(reason)
-    return pipeline, scenario
+    pipeline = get_pipeline(pipeline_name)
+    return pipeline, pipeline.check(scenario_name)
 
 
 def pipeline_pairs(pipelines: list[str] | None = None, scenarios: list[str] | None = None) -> list[tuple[str, str]]:
@@ -1339,12 +1412,10 @@ class Definition:
     settings: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(
-        cls, subject: DeliveryMode | Strategy | Pipeline, side: str, scenario: str, settings: Mapping | None = None
-    ) -> Definition:
+    def of(cls, subject: Subject, scenario: str, settings: Mapping | None = None) -> Definition:
         return cls(
             subject.name,
-            side,
+            subject.side,
             scenario,
             subject.isolation,
             subject.promise.text,

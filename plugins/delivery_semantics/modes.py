@@ -14,21 +14,16 @@ import re
 from delivery_semantics import catalog, mode_files
 from delivery_semantics.catalog import (
     BROKEN_BY,
-    CONSUMER,
     MODES,
     OUTBOX_TOPIC,
-    PIPELINE_SIDE,
     PIPELINES,
-    PRODUCER,
     STRATEGIES,
     Counts,
     DeliveryMode,
-    Pipeline,
     Scenario,
-    Strategy,
-    get_scenario,
+    Subject,
 )
-from delivery_semantics.errors import ModeError, ScenarioError
+from delivery_semantics.errors import ModeError
 
 
 def file_modes() -> dict[str, DeliveryMode]:
@@ -51,11 +46,8 @@ def get_mode(name: str) -> DeliveryMode:
 
 
 def check_pair(mode_name: str, scenario_name: str) -> tuple[DeliveryMode, Scenario]:
-    mode, scenario = get_mode(mode_name), get_scenario(scenario_name)
-    reason = scenario.incompatible(mode)
-    if reason:
-        raise ScenarioError(reason)
-    return mode, scenario
+    mode = get_mode(mode_name)
+    return mode, mode.check(scenario_name)
 
 
 def parse_pair(text: str) -> tuple[str, str, str]:
@@ -76,9 +68,9 @@ def parse_pair(text: str) -> tuple[str, str, str]:
     return mode, scenario, client
 
 
-def judged(name: str) -> DeliveryMode | Strategy | Pipeline | None:
-    """The mode (a preset or a mode file), consumer strategy or connector pipeline of that name, or
-    None."""
+def judged(name: str) -> Subject | None:
+    """The judged subject of that name: a mode (a preset or a mode file), a consumer strategy or a
+    connector pipeline; None for a name none has."""
     subject = MODES.get(name) or STRATEGIES.get(name) or PIPELINES.get(name)
     if subject is None and name:
         try:
@@ -91,11 +83,8 @@ def judged(name: str) -> DeliveryMode | Strategy | Pipeline | None:
 def judged_rows() -> list[tuple[str, str, str, str]]:
     """(name, side, isolation, promise) of every mode (mode files too) and strategy: the
     `catalog_judged` table."""
-    return (
-        [(m.name, PRODUCER, m.isolation, m.promise.text) for m in all_modes().values()]
-        + [(s.name, CONSUMER, s.isolation, s.promise.text) for s in STRATEGIES.values()]
-        + [(p.name, PIPELINE_SIDE, p.isolation, p.promise.text) for p in PIPELINES.values()]
-    )
+    subjects: list[Subject] = [*all_modes().values(), *STRATEGIES.values(), *PIPELINES.values()]
+    return [(s.name, s.side, s.isolation, s.promise.text) for s in subjects]
 
 
 def guarantees_kept(name: str, scenario: str, broken_by: list[str]) -> list[tuple[str, bool]]:
@@ -111,11 +100,7 @@ def definition(name: str, scenario: str, client: str | None = None) -> catalog.D
     """What a run of the mode (a preset or a mode file), strategy or pipeline of that name under the
     scenario is judged against, resolved now; None for a name none has."""
     subject = judged(name)
-    if isinstance(subject, DeliveryMode):
-        return catalog.Definition.of(subject, PRODUCER, scenario, subject.producer_settings(client))
-    if isinstance(subject, Strategy):
-        return catalog.Definition.of(subject, CONSUMER, scenario, subject.settings)
-    return catalog.Definition.of(subject, PIPELINE_SIDE, scenario) if subject else None
+    return subject.definition(scenario, client) if subject else None
 
 
 def verdict(

@@ -21,6 +21,7 @@ from delivery_semantics.faults.nemesis import poison_ids
 from delivery_semantics.plumbing.connect import ConnectCluster
 from delivery_semantics.plumbing.endpoints import database, kafka_config
 from delivery_semantics.reporting import report
+from delivery_semantics.workload.connector_pipeline import PipelineSpec
 
 REPO_CLI = ["python", "-m", "delivery_semantics.entry.cli"]
 
@@ -106,7 +107,7 @@ def check_against_independent_reads(row: dict) -> tuple[Counter, Counter]:
 
 def run_pipeline(name: str, scenario: str, events: int = 3000) -> dict:
     with spark_connect_default():  # the pipeline's audit windows
-        row = pipeline.run(pipeline.PipelineSpec(name, scenario, events))
+        row = pipeline.run(PipelineSpec(name, scenario, events))
     print(pipeline.summary_line(row))
     return row
 

@@ -30,6 +30,7 @@ def runs_the_suite_judged():
     Debezium outbox pipeline under a worker kill. Made here only when this file runs alone."""
     from delivery_semantics.entry import pipeline, spark_submit
     from delivery_semantics.workload import consumer_workload, load, scenarios
+    from delivery_semantics.workload.connector_pipeline import PipelineSpec
 
     fresh = []
     if not _judged(
@@ -54,7 +55,7 @@ def runs_the_suite_judged():
         "AND status = 'reconciled'",
         (),
     ):
-        pipeline.run(pipeline.PipelineSpec("debezium_outbox", "connect_worker_kill"))
+        pipeline.run(PipelineSpec("debezium_outbox", "connect_worker_kill"))
 
 
 def _prove(*args: str) -> tuple[dict[str, dict], str]:

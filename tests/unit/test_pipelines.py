@@ -12,13 +12,13 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from delivery_semantics import catalog
-from delivery_semantics.audit import audits
-from delivery_semantics.entry import pipeline
-from delivery_semantics.entry.pipeline import Names, PipelineSpec
+from delivery_semantics.audit import audits, pipeline_audit
 from delivery_semantics.faults.nemesis import java_abs, java_string_hash
 from delivery_semantics.plumbing.connect import ConnectCluster, ConnectError
 from delivery_semantics.plumbing.endpoints import Database
 from delivery_semantics.reporting import report
+from delivery_semantics.workload import connector_pipeline
+from delivery_semantics.workload.connector_pipeline import Names, PipelineSpec
 
 DB = Database("127.0.0.1", 5434, "outbox_app", "s3cret", "outbox_cdc")
 
@@ -37,15 +37,15 @@ DB = Database("127.0.0.1", 5434, "outbox_app", "s3cret", "outbox_cdc")
 )
 def test_a_bad_run_is_refused_before_any_endpoint_is_looked_up(spec, message):
     with pytest.raises(catalog.CatalogError, match=message):
-        pipeline.validate(spec)
+        connector_pipeline.validate(spec)
 
 
 def test_a_fault_run_is_paced_over_the_load_seconds_and_a_clean_one_is_not():
-    _, _, paced = pipeline.validate(PipelineSpec("debezium_outbox", "connect_worker_kill", 3000))
+    _, _, paced = connector_pipeline.validate(PipelineSpec("debezium_outbox", "connect_worker_kill", 3000))
     assert paced.rate == 100 and paced.run_id.startswith("p")
-    _, _, clean = pipeline.validate(PipelineSpec("debezium_outbox", "none", 3000))
+    _, _, clean = connector_pipeline.validate(PipelineSpec("debezium_outbox", "none", 3000))
     assert clean.rate is None
-    _, _, asked = pipeline.validate(PipelineSpec("debezium_outbox_eos", "coordinator_kill", 3000, rate=7))
+    _, _, asked = connector_pipeline.validate(PipelineSpec("debezium_outbox_eos", "coordinator_kill", 3000, rate=7))
     assert asked.rate == 7
 
 
@@ -64,7 +64,7 @@ def test_the_connectors_take_their_pipelines_settings():
     n = Names("p1")
     alo, eos = catalog.PIPELINES["debezium_outbox"], catalog.PIPELINES["debezium_outbox_eos"]
     ref = "${file:/secrets/x.properties:password}"
-    src, src_eos = pipeline.source_config(alo, n, DB, ref), pipeline.source_config(eos, n, DB, ref)
+    src, src_eos = connector_pipeline.source_config(alo, n, DB, ref), connector_pipeline.source_config(eos, n, DB, ref)
     assert src["database.password"] == ref and DB.password not in json.dumps(src)
     assert src["connector.class"] == "io.debezium.connector.postgresql.PostgresConnector"
     assert src["transforms.outbox.type"] == "io.debezium.transforms.outbox.EventRouter"
@@ -72,7 +72,7 @@ def test_the_connectors_take_their_pipelines_settings():
     assert src["table.include.list"] == f"public.{n.outbox}" and src["slot.name"] == n.slot
     assert "exactly.once.support" not in src
     assert (src_eos["exactly.once.support"], src_eos["transaction.boundary"]) == ("required", "poll")
-    sink, sink_eos = pipeline.sink_config(alo, n, DB, ref), pipeline.sink_config(eos, n, DB, ref)
+    sink, sink_eos = connector_pipeline.sink_config(alo, n, DB, ref), connector_pipeline.sink_config(eos, n, DB, ref)
     assert sink["connection.password"] == ref and DB.password not in json.dumps(sink)
     assert (sink["insert.mode"], sink["primary.key.mode"], sink["collection.name.format"]) == ("insert", "none", n.sink)
     assert "consumer.override.isolation.level" not in sink
@@ -83,7 +83,7 @@ def test_the_connectors_take_their_pipelines_settings():
 def test_the_audit_made_for_a_run_is_a_valid_audit_of_three_stages(tmp_path, monkeypatch):
     monkeypatch.setenv("SEMANTICS_PIPELINES_DIR", str(tmp_path))
     for p in catalog.PIPELINES.values():
-        path = pipeline.write_audit(p, "connect_worker_kill", Names("p2"))
+        path = pipeline_audit.write_audit(p, "connect_worker_kill", Names("p2"))
         a = audits.load(path)
         assert (a.name, a.judged_as, a.topic, a.windowed) == ("pipeline_p2", p.name, Names("p2").topic, True)
         assert a.transactional is p.transactional
@@ -94,11 +94,11 @@ def test_the_audit_made_for_a_run_is_a_valid_audit_of_three_stages(tmp_path, mon
 
 def test_two_windows_one_mid_load_and_one_once_every_row_is_due():
     start = datetime(2026, 11, 26, 12, 0, 0, 300_000, tzinfo=UTC)
-    mid, last = pipeline.window_ends(start, start + timedelta(seconds=30))
+    mid, last = pipeline_audit.window_ends(start, start + timedelta(seconds=30))
     assert mid == datetime(2026, 11, 26, 12, 0, 15, tzinfo=UTC)
-    assert last - (start + timedelta(seconds=30)) >= timedelta(seconds=2 * pipeline.GRACE_SECONDS)
-    [only] = pipeline.window_ends(start, start + timedelta(seconds=1))
-    assert only > start + timedelta(seconds=2 * pipeline.GRACE_SECONDS)
+    assert last - (start + timedelta(seconds=30)) >= timedelta(seconds=2 * pipeline_audit.GRACE_SECONDS)
+    [only] = pipeline_audit.window_ends(start, start + timedelta(seconds=1))
+    assert only > start + timedelta(seconds=2 * pipeline_audit.GRACE_SECONDS)
 
 
 def test_the_coordinator_partition_is_javas_string_hash():

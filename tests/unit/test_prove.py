@@ -99,7 +99,7 @@ def test_a_pipelines_source_is_put_to_its_worker_kill_and_its_sink_to_the_sinks(
     # Exactly-once support on the source: only the sink's insert mode is left to prove.
     assert plan("debezium_outbox_eos") == {"sink_worker_kill": ["jdbc_sink_insert"]}
     # A sink's finding is read in the sink table, a source's in the topic.
-    roles = {p.rule.name: role for p, role in prove._pipeline_findings("debezium_outbox")}
+    roles = {p.rule.name: role for p, role in prove.PipelineProof.findings("debezium_outbox")}
     assert roles == {"source_without_exactly_once": "source", "jdbc_sink_insert": "sink"}
 
 

@@ -24,8 +24,6 @@ from delivery_semantics.files import discover as discover_files
 
 SCHEMA_FILE = ("audit", "audit.schema.json")
 AUDIT_SCENARIO = "audit"
-# The audits a connector pipeline's run makes for itself (entry/pipeline.py): no file takes the name.
-PLATFORM_AUDIT_PREFIX = "pipeline_"
 DEFAULT_SINK_STRATEGY = "process_then_commit"
 # A continuous audit keeps a week of sightings unless it says otherwise (window.dedup_horizon).
 DEFAULT_DEDUP_HORIZON = "7d"
@@ -203,7 +201,7 @@ def data_roots(audit: Audit) -> list[str]:
 
 
 def pipelines_dir() -> Path:
-    """Where a connector pipeline's run writes the audit it makes for itself (PLATFORM_AUDIT_PREFIX)."""
+    """Where a connector pipeline's run writes the audit it makes for itself (catalog.PLATFORM_AUDIT_PREFIX)."""
     return locations.pipelines_dir()
 
 
@@ -433,9 +431,9 @@ def _load(name_or_path: str | Path) -> Audit:
     name = p.stem
     if not _NAME.fullmatch(name):
         raise AuditError(f"{p}: the file name makes the audit's name, and {name!r} is not [A-Za-z0-9_-]")
-    if name.startswith(PLATFORM_AUDIT_PREFIX) != platform_file(p):
+    if name.startswith(catalog.PLATFORM_AUDIT_PREFIX) != platform_file(p):
         raise AuditError(
-            f"{p}: names beginning {PLATFORM_AUDIT_PREFIX} are the connector pipelines' runs' audits, and only "
+            f"{p}: names beginning {catalog.PLATFORM_AUDIT_PREFIX} are the connector pipelines' runs' audits, and only "
             "theirs: name the file otherwise"
         )
     spec = read_yaml(p, AuditError)

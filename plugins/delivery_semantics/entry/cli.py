@@ -452,12 +452,13 @@ def _pipeline(args) -> int:
     from delivery_semantics.entry import pipeline
     from delivery_semantics.plumbing.endpoints import EndpointError
     from delivery_semantics.reporting import results_file
+    from delivery_semantics.workload import connector_pipeline
 
-    spec = pipeline.PipelineSpec(args.pipeline, args.scenario, args.events, args.txn_size, args.rate)
+    spec = connector_pipeline.PipelineSpec(args.pipeline, args.scenario, args.events, args.txn_size, args.rate)
     try:
         output, fail_on = _judging(args)
-        p, _, _ = pipeline.validate(spec)
-        pipeline.preflight(p)
+        p, _, _ = connector_pipeline.validate(spec)
+        connector_pipeline.preflight(p)
     except (ValueError, EndpointError) as e:  # ResultsFileError is a ValueError
         print(f"pipeline: {e}", file=sys.stderr)
         return 2

@@ -231,6 +231,7 @@ def _summary(run_id: str) -> load.RunSummary:
 def run_pipeline(conf: dict[str, Any], task_key: str) -> dict:
     """One pipeline x scenario run; a retry of a task whose run was reconciled returns that run."""
     from delivery_semantics.entry import pipeline
+    from delivery_semantics.workload import connector_pipeline
 
     existing = _run_for_task(task_key, table="pipeline_runs")
     if existing is not None and existing["status"] == "reconciled":
@@ -239,11 +240,11 @@ def run_pipeline(conf: dict[str, Any], task_key: str) -> dict:
             return lg.get_pipeline_run(existing["run_id"])
         finally:
             lg.close()
-    spec = pipeline.PipelineSpec(
+    spec = connector_pipeline.PipelineSpec(
         conf["pipeline"], conf["scenario"], int(conf.get("events") or PIPELINE_EVENTS), airflow_run_id=task_key
     )
     try:
-        pipeline.validate(spec)
+        connector_pipeline.validate(spec)
     except catalog.CatalogError as e:
         raise ConfError(str(e)) from None
     return pipeline.run(spec)

@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 
 from delivery_semantics import catalog, modes, rule_catalog
 
-# The families each subject's runs exercise.
-PROVABLE = {"mode": ("producer", "topic", "consumer"), "pipeline": ("connector",)}
 # The one application key of a producer here: whether the run's load sends again what failed (the
 # delivery rules' losses are an application's that drops its failures; the platform's modes resend).
 RESENDS_FAILED = "app.resends_failed"
@@ -142,12 +140,20 @@ class Outcome:
 
 @dataclass
 class Request:
-    subject: str  # a mode (a preset or a mode file), or a pipeline
+    subject: catalog.Subject  # a mode (a preset or a mode file), or a connector pipeline
     client: str | None  # the mode's producer client; None for a pipeline
-    kind: str = "mode"  # or "pipeline"
     producer: dict[str, str] = field(default_factory=dict)
     topic: dict[str, str] = field(default_factory=dict)
     consumer: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.subject.name
+
+    @property
+    def proof(self) -> SubjectProof:
+        """How this subject's findings are put to runs."""
+        return PROOFS[self.subject.side]
 
     def given(self) -> dict[str, dict[str, str]]:
         return {f: s for f in ("producer", "topic", "consumer") if (s := getattr(self, f))}
@@ -169,17 +175,17 @@ def request(mode: str | None, sets: list[str], client: str | None = None, pipeli
         raise ProveError("prove one subject: --mode NAME or --pipeline NAME")
     if pipeline is not None:
         try:
-            catalog.get_pipeline(pipeline)
+            subject = catalog.get_pipeline(pipeline)
         except catalog.CatalogError as e:
             raise ProveError(str(e)) from None
         if sets or client:
             raise ProveError("a pipeline is proved with its own connectors' settings: no --set or --client")
-        return Request(pipeline, None, "pipeline")
+        return Request(subject, None)
     try:
         mode_obj = modes.get_mode(mode)
     except catalog.CatalogError as e:
         raise ProveError(str(e)) from None
-    req = Request(mode, client or mode_obj.client or catalog.DEFAULT_CLIENT)
+    req = Request(mode_obj, client or mode_obj.client or catalog.DEFAULT_CLIENT)
     if req.client not in mode_obj.clients:
         raise ProveError(f"mode {mode} runs on {', '.join(mode_obj.clients)}, not {req.client}")
     for pair in sets:
@@ -227,25 +233,7 @@ def request_of_form(params: dict) -> tuple[Request, bool | str]:
 
 
 def predictions(req: Request) -> list[rule_catalog.Prediction]:
-    if req.kind == "pipeline":
-        return [p for p, _ in _pipeline_findings(req.subject)]
-    given, _, tuned = rule_catalog.of_mode(req.subject, req.client)
-    given["producer"].update(req.producer)
-    given["topic"].update(req.topic)
-    if req.consumer:
-        given["consumer"] = dict(req.consumer)
-    return rule_catalog.predict(
-        given, req.client, {k: v for k, v in tuned.items() if k.split(".", 1)[1] not in req.producer}
-    )
-
-
-def _pipeline_findings(name: str) -> list[tuple[rule_catalog.Prediction, str]]:
-    """Each connector's findings with its role (source or sink), each rule once, source first."""
-    seen: dict[str, tuple[rule_catalog.Prediction, str]] = {}
-    for role, given in rule_catalog.of_pipeline(name).items():
-        for p in rule_catalog.predict(given):
-            seen.setdefault(p.rule.name, (p, role))
-    return list(seen.values())
+    return req.proof.predictions(req)
 
 
 def plan(found: list[rule_catalog.Prediction], req: Request) -> tuple[list[Planned], list[Outcome]]:
@@ -257,15 +245,15 @@ def plan(found: list[rule_catalog.Prediction], req: Request) -> tuple[list[Plann
     # strategy or None), that can show it.
     open_: dict[int, list[tuple[str, str | None]]] = {}
     for i, p in enumerate(found):
-        if p.rule.family not in PROVABLE[req.kind]:
-            left.append(Outcome(p, why=f"a {p.rule.family} setting: a {req.kind}'s run does not exercise it"))
+        if p.rule.family not in req.subject.rule_families:
+            left.append(Outcome(p, why=f"a {p.rule.family} setting: a {req.proof.noun}'s run does not exercise it"))
             continue
         if p.rule.family == "consumer":
             runnable = [CONSUMER_STRATEGY[p.rule.name][::-1]] if p.rule.name in CONSUMER_STRATEGY else []
             why = "no consumer strategy of the platform does what this setting does"
         else:
-            runnable = [(s, None) for s in p.rule.scenarios if _runnable(req, s)]
-            why = f"no scenario of {', '.join(p.rule.scenarios)} runs with {req.kind} {req.subject}"
+            runnable = [(s, None) for s in p.rule.scenarios if req.subject.runs_under(s)]
+            why = f"no scenario of {', '.join(p.rule.scenarios)} runs with {req.proof.noun} {req.name}"
         if not runnable:
             left.append(Outcome(p, why=why))
             continue
@@ -286,19 +274,10 @@ def plan(found: list[rule_catalog.Prediction], req: Request) -> tuple[list[Plann
     return planned, left
 
 
-def _runnable(req: Request, scenario: str) -> bool:
-    check = catalog.check_pipeline_pair if req.kind == "pipeline" else modes.check_pair
-    try:
-        check(req.subject, scenario)
-    except catalog.CatalogError:
-        return False
-    return True
-
-
-def isolation_of(kind: str, judged: str) -> str:
+def isolation_of(kind: str, judged: catalog.Subject) -> str:
     """Where a kind is read: copies of aborted transactions only by a read_uncommitted reader;
     anything else at the isolation level of the mode (or strategy) judged."""
-    return catalog.READ_UNCOMMITTED if kind == "aborted_visible" else modes.judged(judged).isolation
+    return catalog.READ_UNCOMMITTED if kind == "aborted_visible" else judged.isolation
 
 
 # `reuse`: make every run (False), read a run made the same way where there is one and make the
@@ -319,7 +298,7 @@ class Made:
     def fresh(self, req: Request) -> list[str]:
         """The producer and consumer runs the checker has yet to judge (a pipeline run judges
         itself)."""
-        return [] if req.kind == "pipeline" else [r for r, reused in self.runs if not reused]
+        return [r for r, reused in self.runs if not reused] if req.proof.judged_by_the_checker else []
 
     def to_json(self) -> dict:
         return {
@@ -368,7 +347,7 @@ def make_runs(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool 
     kept: list[Planned] = []
     inputs: list[str] = []  # the one fresh input run the proof's consumer runs read
     for p in planned:
-        found = _reusable(req, p) if reuse else None
+        found = req.proof.reusable(req, p) if reuse else None
         if found:
             runs.append((found["id"], True))
             kept.append(p)
@@ -377,7 +356,7 @@ def make_runs(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool 
             left += [Outcome(x, p.label, why=NOTHING_TO_REUSE) for x in p.predictions]
             continue
         try:
-            run_id, unproved = _make_run(req, p, messages, seed, inputs)
+            run_id, unproved = req.proof.make_run(req, p, messages, seed, inputs)
         except EndpointError:
             raise  # an endpoint unreachable or refusing its credentials is bad input: exit 2
         except (RuntimeError, KafkaException) as e:
@@ -393,106 +372,101 @@ def make_runs(req: Request, messages: int = 15_000, seed: int = 11, reuse: bool 
     return Made(kept, runs, left)
 
 
-def _make_run(req: Request, p: Planned, messages: int, seed: int, inputs: list[str]) -> tuple[str, list[Outcome]]:
-    """The planned run, made; its id, and the findings it leaves unproved, with why."""
-    from delivery_semantics.entry import pipeline
-    from delivery_semantics.workload import load, scenarios
-
-    if req.kind == "pipeline":
-        row = pipeline.run(pipeline.PipelineSpec(req.subject, p.scenario))
-        if row.get("status") != "reconciled":
-            raise RuntimeError(f"pipeline run {row.get('run_id')} ended {row.get('status')}: {row.get('error')}")
-        return row["run_id"], []
-    if p.strategy:
-        if not inputs:
-            inputs.append(_input_run(messages, seed))
-        return _consumer_run(p.strategy, p.scenario, _run_settings(req, p.strategy), inputs[0]), []
-    topic = topic_of_run(req, p)
-    spec = load.LoadSpec(
-        mode=req.subject,
-        messages=messages,
-        seed=seed,
-        overrides=req.overrides(),
-        client=req.client,
-        resends_failed=req.resends_failed(),
-        rate=-(-messages // CLEANED_LOAD_S) if CLEANED_TOPIC.items() <= topic.items() else 0,
-    )
-    run_id = scenarios.run(spec, p.scenario, topic_config=topic).run_id
-    cleanup = [x for x in p.predictions if x.rule.name in CLEANUP_RULES]
-    if cleanup and not _await_cleanup(run_id, rule_catalog._int(req.topic.get("app.audit.window.ms")) / 1000):
-        # Not a refutation: the broker has yet to act (its retention check or cleaner runs later
-        # than a proof waits), so what the checker would read says nothing.
-        why = f"the broker had deleted or compacted none of run {run_id} within {CLEANUP_WAIT_S} s"
-        return run_id, [Outcome(x, p.label, run_id, why=why) for x in cleanup]
-    return run_id, []
-
-
 def judge(req: Request, made: Made) -> list[Outcome]:
-    """Each finding's observed count, read from its run's summary (a pipeline run's own row), beside
-    its prediction; the proof kept in `proofs`."""
+    """Each finding's observed count, read from its run's counts, beside its prediction; the proof
+    kept in `proofs`."""
     outcomes: list[Outcome] = []
     for p, (run_id, reused) in zip(made.planned, made.runs, strict=True):
-        if req.kind == "pipeline":
-            outcomes += _judge_pipeline_run(req, p, run_id, reused)
-            continue
-        summaries = {s["isolation"]: s for s in _summaries(run_id)}
-        for pred in p.predictions:
-            iso = isolation_of(pred.rule.kind, p.strategy or req.subject)
-            if iso not in summaries:
-                seen, why = None, f"run {run_id} has no summary at {iso}: the checker did not judge it"
-            else:
-                seen = catalog.Counts.from_summary(summaries[iso]).observe(pred.rule.kind)
-                why = "" if seen is not None else f"run {run_id}'s checker could not count {pred.rule.kind}"
-            outcomes.append(Outcome(pred, p.label, run_id, iso, seen, why, reused))
+        outcomes += req.proof.judge_run(req, p, run_id, reused)
     outcomes += made.left
     store(req, outcomes)
     return outcomes
 
 
-def _judge_pipeline_run(req: Request, p: Planned, run_id: str, reused: bool) -> list[Outcome]:
-    from delivery_semantics.plumbing.db import query
+class SubjectProof:
+    """How a subject's findings are put to runs: made, found again, and read. One per side
+    (PROOFS), as each subject's facts are its own (catalog.Subject)."""
 
-    roles = {x.rule.name: role for x, role in _pipeline_findings(req.subject)}
-    isolation = catalog.get_pipeline(req.subject).isolation
-    [row] = query("SELECT * FROM pipeline_runs WHERE run_id = %s", (run_id,))
-    counts = catalog.Counts.from_pipeline(row)
-    outcomes = []
-    for pred in p.predictions:
-        seen = counts.observe(pred.rule.kind, PIPELINE_STAGES[roles[pred.rule.name]])
-        why = (
-            "" if seen is not None else f"a pipeline run does not count {pred.rule.kind} at its {roles[pred.rule.name]}"
+    noun: str
+    # True: a run is judged by the checker after it is made; False: it judges itself as it runs.
+    judged_by_the_checker: bool
+
+    def predictions(self, req: Request) -> list[rule_catalog.Prediction]:
+        raise NotImplementedError
+
+    def make_run(
+        self, req: Request, p: Planned, messages: int, seed: int, inputs: list[str]
+    ) -> tuple[str, list[Outcome]]:
+        """The planned run, made; its id, and the findings it leaves unproved, with why."""
+        raise NotImplementedError
+
+    def reusable(self, req: Request, p: Planned) -> dict | None:
+        """The newest run the checker has judged that was made as this one would be: its id (`id`)."""
+        raise NotImplementedError
+
+    def judge_run(self, req: Request, p: Planned, run_id: str, reused: bool) -> list[Outcome]:
+        raise NotImplementedError
+
+
+class ModeProof(SubjectProof):
+    """A mode's producer and topic findings, each a run of the mode under a scenario with the
+    request's settings; its consumer findings, each a run of the strategy that does what the
+    setting does, over one fresh input run."""
+
+    noun = "mode"
+    judged_by_the_checker = True
+
+    def predictions(self, req: Request) -> list[rule_catalog.Prediction]:
+        given, _, tuned = rule_catalog.of_mode(req.name, req.client)
+        given["producer"].update(req.producer)
+        given["topic"].update(req.topic)
+        if req.consumer:
+            given["consumer"] = dict(req.consumer)
+        return rule_catalog.predict(
+            given, req.client, {k: v for k, v in tuned.items() if k.split(".", 1)[1] not in req.producer}
         )
-        outcomes.append(Outcome(pred, p.label, run_id, isolation, seen, why, reused))
-    return outcomes
 
+    def make_run(
+        self, req: Request, p: Planned, messages: int, seed: int, inputs: list[str]
+    ) -> tuple[str, list[Outcome]]:
+        from delivery_semantics.workload import load, scenarios
 
-def _summaries(run_id: str) -> list[dict]:
-    from delivery_semantics.plumbing.db import query
-
-    return query("SELECT * FROM reconcile_summary WHERE reconciliation_id = %s AND audit IS NULL", (run_id,))
-
-
-def _reusable(req: Request, p: Planned) -> dict | None:
-    """The newest run the checker has judged that was made as this one would be: its id (`id`),
-    and a pipeline run's whole row."""
-    from delivery_semantics.plumbing.db import query
-
-    if req.kind == "pipeline":
-        rows = query(
-            "SELECT *, run_id AS id FROM pipeline_runs WHERE pipeline = %s AND scenario = %s "
-            "AND status = 'reconciled' ORDER BY created_at DESC LIMIT 1",
-            (req.subject, p.scenario),
+        if p.strategy:
+            if not inputs:
+                inputs.append(_input_run(messages, seed))
+            return _consumer_run(p.strategy, p.scenario, _run_settings(req, p.strategy), inputs[0]), []
+        topic = topic_of_run(req, p)
+        spec = load.LoadSpec(
+            mode=req.name,
+            messages=messages,
+            seed=seed,
+            overrides=req.overrides(),
+            client=req.client,
+            resends_failed=req.resends_failed(),
+            rate=-(-messages // CLEANED_LOAD_S) if CLEANED_TOPIC.items() <= topic.items() else 0,
         )
-    elif p.strategy:
-        settings = {**catalog.get_strategy(p.strategy).settings, **_run_settings(req, p.strategy)}
-        rows = query(
-            """SELECT c.consumer_run_id AS id FROM consumer_runs c
-               WHERE c.strategy = %s AND c.scenario = %s AND c.status = 'completed' AND c.settings = %s::jsonb
-                 AND EXISTS (SELECT 1 FROM reconcile_summary s WHERE s.reconciliation_id = c.consumer_run_id)
-               ORDER BY c.created_at DESC LIMIT 1""",
-            (p.strategy, p.scenario, json.dumps(settings)),
-        )
-    else:
+        run_id = scenarios.run(spec, p.scenario, topic_config=topic).run_id
+        cleanup = [x for x in p.predictions if x.rule.name in CLEANUP_RULES]
+        if cleanup and not _await_cleanup(run_id, rule_catalog._int(req.topic.get("app.audit.window.ms")) / 1000):
+            # Not a refutation: the broker has yet to act (its retention check or cleaner runs later
+            # than a proof waits), so what the checker would read says nothing.
+            why = f"the broker had deleted or compacted none of run {run_id} within {CLEANUP_WAIT_S} s"
+            return run_id, [Outcome(x, p.label, run_id, why=why) for x in cleanup]
+        return run_id, []
+
+    def reusable(self, req: Request, p: Planned) -> dict | None:
+        from delivery_semantics.plumbing.db import query
+
+        if p.strategy:
+            settings = {**catalog.get_strategy(p.strategy).settings, **_run_settings(req, p.strategy)}
+            rows = query(
+                """SELECT c.consumer_run_id AS id FROM consumer_runs c
+                   WHERE c.strategy = %s AND c.scenario = %s AND c.status = 'completed' AND c.settings = %s::jsonb
+                     AND EXISTS (SELECT 1 FROM reconcile_summary s WHERE s.reconciliation_id = c.consumer_run_id)
+                   ORDER BY c.created_at DESC LIMIT 1""",
+                (p.strategy, p.scenario, json.dumps(settings)),
+            )
+            return rows[0] if rows else None
         from delivery_semantics.workload.settings import overrides_of
 
         topic = {**catalog.get_scenario(p.scenario).topic_config, **topic_of_run(req, p)}
@@ -507,9 +481,87 @@ def _reusable(req: Request, p: Planned) -> dict | None:
                  AND EXISTS (SELECT 1 FROM reconcile_summary s
                              WHERE s.reconciliation_id = r.run_id AND s.audit IS NULL)
                ORDER BY r.created_at DESC LIMIT 1""",
-            (req.subject, req.client, p.scenario, json.dumps(stored_settings), json.dumps(topic), req.resends_failed()),
+            (req.name, req.client, p.scenario, json.dumps(stored_settings), json.dumps(topic), req.resends_failed()),
         )
-    return rows[0] if rows else None
+        return rows[0] if rows else None
+
+    def judge_run(self, req: Request, p: Planned, run_id: str, reused: bool) -> list[Outcome]:
+        """Each finding's count in its run's summary at the isolation level its kind is read at."""
+        from delivery_semantics.plumbing.db import query
+
+        judged = catalog.get_strategy(p.strategy) if p.strategy else req.subject
+        summaries = {
+            s["isolation"]: s
+            for s in query("SELECT * FROM reconcile_summary WHERE reconciliation_id = %s AND audit IS NULL", (run_id,))
+        }
+        outcomes = []
+        for pred in p.predictions:
+            iso = isolation_of(pred.rule.kind, judged)
+            if iso not in summaries:
+                seen, why = None, f"run {run_id} has no summary at {iso}: the checker did not judge it"
+            else:
+                seen = judged.counts(summaries[iso]).observe(pred.rule.kind)
+                why = "" if seen is not None else f"run {run_id}'s checker could not count {pred.rule.kind}"
+            outcomes.append(Outcome(pred, p.label, run_id, iso, seen, why, reused))
+        return outcomes
+
+
+class PipelineProof(SubjectProof):
+    """A pipeline's connector findings, each a run of the pipeline under a scenario; a source's
+    finding read in its topic, a sink's in its sink table (PIPELINE_STAGES)."""
+
+    noun = "pipeline"
+    judged_by_the_checker = False
+
+    @staticmethod
+    def findings(name: str) -> list[tuple[rule_catalog.Prediction, str]]:
+        """Each connector's findings with its role (source or sink), each rule once, source first."""
+        seen: dict[str, tuple[rule_catalog.Prediction, str]] = {}
+        for role, given in rule_catalog.of_pipeline(name).items():
+            for p in rule_catalog.predict(given):
+                seen.setdefault(p.rule.name, (p, role))
+        return list(seen.values())
+
+    def predictions(self, req: Request) -> list[rule_catalog.Prediction]:
+        return [p for p, _ in self.findings(req.name)]
+
+    def make_run(
+        self, req: Request, p: Planned, messages: int, seed: int, inputs: list[str]
+    ) -> tuple[str, list[Outcome]]:
+        from delivery_semantics.entry import pipeline
+        from delivery_semantics.workload.connector_pipeline import PipelineSpec
+
+        row = pipeline.run(PipelineSpec(req.name, p.scenario))
+        if row.get("status") != "reconciled":
+            raise RuntimeError(f"pipeline run {row.get('run_id')} ended {row.get('status')}: {row.get('error')}")
+        return row["run_id"], []
+
+    def reusable(self, req: Request, p: Planned) -> dict | None:
+        from delivery_semantics.plumbing.db import query
+
+        rows = query(
+            "SELECT *, run_id AS id FROM pipeline_runs WHERE pipeline = %s AND scenario = %s "
+            "AND status = 'reconciled' ORDER BY created_at DESC LIMIT 1",
+            (req.name, p.scenario),
+        )
+        return rows[0] if rows else None
+
+    def judge_run(self, req: Request, p: Planned, run_id: str, reused: bool) -> list[Outcome]:
+        from delivery_semantics.plumbing.db import query
+
+        roles = {x.rule.name: role for x, role in self.findings(req.name)}
+        [row] = query("SELECT * FROM pipeline_runs WHERE run_id = %s", (run_id,))
+        counts = req.subject.counts(row)
+        outcomes = []
+        for pred in p.predictions:
+            role = roles[pred.rule.name]
+            seen = counts.observe(pred.rule.kind, PIPELINE_STAGES[role])
+            why = "" if seen is not None else f"a pipeline run does not count {pred.rule.kind} at its {role}"
+            outcomes.append(Outcome(pred, p.label, run_id, req.subject.isolation, seen, why, reused))
+        return outcomes
+
+
+PROOFS: dict[str, SubjectProof] = {catalog.PRODUCER: ModeProof(), catalog.PIPELINE_SIDE: PipelineProof()}
 
 
 def topic_of_run(req: Request, p: Planned) -> dict[str, str]:
@@ -584,7 +636,7 @@ def store(req: Request, outcomes: list[Outcome]) -> str:
     rows = [
         (
             proof_id,
-            req.subject,
+            req.name,
             req.client,
             given,
             r["rule"],

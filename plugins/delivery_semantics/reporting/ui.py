@@ -12,7 +12,7 @@ from airflow.api_fastapi.core_api.security import get_user
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
 
-from delivery_semantics.audit.audits import PLATFORM_AUDIT_PREFIX
+from delivery_semantics.catalog import PLATFORM_AUDIT_PREFIX
 from delivery_semantics.reporting import report
 
 app = FastAPI(title="Delivery semantics", docs_url=None, redoc_url=None, openapi_url=None)

@@ -75,8 +75,7 @@ class ConsumerRunSummary:
 def validate(spec: ConsumerSpec) -> int:
     """Everything checkable without touching Kafka or the database; returns the crashes to plan."""
     try:
-        catalog.get_strategy(spec.strategy)
-        catalog.check_consumer_scenario(spec.scenario)
+        catalog.get_strategy(spec.strategy).check(spec.scenario)
     except catalog.CatalogError as e:
         raise WorkloadError(str(e)) from None
     for name in ("crashes", "batch_size"):
@@ -139,7 +138,7 @@ def start(spec: ConsumerSpec, *, kafka_conf: dict | None = None, db: Database | 
         cid = spec.consumer_run_id or new_run_id("c")
         strategy = catalog.get_strategy(spec.strategy)
         output_topic = f"semantics.copy.{cid}" if strategy.transactional else None
-        defined = catalog.Definition.of(strategy, catalog.CONSUMER, spec.scenario, strategy.settings)
+        defined = strategy.definition(spec.scenario)
         if output_topic:
             topics.ensure_topic(kafka_conf, output_topic, partitions=len(ends))
         ledger.create_consumer_run(

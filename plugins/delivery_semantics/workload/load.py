@@ -266,9 +266,7 @@ def create(
         topic = spec.topic or default_topic(mode.name, run_id)
         topics.ensure_topic(kafka_conf, topic, partitions=spec.partitions, config=topic_config)
         transactional_id = f"semantics-{run_id}" if mode.transactional else None
-        defined = catalog.Definition.of(
-            mode, catalog.PRODUCER, spec.scenario, mask_secrets(mode.producer_settings(resolved.client))
-        )
+        defined = catalog.Definition.of(mode, spec.scenario, mask_secrets(mode.run_settings(resolved.client)))
         ledger.create_run(
             {
                 "run_id": run_id,
