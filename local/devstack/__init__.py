@@ -9,8 +9,9 @@ Usage: local/stack {start,stop} [SERVICE ...] | {status,reset,env,ui,sample}
 
 One module per service, as kafkatest's services/ are: postgres, mariadb, kafka, connect, spark, toxiproxy,
 credentials (passwords, TLS), mail, airflow_processes. Each makes its `service.Service` object (start,
-stop, processes, connections, needs); `services` is the registry, in start order; `base` is what
-they share, `environment` the connections they publish, `commands` the `local/stack` commands over
+stop, processes, connections, needs); `services` is the registry, in start order; what they share is
+`paths` (where the stack lives), `ports` (the loopback host and its ports) and `processes` (spawn,
+wait, stop), `environment` the connections they publish, `commands` the `local/stack` commands over
 the registry, and `nemesis_backend` the nemesis's backend over their processes.
 
 Everything lives under the repository: downloads in .cache/ (made by local/setup), state and
@@ -19,7 +20,6 @@ logs in var/. `start` is idempotent, `stop` keeps data, `reset` wipes var/.
 Tests and benchmarks import the names below.
 """
 
-from devstack.base import HOST, LOGS, VAR, StackError
 from devstack.commands import status_rows
 from devstack.credentials import SCRAM_USER, passwords, secret
 from devstack.environment import environment
@@ -37,7 +37,10 @@ from devstack.kafka import (
     wait_for_cluster,
 )
 from devstack.nemesis_backend import ProcessBackend
+from devstack.paths import LOGS, VAR
+from devstack.ports import HOST
 from devstack.postgres import start_postgres, stop_postgres
+from devstack.processes import StackError
 from devstack.toxiproxy import toxiproxy_url
 
 __all__ = [

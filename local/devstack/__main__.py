@@ -1,8 +1,8 @@
 import os
 import sys
 
-from devstack.base import PRIVATE_UMASK
 from devstack.commands import main
+from devstack.paths import PRIVATE_UMASK
 
 os.umask(PRIVATE_UMASK)
 sys.exit(main())

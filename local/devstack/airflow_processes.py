@@ -11,25 +11,11 @@ from pathlib import Path
 
 from delivery_semantics.catalog import CLUSTER_POOL_SLOTS
 from delivery_semantics.entry.deploy import DeployError, ensure_pool
-from devstack.base import (
-    HOST,
-    LOGS,
-    REPO,
-    RUN,
-    VAR,
-    StackError,
-    pid_alive,
-    port_open,
-    read_pid,
-    report,
-    require_port_free,
-    spawn,
-    terminate,
-    wait_until,
-    write_private,
-)
 from devstack.credentials import SECRETS_FILE, passwords
 from devstack.environment import environment
+from devstack.paths import LOGS, REPO, RUN, VAR, write_private
+from devstack.ports import HOST, port_open, require_port_free
+from devstack.processes import StackError, pid_alive, read_pid, report, spawn, terminate, wait_until
 
 AIRFLOW_MIGRATED = VAR / "airflow" / ".migrated"
 

@@ -19,21 +19,11 @@ from devstack.airflow_processes import (
     stop_ui,
     write_airflow_passwords,
 )
-from devstack.base import (
-    KAFKA_LIB,
-    LOGS,
-    MIN_JAVA,
-    REPO,
-    RUN,
-    TOXIPROXY_BIN,
-    VAR,
-    StackError,
-    java_version,
-    report,
-)
 from devstack.environment import write_env_file
 from devstack.mariadb import mariadb_bin
+from devstack.paths import KAFKA_LIB, LOGS, REPO, RUN, TOXIPROXY_BIN, VAR
 from devstack.postgres import pg_bin
+from devstack.processes import MIN_JAVA, StackError, java_version, report
 from devstack.service import Service
 from devstack.services import BY_NAME, SERVICES
 

@@ -22,25 +22,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from devstack.base import (
-    CACHE,
-    HOST,
-    LOGS,
-    RUN,
-    VAR,
-    StackError,
-    pid_alive,
-    read_pid,
-    report,
-    require_port_free,
-    spawn,
-    stop_together,
-    terminate,
-    wait_until,
-    write_private,
-)
 from devstack.credentials import secret
 from devstack.kafka import bootstrap_servers, kafka_tool_command
+from devstack.paths import CACHE, LOGS, RUN, VAR, write_private
+from devstack.ports import HOST, require_port_free
+from devstack.processes import StackError, pid_alive, read_pid, report, spawn, stop_together, terminate, wait_until
 from devstack.service import Process, Service
 
 PLUGINS = CACHE / "connect" / "plugins"

@@ -9,7 +9,9 @@ import shutil
 import string
 import subprocess
 
-from devstack.base import HOST, REPO, VAR, StackError, report, write_private
+from devstack.paths import REPO, VAR, write_private
+from devstack.ports import HOST
+from devstack.processes import StackError, report
 from devstack.service import Service
 
 SCRAM_USER = "semantics"

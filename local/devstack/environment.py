@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 from devstack import mail, postgres
-from devstack.base import HOST, KAFKA_LIB, LOGS, REPO, SPARK_JARS, VAR, write_private
+from devstack.paths import KAFKA_LIB, LOGS, REPO, SPARK_JARS, VAR, write_private
+from devstack.ports import HOST
 from devstack.services import SERVICES
 
 # The nemesis's backend here, by module and class: the production nemesis does not import the

@@ -17,26 +17,6 @@ from pathlib import Path
 
 from delivery_semantics.faults import nemesis
 from devstack import oidc
-from devstack.base import (
-    CONFIG,
-    HOST,
-    KAFKA_LIB,
-    LOGS,
-    RUN,
-    VAR,
-    StackError,
-    pid_alive,
-    port_open,
-    read_pid,
-    report,
-    require_port_free,
-    reserve_ports,
-    spawn,
-    stop_together,
-    terminate,
-    wait_until,
-    write_private,
-)
 from devstack.credentials import (
     SCRAM_USER,
     SECURE_HOST,
@@ -46,6 +26,9 @@ from devstack.credentials import (
     TLS_KEYSTORE,
     passwords,
 )
+from devstack.paths import CONFIG, KAFKA_LIB, LOGS, RUN, VAR, write_private
+from devstack.ports import HOST, port_open, require_port_free, reserve_ports
+from devstack.processes import StackError, pid_alive, read_pid, report, spawn, stop_together, terminate, wait_until
 from devstack.service import Process, Service
 
 BROKER_IDS = (1, 2, 3)

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from devstack.base import HOST
+from devstack.ports import HOST
 
 SMTP_PORT = int(os.environ.get("SEMANTICS_SMTP_PORT", "8025"))
 

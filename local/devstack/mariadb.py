@@ -9,20 +9,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from devstack.base import (
-    HOST,
-    LOGS,
-    RUN,
-    VAR,
-    StackError,
-    pid_alive,
-    port_open,
-    read_pid,
-    report,
-    terminate,
-    wait_until,
-)
 from devstack.credentials import passwords
+from devstack.paths import LOGS, RUN, VAR
+from devstack.ports import HOST, port_open
+from devstack.processes import StackError, pid_alive, read_pid, report, terminate, wait_until
 from devstack.service import Process, Service
 
 MARIADB_PORT = int(os.environ.get("SEMANTICS_MARIADB_PORT", "3307"))

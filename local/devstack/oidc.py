@@ -21,20 +21,9 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from devstack.base import (
-    HOST,
-    LOGS,
-    REPO,
-    RUN,
-    VAR,
-    pid_alive,
-    port_open,
-    read_pid,
-    report,
-    spawn,
-    terminate,
-    wait_until,
-)
+from devstack.paths import LOGS, REPO, RUN, VAR
+from devstack.ports import HOST, port_open
+from devstack.processes import pid_alive, read_pid, report, spawn, terminate, wait_until
 from devstack.service import Process, Service
 
 OIDC_PORT = int(os.environ.get("SEMANTICS_OIDC_PORT", "8180"))

@@ -13,8 +13,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from devstack.base import HOST, LOGS, RUN, VAR, StackError, pid_alive, report, require_port_free
 from devstack.credentials import passwords
+from devstack.paths import LOGS, RUN, VAR
+from devstack.ports import HOST, require_port_free
+from devstack.processes import StackError, pid_alive, report
 from devstack.service import Process, Service
 
 PG_PORT = int(os.environ.get("SEMANTICS_PG_PORT", "5433"))

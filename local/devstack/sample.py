@@ -12,9 +12,9 @@ from confluent_kafka import Producer
 from psycopg2 import sql
 
 from delivery_semantics.plumbing import topics
-from devstack.base import HOST
 from devstack.credentials import secret
 from devstack.kafka import bootstrap_servers
+from devstack.ports import HOST
 from devstack.postgres import OUTBOX_DB, OUTBOX_OWNER, PG_PORT
 
 TOPIC, TABLE = "quickstart_orders", "public.quickstart_outbox"

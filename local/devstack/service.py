@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from devstack.base import port_open
+from devstack.ports import port_open
 
 
 @dataclass(frozen=True)

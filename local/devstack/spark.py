@@ -13,24 +13,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from devstack.base import (
-    HOST,
-    LOGS,
-    REPO,
-    RUN,
-    VAR,
-    StackError,
-    pid_alive,
-    port_open,
-    read_pid,
-    report,
-    require_port_free,
-    spawn,
-    terminate,
-    wait_until,
-    write_private,
-)
 from devstack.credentials import secret
+from devstack.paths import LOGS, REPO, RUN, VAR, write_private
+from devstack.ports import HOST, port_open, require_port_free
+from devstack.processes import StackError, pid_alive, read_pid, report, spawn, terminate, wait_until
 from devstack.service import Process, Service
 
 MASTER_PORT = int(os.environ.get("SEMANTICS_SPARK_MASTER_PORT", "7077"))

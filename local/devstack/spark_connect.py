@@ -12,21 +12,10 @@ from __future__ import annotations
 
 import os
 
-from devstack.base import (
-    HOST,
-    LOGS,
-    REPO,
-    RUN,
-    pid_alive,
-    port_open,
-    read_pid,
-    report,
-    require_port_free,
-    spawn,
-    terminate,
-    wait_until,
-)
 from devstack.credentials import secret
+from devstack.paths import LOGS, REPO, RUN
+from devstack.ports import HOST, port_open, require_port_free
+from devstack.processes import pid_alive, read_pid, report, spawn, terminate, wait_until
 from devstack.service import Process, Service
 from devstack.spark import _spark_home
 

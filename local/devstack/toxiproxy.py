@@ -7,22 +7,10 @@ import json
 import os
 import urllib.request
 
-from devstack.base import (
-    HOST,
-    LOGS,
-    RUN,
-    TOXIPROXY_BIN,
-    VAR,
-    pid_alive,
-    port_open,
-    read_pid,
-    report,
-    require_port_free,
-    spawn,
-    terminate,
-    wait_until,
-)
 from devstack.kafka import BROKERS, LINKS
+from devstack.paths import LOGS, RUN, TOXIPROXY_BIN, VAR
+from devstack.ports import HOST, port_open, require_port_free
+from devstack.processes import pid_alive, read_pid, report, spawn, terminate, wait_until
 from devstack.service import Process, Service
 
 TOXIPROXY_PORT = int(os.environ.get("SEMANTICS_TOXIPROXY_PORT", "8474"))

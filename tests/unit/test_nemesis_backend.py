@@ -197,7 +197,7 @@ def test_a_pid_file_naming_a_thread_of_another_process_names_no_process(monkeypa
     import threading
 
     monkeypatch.syspath_prepend(str(REPO / "local"))
-    from devstack.base import pid_alive
+    from devstack.processes import pid_alive
 
     ids, started, done = [], threading.Event(), threading.Event()
     t = threading.Thread(target=lambda: (ids.append(threading.get_native_id()), started.set(), done.wait(10)))
@@ -217,7 +217,7 @@ def test_a_pid_file_naming_a_pid_another_process_took_since_names_no_process(mon
     import os
 
     monkeypatch.syspath_prepend(str(REPO / "local"))
-    from devstack.base import pid_alive, read_pid, spawn, terminate
+    from devstack.processes import pid_alive, read_pid, spawn, terminate
 
     pid_file = tmp_path / "sleeper.pid"
     pid = spawn(["sleep", "30"], tmp_path / "sleeper.log", pid_file)

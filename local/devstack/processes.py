@@ -1,69 +1,24 @@
-"""What every service of the local stack shares: where it lives (.cache/ for downloads, var/ for
-state and logs), the loopback host, and how a process is spawned, awaited and stopped."""
+"""How a service's process is spawned, found again by its pid file, awaited and stopped, and how
+the stack says what it did and what went wrong."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-REPO = Path(os.environ.get("SEMANTICS_HOME", Path(__file__).resolve().parents[2]))
-CACHE = REPO / ".cache"
-VAR = Path(os.environ.get("SEMANTICS_VAR", REPO / "var"))
-LOGS = VAR / "logs"
-RUN = VAR / "run"
-KAFKA_LIB = CACHE / "kafka" / "lib"
-SPARK_JARS = CACHE / "spark" / "jars"
-TOXIPROXY_BIN = CACHE / "toxiproxy" / "bin" / "server"
-CONFIG = REPO / "local" / "config"
-
-HOST = "127.0.0.1"
-MIN_JAVA = 17
-
-
-# Everything the stack makes (its data folders, Kafka's segments, logs, keys) is its owner's alone:
-# the stack's processes inherit this from the controller.
-PRIVATE_UMASK = 0o077
-
-
-def write_private(path: Path, text: str) -> Path:
-    """A file only its owner may read, created so from the start (no moment at the umask's mode),
-    in a folder only its owner may enter."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # a file that already existed keeps its mode through O_CREAT
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    return path
-
-
-def reserve_ports(ports) -> None:
-    """The stack's listening ports that lie in the kernel's ephemeral range, taken out of it: an
-    outgoing connection that picked one made a restarted broker fail to bind ("Address already in
-    use"). Needs root; elsewhere it does nothing, and a collision stays possible."""
-    reserved = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
-    try:
-        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-        current = reserved.read_text().strip()
-        have = set()
-        for part in filter(None, current.split(",")):
-            a, _, b = part.partition("-")
-            have.update(range(int(a), int(b or a) + 1))
-        missing = sorted(p for p in ports if low <= p <= high and p not in have)
-        if missing:
-            reserved.write_text(",".join(filter(None, [current, *map(str, missing)])))
-    except (OSError, ValueError):
-        pass
+from devstack.paths import PRIVATE_UMASK, REPO
 
 
 class StackError(RuntimeError):
     """A start-up precondition failed; the message names the component and the cause."""
+
+
+def report(component: str, state: str) -> None:
+    print(f"{component:<12} {state}", flush=True)
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -108,26 +63,6 @@ def start_time(pid: int) -> str | None:
             return f.read().rsplit(") ", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
-
-
-def port_open(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def require_port_free(port: int, component: str) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError as e:
-            raise StackError(
-                f"{component}: port {HOST}:{port} is already taken by another process ({e.strerror}); "
-                f"stop that process or free the port, then run start again"
-            ) from None
 
 
 def spawn(cmd: list[str], log_file: Path, pid_file: Path, env: dict | None = None) -> int:
@@ -188,7 +123,7 @@ def stop_together(members, pid_of, kill, grace: float = 30) -> None:
         report(x.name, "stopped")
 
 
-# --------------------------------------------------------------------------- prerequisites
+MIN_JAVA = 17
 
 
 def java_version() -> int:
@@ -202,7 +137,3 @@ def java_version() -> int:
         return 8 if major == 1 else major
     except (IndexError, ValueError):
         raise StackError(f"java: cannot read the version from `java -version`: {out.strip()[:200]}") from None
-
-
-def report(component: str, state: str) -> None:
-    print(f"{component:<12} {state}", flush=True)
