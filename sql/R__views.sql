@@ -250,16 +250,17 @@ FROM used u LEFT JOIN retired_topics r USING (topic)
 GROUP BY u.topic, r.retired_at
 HAVING count(u.owner) > 0;
 
--- v_pipeline_matrix (last changed by V034__pipeline_matrix_columns.sql)
+-- v_pipeline_matrix (last changed by V041__pipeline_run_definitions.sql)
 -- The latest reconciled run of each pipeline x scenario (transaction_markers last: V029's column,
--- appended by V034 so that a query naming the older ones still reads).
+-- appended by V034 so that a query naming the older ones still reads; definition_hash, V041's,
+-- after it: the definition the run was judged against, NULL for a run made before).
 CREATE OR REPLACE VIEW v_pipeline_matrix AS
 SELECT DISTINCT ON (pipeline, scenario)
     run_id, airflow_run_id, pipeline, scenario, events, txn_size, rate, topic, outbox_table, sink_table, audit,
     status, created_at, load_started_at, load_ended_at, ended_at, outbox_rows, records_read, duplicate_events,
     duplicate_copies, lost, late, sink_rows, sink_duplicates, sink_lost, end_to_end_lost, throughput_eps,
     latency_p50_ms, latency_p99_ms, promise, verdict, broken_by, expectation, meets_expectation, sink_verdict,
-    timeline, error, transaction_markers
+    timeline, error, transaction_markers, definition_hash
 FROM pipeline_runs
 WHERE status = 'reconciled'
 ORDER BY pipeline, scenario, created_at DESC;

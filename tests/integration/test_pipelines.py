@@ -109,6 +109,10 @@ def run_pipeline(name: str, scenario: str, events: int = 3000) -> dict:
     with spark_connect_default():  # the pipeline's audit windows
         row = pipeline.run(PipelineSpec(name, scenario, events))
     print(pipeline.summary_line(row))
+    # Judged by the definition it recorded when it was made.
+    defined = catalog.get_pipeline(name).definition(scenario)
+    assert (row["definition"], row["definition_hash"]) == (defined.to_json(), defined.digest)
+    assert (row["promise"], row["expectation"]) == (defined.promise, defined.expectation_text)
     return row
 
 

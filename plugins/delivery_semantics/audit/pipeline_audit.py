@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psycopg2.extras
 
-from delivery_semantics import catalog, modes
+from delivery_semantics import catalog
 from delivery_semantics.audit.audits import pipelines_dir
 from delivery_semantics.catalog import Pipeline
 from delivery_semantics.history.ledger import Ledger
@@ -62,8 +62,9 @@ def window_ends(load_started: datetime, load_ended: datetime) -> list[datetime]:
     return [mid, last] if load_started < mid < last - timedelta(seconds=GRACE_SECONDS) else [last]
 
 
-def totals(ledger: Ledger, pipeline: Pipeline, scenario: str, audit: str) -> dict:
-    """The run's counts over its windows: a loss a later window found late is no loss."""
+def totals(ledger: Ledger, pipeline: Pipeline, defined: catalog.Definition, audit: str) -> dict:
+    """The run's counts over its windows (a loss a later window found late is no loss), judged by
+    the definition the run recorded when it was made, and its sink as PIPELINE_SINK_STRATEGY."""
     with ledger.conn, ledger.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
         cur.execute(
             """SELECT count(*) AS windows, coalesce(sum(records_read), 0) AS records_read,
@@ -110,15 +111,15 @@ def totals(ledger: Ledger, pipeline: Pipeline, scenario: str, audit: str) -> dic
             )
             + f" ({pipeline.connect_conn_id} must name a cluster with {dict(pipeline.worker_settings)})"
         )
-    verdict, broken = modes.verdict(pipeline.name, scenario, pipeline.isolation, judged)
-    sink = catalog.get_strategy(catalog.PIPELINE_SINK_STRATEGY)
-    sink_verdicts = {modes.verdict(sink.name, scenario, sink.isolation, judged, s)[0] for s in catalog.SINK_STAGES}
+    verdict, broken = defined.verdict(defined.isolation, judged)
+    sink = catalog.get_strategy(catalog.PIPELINE_SINK_STRATEGY).definition(defined.scenario)
+    sink_verdicts = {sink.verdict(sink.isolation, judged, s)[0] for s in catalog.SINK_STAGES}
     return {
         **counts,
-        "promise": pipeline.promise.text,
+        "promise": defined.promise,
         "verdict": verdict,
         "broken_by": ",".join(broken) or None,
-        "expectation": catalog.expectation_text(pipeline.name, scenario),
-        "meets_expectation": catalog.meets_expectation(pipeline.name, scenario, judged),
+        "expectation": defined.expectation_text,
+        "meets_expectation": defined.meets(judged),
         "sink_verdict": "broken" if "broken" in sink_verdicts else "kept",
     }

@@ -314,7 +314,7 @@ class Ledger:
         with self.conn, self.conn.cursor() as cur:
             cur.execute(
                 f"INSERT INTO pipeline_runs ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})",
-                list(row.values()),
+                [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()],
             )
 
     def get_pipeline_run(self, run_id: str) -> dict | None:

@@ -398,6 +398,7 @@ def run(spec: PipelineSpec, *, nemesis: Nemesis | None = None, judge: Judge | No
     names = Names(spec.run_id)
     nemesis = nemesis or Nemesis(kafka_conf, backend)
     ledger = Ledger()
+    defined = pipeline.definition(scenario.name)
     try:
         ledger.migrate()
         ledger.create_pipeline_run(
@@ -414,6 +415,8 @@ def run(spec: PipelineSpec, *, nemesis: Nemesis | None = None, judge: Judge | No
                 "sink_table": names.sink,
                 "audit": names.audit,
                 "status": "running",
+                "definition": defined.to_json(),
+                "definition_hash": defined.digest,
             }
         )
         try:
