@@ -9,7 +9,7 @@ connections they may name with each one's type (`SEMANTICS_TEAMS`, a YAML file o
         connections: {kafka_payments: kafka, payments_outbox: postgres, payments_mail: smtp}
 
 A file names only its team's connections, each in a role its type fills (a Kafka cluster for
-`connections.kafka`, a database for an outbox or a sink, a notifier's own kind), and never one of
+`connections.kafka`, a database for an outbox or a sink, a notifier's own type), and never one of
 the platform's own (the ledger, Spark, Connect, the fault proxy): those hold every team's results,
 or its cluster. Without SEMANTICS_TEAMS the platform serves one team, whose files may name any
 connection but the platform's; a connection's type is still checked against its role when it is
@@ -104,14 +104,14 @@ def check_connection(file: Path, conn_id: str, role: str, where: str) -> None:
             f"{where}: the folder {file.resolve().parent} belongs to no team: the operator lists it under a team "
             "in SEMANTICS_TEAMS"
         )
-    kind = team.connections.get(conn_id)
-    if kind is None:
+    conn_type = team.connections.get(conn_id)
+    if conn_type is None:
         allowed = ", ".join(sorted(team.connections)) or "none"
         raise TeamError(
             one_line(f"{where}: {conn_id} is not a connection of team {team.name}, whose files may name: {allowed}")
         )
-    if kind not in ROLE_TYPES[role]:
-        raise TeamError(f"{where}: {conn_id} is a {kind} connection; {role} takes {' or '.join(ROLE_TYPES[role])}")
+    if conn_type not in ROLE_TYPES[role]:
+        raise TeamError(f"{where}: {conn_id} is a {conn_type} connection; {role} takes {' or '.join(ROLE_TYPES[role])}")
 
 
 def check_type(conn_id: str, conn_type: str, role: str) -> None:

@@ -503,12 +503,13 @@ def test_a_store_is_chosen_by_the_connections_type_and_an_unknown_one_is_refused
     from delivery_semantics.audit.stores.postgres import PostgresStore
 
     a = audits.load(ORDERS)
-    monkeypatch.delenv("SEMANTICS_SOURCE_STORE", raising=False)
+    monkeypatch.delenv("SEMANTICS_SOURCE_DIALECT", raising=False)
     monkeypatch.setenv("AIRFLOW_CONN_OUTBOX_DB", json.dumps({"conn_type": "postgres", "host": "h", "schema": "d"}))
     assert isinstance(stores.for_section(a, "outbox"), PostgresStore)
     env = stores.spark_env("outbox_db", "outbox")
     assert (
-        env["SEMANTICS_SOURCE_STORE"] == "postgres" and env["SEMANTICS_SOURCE_JDBC_URL"] == "jdbc:postgresql://h:5432/d"
+        env["SEMANTICS_SOURCE_DIALECT"] == "postgres"
+        and env["SEMANTICS_SOURCE_JDBC_URL"] == "jdbc:postgresql://h:5432/d"
     )
     monkeypatch.setenv("AIRFLOW_CONN_OUTBOX_DB", json.dumps({"conn_type": "mysql", "host": "h", "schema": "d"}))
     from delivery_semantics.audit.stores.mysql import MysqlStore
@@ -524,7 +525,7 @@ def test_a_store_is_chosen_by_the_connections_type_and_an_unknown_one_is_refused
     ):
         stores.for_section(a, "outbox")
     # In a Spark application the submitter's environment names the store.
-    monkeypatch.setenv("SEMANTICS_SOURCE_STORE", "postgres")
+    monkeypatch.setenv("SEMANTICS_SOURCE_DIALECT", "postgres")
     assert isinstance(stores.for_section(a, "outbox"), PostgresStore)
 
 

@@ -122,7 +122,7 @@ def test_on_kubernetes_every_secret_reaches_the_driver_through_a_secret_and_none
     driver_env = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in cmd if a.startswith("spark.kubernetes.driverEnv.")}
     assert set(driver_env) == {
         "spark.kubernetes.driverEnv.SEMANTICS_LAKEHOUSE",
-        "spark.kubernetes.driverEnv.SEMANTICS_SOURCE_STORE",
+        "spark.kubernetes.driverEnv.SEMANTICS_SOURCE_DIALECT",
     }
 
 

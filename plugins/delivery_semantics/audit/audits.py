@@ -319,9 +319,9 @@ def named_connections(spec: dict) -> list[tuple[str, str, str]]:
     """Each connection a (schema-valid) audit names, as (field, role, connection id); a notifier's
     default connection too."""
     named = [(f"connections.{role}", role, conn_id) for role, conn_id in spec["connections"].items()]
-    for kind, given in (spec.get("alerts") or {}).get("notifier", {}).items():
-        field = f"{kind}_conn_id"
-        named.append((f"alerts.notifier.{kind}.{field}", kind, given.get(field, NOTIFIER_DEFAULTS[kind])))
+    for notifier, given in (spec.get("alerts") or {}).get("notifier", {}).items():
+        field = f"{notifier}_conn_id"
+        named.append((f"alerts.notifier.{notifier}.{field}", notifier, given.get(field, NOTIFIER_DEFAULTS[notifier])))
     return named
 
 
@@ -340,13 +340,15 @@ def check_record(record: dict, where: str) -> None:
             raise AuditError(f"{where}: record.{field}: {name!r} is not one of {', '.join(known)}")
     value_specs, key_specs = FORMATS[value].value_specs, FORMATS[key].key_specs
     for name in ("event_id", "key", "seq", "publish_at"):
-        kind = next(iter(record.get(name) or {None: None}))
-        if kind in _VALUE_SPECS and kind not in value_specs:
+        spec_key = next(iter(record.get(name) or {None: None}))
+        if spec_key in _VALUE_SPECS and spec_key not in value_specs:
             allowed = " or ".join(f"{{{k}: ...}}" for k in value_specs)
-            raise AuditError(f"{where}: record.{name}: {{{kind}: ...}} does not read a {value} value; use {allowed}")
-        if kind in _KEY_SPECS and kind not in key_specs:
+            raise AuditError(
+                f"{where}: record.{name}: {{{spec_key}: ...}} does not read a {value} value; use {allowed}"
+            )
+        if spec_key in _KEY_SPECS and spec_key not in key_specs:
             allowed = " or ".join(f"{{{k}: ...}}" for k in key_specs)
-            raise AuditError(f"{where}: record.{name}: {{{kind}: ...}} does not read a {key} key; use {allowed}")
+            raise AuditError(f"{where}: record.{name}: {{{spec_key}: ...}} does not read a {key} key; use {allowed}")
     for side, fmt, schemas in (("value", value, "schemas"), ("key", key, "key_schemas")):
         if schemas in record and FORMATS[fmt].schemas is None:
             raise AuditError(f"{where}: record.{schemas}: a {fmt} {side} has no schemas")
@@ -381,7 +383,7 @@ DEFAULT_MIN_ID_SHARE = 0.01
 
 def id_place(spec: dict) -> str:
     """Where a field spec reads, said for a person: header id, JSON path $.id, field order.id."""
-    kind, where = next(iter(spec.items()))
+    reads, where = next(iter(spec.items()))
     return {
         "header": f"header {where}",
         "json": f"JSON path {where}",
@@ -390,7 +392,7 @@ def id_place(spec: dict) -> str:
         "record_key": "a record key",
         "value": "a value",
         "timestamp": "a timestamp",
-    }.get(kind, f"{kind} {where}")
+    }.get(reads, f"{reads} {where}")
 
 
 def mapping_suspect(audit: Audit, records_read: int | None, malformed: int | None) -> str | None:
@@ -519,7 +521,7 @@ def reconciliation_id(audit: Audit, run_id: str | None = None) -> str:
 # --------------------------------------------------------------------------- alerts
 
 
-NOTIFIERS = {  # kind: (module, class, provider package)
+NOTIFIERS = {  # notifier: (module, class, provider package)
     "smtp": ("airflow.providers.smtp.notifications.smtp", "SmtpNotifier", "apache-airflow-providers-smtp"),
     "slack": ("airflow.providers.slack.notifications.slack", "SlackNotifier", "apache-airflow-providers-slack"),
 }
@@ -536,10 +538,10 @@ def failure_callback(audit: Audit):
     spec = audit.alerts.get("notifier")
     if not spec:
         return None
-    ((kind, given),) = spec.items()
+    ((notifier, given),) = spec.items()
     # Recipients and a connection from the file (the schema allows no other key); the message is the
     # platform's, so that a file can neither attach a file nor render a template of its own.
-    if kind == "smtp":
+    if notifier == "smtp":
         kwargs = {"to": given["to"], "smtp_conn_id": given.get("smtp_conn_id", NOTIFIER_DEFAULTS["smtp"])}
     else:
         kwargs = {
@@ -552,7 +554,7 @@ def failure_callback(audit: Audit):
         import importlib
 
         check_notifier(audit)
-        module, cls, _ = NOTIFIERS[kind]
+        module, cls, _ = NOTIFIERS[notifier]
         getattr(importlib.import_module(module), cls)(**kwargs)(context)
 
     return notify
@@ -565,18 +567,18 @@ def check_notifier(audit: Audit) -> None:
     """The notifier's provider is installed: a failure would otherwise go unreported."""
     import importlib.util
 
-    for kind in audit.alerts.get("notifier", {}):
-        module, _, provider = NOTIFIERS[kind]
+    for notifier in audit.alerts.get("notifier", {}):
+        module, _, provider = NOTIFIERS[notifier]
         try:
             found = importlib.util.find_spec(module) is not None
         except ModuleNotFoundError:
             found = False
         if not found:
-            raise AuditError(f"{audit.path}: alerts.notifier.{kind}: {provider} is not installed")
+            raise AuditError(f"{audit.path}: alerts.notifier.{notifier}: {provider} is not installed")
 
 
 def check_notifier_connection(audit: Audit) -> None:
-    """The notifier's connection is there and is of its kind: a failure would otherwise go unreported,
+    """The notifier's connection is there and is of its type: a failure would otherwise go unreported,
     or reach a connection that is not a notifier's."""
     from delivery_semantics.plumbing.endpoints import EndpointError, get_connection
 

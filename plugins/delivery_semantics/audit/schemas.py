@@ -35,7 +35,7 @@ SIDES = {"value": ("format", "schemas"), "key": ("key_format", "key_schemas")}
 @dataclass(frozen=True)
 class WriterSchema:
     id: int
-    kind: str  # avro | protobuf
+    schema_type: str  # avro | protobuf
     text: str  # Avro's JSON, or the .proto file
     file: str  # the file it came from, relative to the audit's folder
     descriptor: bytes | None = field(default=None, repr=False)  # protobuf: a FileDescriptorSet, imports included
@@ -43,7 +43,9 @@ class WriterSchema:
     def leaf(self, path: str) -> str | None:
         """What `path` (a.b, or $ for the whole) reaches in this schema: "timestamp", "value", or
         None when the schema has no such field. Raises AuditError for a path Spark cannot follow."""
-        return _avro_leaf(json.loads(self.text), path, self) if self.kind == "avro" else _protobuf_leaf(self, path)
+        return (
+            _avro_leaf(json.loads(self.text), path, self) if self.schema_type == "avro" else _protobuf_leaf(self, path)
+        )
 
 
 def paths(record: dict, side: str) -> list[str]:
@@ -58,17 +60,17 @@ def load(audit: Audit) -> dict[str, dict[int, WriterSchema]]:
     rec = audit.record
     out: dict[str, dict[int, WriterSchema]] = {"value": {}, "key": {}}
     for side, (format_key, schemas_key) in SIDES.items():
-        kind = FORMATS[rec.get(format_key) or ("json" if side == "value" else "string")].schemas
-        if kind is None:
+        schema_type = FORMATS[rec.get(format_key) or ("json" if side == "value" else "string")].schemas
+        if schema_type is None:
             continue
         files = rec.get(schemas_key)
         if not files:
             raise AuditError(
                 audit.where(f"record.{schemas_key}")
-                + f": a {kind} {side} needs its writer schemas by id (a file each, as the registry numbers them)"
+                + f": a {schema_type} {side} needs its writer schemas by id (a file each, as the registry numbers them)"
             )
         for sid, name in files.items():
-            out[side][int(sid)] = _read(audit, kind, int(sid), name, f"record.{schemas_key}.{sid}")
+            out[side][int(sid)] = _read(audit, schema_type, int(sid), name, f"record.{schemas_key}.{sid}")
         for path in paths(rec, side):
             if not any(s.leaf(path) for s in out[side].values()):
                 raise AuditError(
@@ -103,13 +105,13 @@ def schema_file(audit: Audit, name, where: str) -> Path:
     return path
 
 
-def _read(audit: Audit, kind: str, sid: int, name: str, where: str) -> WriterSchema:
+def _read(audit: Audit, schema_type: str, sid: int, name: str, where: str) -> WriterSchema:
     path = schema_file(audit, name, where)
     try:
         text = path.read_text()
     except UnicodeDecodeError:
         raise AuditError(f"{audit.where(where)}: {name}: not UTF-8 text") from None
-    if kind == "avro":
+    if schema_type == "avro":
         import fastavro
 
         try:
@@ -119,8 +121,8 @@ def _read(audit: Audit, kind: str, sid: int, name: str, where: str) -> WriterSch
         except (ValueError, fastavro.schema.SchemaParseException, TypeError, KeyError, RecursionError) as e:
             first = one_line(str(e).splitlines()[0] if str(e) else type(e).__name__, 200)
             raise AuditError(f"{audit.where(where)}: {name}: not an Avro schema: {first}") from None
-        return WriterSchema(sid, kind, text, name)
-    return WriterSchema(sid, kind, text, path.name, _compile_proto(path, audit.where(where)))
+        return WriterSchema(sid, schema_type, text, name)
+    return WriterSchema(sid, schema_type, text, path.name, _compile_proto(path, audit.where(where)))
 
 
 def _avro_check(schema, depth: int) -> None:
@@ -134,8 +136,8 @@ def _avro_check(schema, depth: int) -> None:
         return
     if not isinstance(schema, dict):
         return
-    kind = schema.get("type")
-    if kind == "record" or kind == "error":
+    avro_type = schema.get("type")
+    if avro_type == "record" or avro_type == "error":
         fields = schema.get("fields")
         if not isinstance(fields, list):
             raise ValueError(f"record {schema.get('name', '?')!s:.60} has no fields list (Avro requires one)")
@@ -143,12 +145,12 @@ def _avro_check(schema, depth: int) -> None:
             if not isinstance(f, dict) or not isinstance(f.get("name"), str) or "type" not in f:
                 raise ValueError(f"a field of record {schema.get('name', '?')!s:.60} needs a name and a type")
             _avro_check(f["type"], depth + 1)
-    elif kind == "array":
+    elif avro_type == "array":
         _avro_check(schema.get("items"), depth + 1)
-    elif kind == "map":
+    elif avro_type == "map":
         _avro_check(schema.get("values"), depth + 1)
-    elif isinstance(kind, (dict, list)):
-        _avro_check(kind, depth + 1)
+    elif isinstance(avro_type, (dict, list)):
+        _avro_check(avro_type, depth + 1)
 
 
 # protoc's bounds: a schema folder is a page of files, and protoc is given a minute.

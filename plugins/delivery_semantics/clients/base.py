@@ -41,7 +41,7 @@ class Setting:
     """One key a client may be given, with its type: int (bounds), bool, enum (choices) or name."""
 
     key: str
-    kind: str
+    value_type: str  # int, bool, enum or name
     low: int = 0
     high: int = INT_MAX
     choices: tuple[str, ...] = ()
@@ -50,12 +50,12 @@ class Setting:
 
     def parse(self, value) -> str:
         shown = _shown(value)
-        if self.kind == "bool":
+        if self.value_type == "bool":
             text = str(value).strip().lower() if isinstance(value, (bool, str)) else None
             if text in ("true", "false"):
                 return text
             raise ModeError(f"{self.key}={shown} is not a boolean (true/false)")
-        if self.kind == "int":
+        if self.value_type == "int":
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
@@ -64,7 +64,7 @@ class Setting:
             if not self.low <= int(text) <= self.high:
                 raise ModeError(f"{self.key}={shown} must be an integer from {self.low} to {self.high}")
             return str(int(text))
-        if self.kind == "enum":
+        if self.value_type == "enum":
             text = str(value).strip().lower() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
             if text not in self.choices:
                 raise ModeError(f"{self.key}={shown} must be one of {', '.join(self.choices)}")

@@ -94,14 +94,14 @@ def _librdkafka_name(family: str, key: str) -> str:
 def _java_parse(family: str, key: str, value: str) -> tuple[str, str | None]:
     """The value as Java's ConfigDef parses it (trimmed; its type; its validator's range or
     strings), or why it would refuse it."""
-    kind, validator, words = _data()["java_types"][family].get(key, ("STRING", "", ""))
+    java_type, validator, words = _data()["java_types"][family].get(key, ("STRING", "", ""))
     text = value.strip()
-    if kind == "BOOLEAN":
+    if java_type == "BOOLEAN":
         if text.lower() not in ("true", "false"):
             return text, "Expected value to be either true or false"
         return text.lower(), None
-    if kind in ("INT", "LONG", "SHORT"):
-        bits = {"INT": 31, "LONG": 63, "SHORT": 15}[kind]
+    if java_type in ("INT", "LONG", "SHORT"):
+        bits = {"INT": 31, "LONG": 63, "SHORT": 15}[java_type]
         try:
             number = int(text)
         except ValueError:
@@ -179,12 +179,12 @@ def connector_refusal(settings: dict[str, str]) -> str | None:
     plugin = connect["plugins"].get(cls)
     if plugin is None:
         return None
-    kind = "sink" if "sink" in cls.lower() else "source"
-    names = sorted({*connect[kind], *connect["worker"], *plugin})
+    role = "sink" if "sink" in cls.lower() else "source"
+    names = sorted({*connect[role], *connect["worker"], *plugin})
     for key in settings:
         if key in names or key.startswith(CONNECTOR_PREFIXES):
             continue
         near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
         hint = f"; did you mean connector.{near[0]}?" if near else ""
-        return f"connector.{key} is not a setting of Kafka Connect's {kind}s or of {cls.rsplit('.', 1)[-1]}{hint}"
+        return f"connector.{key} is not a setting of Kafka Connect's {role}s or of {cls.rsplit('.', 1)[-1]}{hint}"
     return None

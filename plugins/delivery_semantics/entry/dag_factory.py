@@ -89,7 +89,7 @@ def file_dags(found: list, file_dag, error_type: type[Exception], invalid: dict)
     """One DAG per file of a folder (audit files, mode files): `file_dag(f)` for a file that
     loaded, and for one that did not (or whose DAG Airflow refuses, a bad schedule say) a DAG whose
     one task fails with the file's error, so that a bad file neither hides the others nor goes
-    unnoticed. `invalid`: the kind of file, its DAG id prefix, the module whose `load(path)` raises
+    unnoticed. `invalid`: the file type (audit, mode), its DAG id prefix, the module whose `load(path)` raises
     the error again, the folder, the doc and the default args."""
     made = {}
     for name, f in found:
@@ -109,7 +109,7 @@ def _invalid_file_dag(
     name: str,
     error: Exception,
     *,
-    kind: str,
+    file_type: str,
     prefix: str,
     module: str,
     folder: str,
@@ -121,10 +121,10 @@ def _invalid_file_dag(
         schedule=None,
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
-        tags=["semantics", kind, "invalid"],
-        description=f"invalid {kind} file: {error}"[:200],
+        tags=["semantics", file_type, "invalid"],
+        description=f"invalid {file_type} file: {error}"[:200],
         dagrun_timeout=budgets.dag_run(CHECK_TASK),
-        doc_md=f"{doc}\n\n**This {kind} file does not validate:** {error}",
+        doc_md=f"{doc}\n\n**This {file_type} file does not validate:** {error}",
         default_args=budgeted(default_args, CHECK_TASK),
     )
     def invalid_file():
@@ -252,7 +252,7 @@ def audit_dags(folder: str | Path | None = None) -> dict:
         audit_dag,
         audits.AuditError,
         {
-            "kind": "audit",
+            "file_type": "audit",
             "prefix": "audit_",
             "module": audits.__name__,
             "folder": str(where),
@@ -387,7 +387,7 @@ def mode_dags(folder: str | Path | None = None) -> dict:
         mode_dag,
         mode_files.ModeFileError,
         {
-            "kind": "mode",
+            "file_type": "mode",
             "prefix": "semantics_mode_",
             "module": mode_files.__name__,
             "folder": str(where),

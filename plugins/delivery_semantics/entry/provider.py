@@ -54,7 +54,7 @@ def get_provider_info() -> dict:
         "connection-roles": {role: list(types) for role, types in teams.ROLE_TYPES.items()},
         # Nor this: the notifiers an audit file's alerts may name, each another provider's class.
         "audit-notifiers": {
-            kind: {"notifier-class": f"{module}.{cls}", "provider": provider}
-            for kind, (module, cls, provider) in NOTIFIERS.items()
+            notifier: {"notifier-class": f"{module}.{cls}", "provider": provider}
+            for notifier, (module, cls, provider) in NOTIFIERS.items()
         },
     }

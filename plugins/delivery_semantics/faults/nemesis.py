@@ -276,11 +276,13 @@ class Toxiproxy:
     def proxies(self) -> dict:
         return self._call("GET", "/proxies")
 
-    def add_toxic(self, proxy: str, name: str, kind: str, stream: str, attributes: dict, toxicity: float = 1.0) -> None:
+    def add_toxic(
+        self, proxy: str, name: str, toxic_type: str, stream: str, attributes: dict, toxicity: float = 1.0
+    ) -> None:
         self._call(
             "POST",
             f"/proxies/{proxy}/toxics",
-            {"name": name, "type": kind, "stream": stream, "toxicity": toxicity, "attributes": attributes},
+            {"name": name, "type": toxic_type, "stream": stream, "toxicity": toxicity, "attributes": attributes},
         )
 
     def remove_toxic(self, proxy: str, name: str) -> None:

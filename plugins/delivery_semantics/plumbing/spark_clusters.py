@@ -37,7 +37,7 @@ from pathlib import Path
 from delivery_semantics.plumbing.endpoints import EndpointError, private_dir
 
 # What an application reads that is no secret; every other variable passes by reference.
-PLAIN_ENV = frozenset({"SEMANTICS_LAKEHOUSE", "SEMANTICS_SOURCE_STORE", "SEMANTICS_SINK_STORE"})
+PLAIN_ENV = frozenset({"SEMANTICS_LAKEHOUSE", "SEMANTICS_SOURCE_DIALECT", "SEMANTICS_SINK_DIALECT"})
 # This worker's own: meaningless where the driver runs in the cluster (its image has its Python, and
 # the package comes with --py-files).
 WORKER_ONLY_ENV = frozenset({"PYTHONPATH", "PYSPARK_PYTHON"})

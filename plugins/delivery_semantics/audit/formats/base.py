@@ -1,5 +1,5 @@
 """What a record format is to an audit: a Decoder that owns its facts (the field specs that read a
-value or a key written so, the kind of writer schemas it is read with) and its decode in the Spark
+value or a key written so, the type of writer schemas it is read with) and its decode in the Spark
 application, which adds a text column per field path and gives a record it cannot decode none."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class Decoder:
     description: str
     value_specs: tuple[str, ...]  # the field specs that read a value written so: json, field, value
     key_specs: tuple[str, ...] = ()  # those that read a key written so; none: not a key format
-    schemas: str | None = None  # the writer schemas' kind, by id (audit/schemas.py): avro or protobuf
+    schemas: str | None = None  # the writer schemas' type, by id (audit/schemas.py): avro or protobuf
     # (df, side, paths, writer schemas by id) -> df with decoded_column(side, path) for each path.
     # None: the format has no fields (its value or key is read whole).
     decode: Callable | None = None

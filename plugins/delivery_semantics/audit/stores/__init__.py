@@ -1,7 +1,8 @@
-"""Where an audit's outbox and sink rows live. Each kind of store (PostgreSQL, MySQL/MariaDB, and
-lakehouse tables, which are chosen by the sink's format rather than a connection) is one module
-with a `Store` subclass (stores/base.py), chosen by the type of the section's connection. A new
-store is its module and one line in STORES: nothing else names a store.
+"""Where an audit's outbox and sink rows live, in the audit file's words (a section's `store`):
+`jdbc`, a table in a database, read in the dialect of the section's connection (PostgreSQL,
+MySQL/MariaDB: DIALECTS, by the connection's type, as Debezium's JDBC sink picks its dialect), or a
+lakehouse table at a path, `delta` or `parquet`. Each is a `Store` subclass (stores/base.py) in its
+module; a new dialect is its module and one line in DIALECTS: nothing else names one.
 """
 
 from __future__ import annotations
@@ -10,18 +11,18 @@ import importlib
 
 from delivery_semantics.audit.stores.base import SECTIONS, Store, StoreError
 
-STORES = {  # an Airflow connection type: the store that reads it, as module:Class
+DIALECTS = {  # an Airflow connection type: the jdbc store of its dialect, as module:Class
     "postgres": "delivery_semantics.audit.stores.postgres:PostgresStore",
     "mysql": "delivery_semantics.audit.stores.mysql:MysqlStore",
 }
 
 
 def store_class(conn_type: str) -> type[Store]:
-    if conn_type not in STORES:
+    if conn_type not in DIALECTS:
         raise StoreError(
-            f"a connection of type {conn_type!r} holds no store the audits read; one of: {', '.join(sorted(STORES))}"
+            f"a connection of type {conn_type!r} holds no store the audits read; one of: {', '.join(sorted(DIALECTS))}"
         )
-    module, _, cls = STORES[conn_type].partition(":")
+    module, _, cls = DIALECTS[conn_type].partition(":")
     return getattr(importlib.import_module(module), cls)
 
 
@@ -35,7 +36,7 @@ def for_section(audit, section: str, conn_type: str | None = None) -> Store:
 
         return LakehouseStore(audit, section)
     if conn_type is None:
-        conn_type = Store.env_store(section)
+        conn_type = Store.env_dialect(section)
         if conn_type is None:
             from delivery_semantics.plumbing.endpoints import get_connection
 
@@ -53,13 +54,13 @@ def session_conf(audit) -> dict[str, str]:
 
 
 def spark_env(conn_id: str, section: str) -> dict[str, str]:
-    """What a Spark application needs to read a section's store, by environment: the store's kind
-    and its connection."""
+    """What a Spark application needs to read a section's jdbc store, by environment: its dialect
+    (the connection's type) and its connection."""
     from delivery_semantics.plumbing.endpoints import get_connection
 
     conn = get_connection(conn_id)
     cls = store_class(conn.conn_type or "")
-    return {f"{SECTIONS[section]}_STORE": conn.conn_type, **cls.spark_env(conn_id, SECTIONS[section])}
+    return {f"{SECTIONS[section]}_DIALECT": conn.conn_type, **cls.spark_env(conn_id, SECTIONS[section])}
 
 
-__all__ = ["SECTIONS", "STORES", "Store", "StoreError", "for_section", "session_conf", "spark_env", "store_class"]
+__all__ = ["DIALECTS", "SECTIONS", "Store", "StoreError", "for_section", "session_conf", "spark_env", "store_class"]

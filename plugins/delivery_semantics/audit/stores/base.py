@@ -27,7 +27,8 @@ class StoreError(EndpointError):
 
 
 class Store:
-    name = "abstract"
+    # The audit file's word for it (a section's `store`): jdbc, delta or parquet.
+    store = "abstract"
 
     def __init__(self, audit, section: str):
         if section not in SECTIONS:
@@ -42,9 +43,10 @@ class Store:
         return audit.spec["connections"][section]
 
     @staticmethod
-    def env_store(section: str) -> str | None:
-        """The store's kind, as the submitter handed it to a Spark application."""
-        return os.environ.get(f"{SECTIONS[section]}_STORE")
+    def env_dialect(section: str) -> str | None:
+        """A jdbc store's dialect (its connection's type), as the submitter handed it to a Spark
+        application."""
+        return os.environ.get(f"{SECTIONS[section]}_DIALECT")
 
     @property
     def connection_label(self) -> str:

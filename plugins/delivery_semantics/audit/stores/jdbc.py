@@ -25,6 +25,8 @@ class JdbcStore(Store):
     identifiers and writes a time, its JDBC driver and URL, its default port, and the statement that
     makes a session read-only. PostgreSQL's here."""
 
+    store = "jdbc"
+    dialect = "postgres"
     quote = staticmethod(quote_ident)
     timestamp = staticmethod(timestamptz)
     driver = "org.postgresql.Driver"
@@ -69,7 +71,7 @@ class JdbcStore(Store):
         for key, value in given.items():
             if key not in cls.jdbc_options:
                 raise StoreError(
-                    f"connection {conn_id!r}: extra.jdbc.{str(key)[:40]} is not a driver option a {cls.name} store "
+                    f"connection {conn_id!r}: extra.jdbc.{str(key)[:40]} is not a driver option a {cls.dialect} store "
                     f"takes; allowed: {', '.join(cls.jdbc_options)}"
                 )
             if not re.fullmatch(cls.jdbc_options[key], str(value)) or any(map(control, str(value))):

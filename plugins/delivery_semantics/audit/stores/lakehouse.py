@@ -11,7 +11,7 @@ from pathlib import Path
 from delivery_semantics.audit import AuditError
 from delivery_semantics.audit.stores.base import Store
 
-# What makes a folder a table of each format, as its reader finds it.
+# What makes a folder a table of each lakehouse store, as its reader finds it.
 LAYOUT = {"delta": "_delta_log", "parquet": None}
 # Delta reads even a path through its session extension and catalog.
 SESSION_CONF = {
@@ -24,14 +24,14 @@ SESSION_CONF = {
 
 
 class LakehouseStore(Store):
-    name = "lakehouse"
+    """A section's `store: delta` or `store: parquet`."""
 
     def __init__(self, audit, section: str):
         self.audit, self.section = audit, section
         self.spec = audit.spec[section]
-        self.format = self.spec["store"]
+        self.store = self.spec["store"]
         self.conn_id = None
-        self.session_conf = SESSION_CONF[self.format]
+        self.session_conf = SESSION_CONF[self.store]
 
     @property
     def path(self) -> Path:
@@ -40,10 +40,10 @@ class LakehouseStore(Store):
     def check(self) -> None:
         where = self.audit.where(f"{self.section}.path")
         if not self.path.is_dir():
-            raise AuditError(f"{where}: {self.spec['path']}: no such folder (the {self.format} table)")
-        marker = LAYOUT[self.format]
+            raise AuditError(f"{where}: {self.spec['path']}: no such folder (the {self.store} table)")
+        marker = LAYOUT[self.store]
         if marker and not (self.path / marker).is_dir():
-            raise AuditError(f"{where}: {self.spec['path']}: not a {self.format} table (no {marker}/ in it)")
+            raise AuditError(f"{where}: {self.spec['path']}: not a {self.store} table (no {marker}/ in it)")
 
     @classmethod
     def spark_env(cls, conn_id: str, prefix: str) -> dict[str, str]:
@@ -55,7 +55,7 @@ class LakehouseStore(Store):
 
         from delivery_semantics.audit.stores.spark_jdbc import InputError
 
-        reader = spark.read.format(self.format)
+        reader = spark.read.format(self.store)
         try:
             table = reader.load(str(self.path))
             missing = sorted(set(self.spec["columns"].values()) - set(table.columns))
@@ -63,7 +63,7 @@ class LakehouseStore(Store):
             raise InputError(f"{self.audit.where(self.section + '.path')}: {str(e).splitlines()[0]}") from None
         if missing:
             raise InputError(
-                f"{self.audit.where(self.section + '.columns')}: no column {', '.join(missing)} in the {self.format} "
+                f"{self.audit.where(self.section + '.columns')}: no column {', '.join(missing)} in the {self.store} "
                 f"table at {self.spec['path']} (it has {', '.join(table.columns)})"
             )
         rows = table.select(*[F.col(f"`{col}`").alias(logical) for logical, col in self.spec["columns"].items()])

@@ -25,7 +25,7 @@ def timestamp_utc(t: datetime) -> str:
 
 
 class MysqlStore(JdbcStore):
-    name = "mysql"
+    dialect = "mysql"
     quote = staticmethod(quote_mysql)
     timestamp = staticmethod(timestamp_utc)
     driver = "org.mariadb.jdbc.Driver"

@@ -21,7 +21,7 @@ FROM pg_roles r WHERE r.rolname = current_user
 
 
 class PostgresStore(JdbcStore):
-    name = "postgres"
+    dialect = "postgres"
 
     # ------------------------------------------------------------------ before anything runs
 

@@ -108,8 +108,8 @@ def _one_select(text: str, where: str) -> list[dict]:
         raise AuditError(f"{where}: holds {len(stmts)} statements; free SQL is exactly one SELECT")
     (stmt,) = stmts
     if "SelectStmt" not in stmt["stmt"]:
-        kind = next(iter(stmt["stmt"]))
-        raise AuditError(f"{where}: is a {kind}, not a SELECT; free SQL is exactly one SELECT")
+        statement = next(iter(stmt["stmt"]))
+        raise AuditError(f"{where}: is a {statement}, not a SELECT; free SQL is exactly one SELECT")
     found = _nodes(stmt["stmt"], set(_WRITES))
     if found:
         raise AuditError(f"{where}: {_WRITES[min(found)]}; free SQL is a SELECT that only reads")
