@@ -650,10 +650,16 @@ class Strategy(Subject):
     side: ClassVar[str] = CONSUMER
     rule_families: ClassVar[tuple[str, ...]] = ("consumer",)
 
+    def check(self, scenario: str) -> Scenario:
+        """A consumer scenario: any other name, a producer scenario's too, is unknown here."""
+        if scenario not in CONSUMER_SCENARIOS:
+            raise ScenarioError(
+                f"unknown consumer scenario {str(scenario)[:80]!r}: choose one of {', '.join(CONSUMER_SCENARIOS)}"
+            )
+        return SCENARIOS[scenario]
+
     def incompatibility(self, scenario: Scenario) -> str | None:
-        if scenario.name not in CONSUMER_SCENARIOS:
-            return f"{scenario.name} is not a consumer scenario: choose one of {', '.join(CONSUMER_SCENARIOS)}"
-        return None
+        return None if scenario.name in CONSUMER_SCENARIOS else f"{scenario.name} is not a consumer scenario"
 
     def run_settings(self, client: str | None = None) -> Mapping[str, str]:
         return self.settings
