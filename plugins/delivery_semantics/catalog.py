@@ -658,9 +658,6 @@ class Strategy(Subject):
             )
         return SCENARIOS[scenario]
 
-    def incompatibility(self, scenario: Scenario) -> str | None:
-        return None if scenario.name in CONSUMER_SCENARIOS else f"{scenario.name} is not a consumer scenario"
-
     def run_settings(self, client: str | None = None) -> Mapping[str, str]:
         return self.settings
 

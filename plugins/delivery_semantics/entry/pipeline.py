@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-from delivery_semantics import catalog
 from delivery_semantics.audit import audits, pipeline_audit
 from delivery_semantics.faults.nemesis import Nemesis
 from delivery_semantics.history.ledger import Ledger
@@ -38,8 +37,7 @@ def _audit(ledger: Ledger, loaded: Loaded, master: str | None) -> None:
     result = spark_submit.run(audit=audit, window_ends=[e.isoformat() for e in ends], master=master)
     if result.returncode != 0:
         raise PipelineError(f"the audit of run {names.run_id} failed: {result.error}")
-    defined = catalog.Definition.from_json(ledger.get_pipeline_run(names.run_id)["definition"])
-    fields = pipeline_audit.totals(ledger, loaded.pipeline, defined, names.audit)
+    fields = pipeline_audit.totals(ledger, loaded.pipeline, loaded.definition, names.audit)
     ledger.update_pipeline_run(names.run_id, status="reconciled", ended_at=now(), **fields)
     # The run's audit never runs again: its totals are recorded, its state would only stay.
     with ledger.conn, ledger.conn.cursor() as cur:

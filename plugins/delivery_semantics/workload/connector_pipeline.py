@@ -380,6 +380,7 @@ class Loaded:
     names: Names
     load_started: datetime
     load_ended: datetime
+    definition: catalog.Definition  # what its row recorded when it was made
 
 
 # What judges a loaded run and records its verdict in its `pipeline_runs` row.
@@ -420,7 +421,9 @@ def run(spec: PipelineSpec, *, nemesis: Nemesis | None = None, judge: Judge | No
             }
         )
         try:
-            loaded = _load(spec, pipeline, scenario, names, cluster, kafka_conf, outbox_db, sink_db, nemesis, ledger)
+            loaded = _load(
+                spec, pipeline, scenario, defined, names, cluster, kafka_conf, outbox_db, sink_db, nemesis, ledger
+            )
             if judge is None:
                 ledger.update_pipeline_run(names.run_id, ended_at=now())
             else:
@@ -437,7 +440,7 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def _load(spec, pipeline, scenario, names, cluster, kafka_conf, outbox_db, sink_db, nemesis, ledger) -> Loaded:
+def _load(spec, pipeline, scenario, defined, names, cluster, kafka_conf, outbox_db, sink_db, nemesis, ledger) -> Loaded:
     """The run up to its judging: made, loaded under the scenario's timeline, drained, its
     connectors gone, its latency measured and recorded."""
     wait_healthy(kafka_conf)
@@ -494,7 +497,7 @@ def _load(spec, pipeline, scenario, names, cluster, kafka_conf, outbox_db, sink_
     finally:
         stop_connectors(cluster, names, outbox_db)
     ledger.update_pipeline_run(names.run_id, outbox_rows=outbox_rows, **latency(names, outbox_db, sink_db))
-    return Loaded(spec, pipeline, scenario, names, load_started, load_ended)
+    return Loaded(spec, pipeline, scenario, names, load_started, load_ended, defined)
 
 
 def _no_task(connector: str):
